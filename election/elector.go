@@ -1,0 +1,397 @@
+// Package election runs client-go's leader election on a coordination.k8s.io/v1
+// Lease and keeps the resulting state: who holds the Lease, whether this pod
+// leads (time-bounded), the fencing token and a revision that watchers can wait
+// on. It is the only package that talks to the Kubernetes API.
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// ErrNotLeader is returned by Release when this pod is not the leader.
+var ErrNotLeader = errors.New("this pod is not the leader")
+
+// releaseTimeout bounds the write that clears the Lease on shutdown or on
+// request. If the API server does not answer in time, the Lease expires on
+// its own after the lease duration.
+const releaseTimeout = 2 * time.Second
+
+// healthzGrace is how long past the lease duration a leader may go without
+// renewing before /healthz fails (client-go's HealthzAdaptor timeout).
+const healthzGrace = 20 * time.Second
+
+// Config configures an Elector.
+type Config struct {
+	// Namespace and Name identify the Lease.
+	Namespace, Name string
+	// Identity is this candidate's holder identity; it must be unique among
+	// the candidates (the pod name).
+	Identity string
+	// LeaseDuration is how long non-leaders wait, after they last saw the
+	// Lease change, before they try to take it. A whole number of seconds:
+	// the Lease stores seconds.
+	LeaseDuration time.Duration
+	// RenewDeadline is how long the leader keeps retrying a renewal before it
+	// gives up, and how long after the start of its last successful renewal
+	// it still claims leadership. Must be less than LeaseDuration; the
+	// difference is the margin for clock-rate drift and scheduling delay.
+	RenewDeadline time.Duration
+	// RetryPeriod is how often candidates and the leader try the Lease. Must
+	// be less than RenewDeadline/1.2 (client-go's jitter factor).
+	RetryPeriod time.Duration
+	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
+	// that a standby takes over at once instead of after the lease duration.
+	ReleaseOnShutdown bool
+	// Client is used for the Lease; build it with NewClientset.
+	Client kubernetes.Interface
+	// Clock is for tests; nil means the real clock.
+	Clock clock.WithDelayedExecution
+}
+
+// Validate checks the rules client-go enforces, plus whole-second leases.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Namespace == "" || c.Name == "" {
+		errs = append(errs, errors.New("lease namespace and name must be set"))
+	}
+	if c.Identity == "" {
+		errs = append(errs, errors.New("identity must not be empty"))
+	}
+	if c.LeaseDuration <= 0 || c.RenewDeadline <= 0 || c.RetryPeriod <= 0 {
+		errs = append(errs, errors.New("lease duration, renew deadline and retry period must be positive"))
+	}
+	if c.LeaseDuration%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("lease duration %v is not a whole number of seconds", c.LeaseDuration))
+	}
+	if c.LeaseDuration <= c.RenewDeadline {
+		errs = append(errs, fmt.Errorf("lease duration %v must be greater than renew deadline %v", c.LeaseDuration, c.RenewDeadline))
+	}
+	if c.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.RetryPeriod)) {
+		errs = append(errs, fmt.Errorf("renew deadline %v must be greater than retry period %v × %v", c.RenewDeadline, c.RetryPeriod, leaderelection.JitterFactor))
+	}
+	if c.Client == nil {
+		errs = append(errs, errors.New("client must be set"))
+	}
+	return errors.Join(errs...)
+}
+
+// NewClientset builds the clientset the elector uses, as client-go's
+// resourcelock.NewFromKubeconfig does: its own client with user agent
+// "leader-election" and a request timeout of half the renew deadline, so that
+// one slow request cannot use up the whole deadline.
+func NewClientset(cfg *rest.Config, renewDeadline time.Duration) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	c.Timeout = renewDeadline / 2
+	rest.AddUserAgent(c, "leader-election")
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("build leader election client: %w", err)
+	}
+	return cs, nil
+}
+
+// Elector takes part in the election for one Lease until its context ends.
+// Losing the Lease is not fatal: it goes back to being a candidate.
+type Elector struct {
+	cfg     Config
+	clock   clock.WithDelayedExecution
+	tracker *tracker
+	metrics *metrics
+	lock    *observingLock
+	healthz *leaderelection.HealthzAdaptor
+
+	mu sync.Mutex
+	// cancelRun stops the current round of client-go's elector.
+	cancelRun context.CancelFunc
+	// releasing is the pending POST /release, if any.
+	releasing *releaseRequest
+	running   bool
+}
+
+type releaseRequest struct {
+	done chan error
+}
+
+// New returns an Elector for cfg.
+func New(cfg Config) (*Elector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline)
+	e := &Elector{
+		cfg:     cfg,
+		clock:   clk,
+		tracker: t,
+		metrics: newMetrics(t),
+		healthz: leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
+	}
+	e.lock = &observingLock{
+		inner: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
+			Client:     cfg.Client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+		},
+		tracker: t,
+		metrics: e.metrics,
+		onLapse: e.stopRound,
+	}
+	return e, nil
+}
+
+// Snapshot returns the current state.
+func (e *Elector) Snapshot() State { return e.tracker.Snapshot() }
+
+// Watch returns the current state and a channel closed at its next change.
+func (e *Elector) Watch() (State, <-chan struct{}) { return e.tracker.Watch() }
+
+// Collectors returns the election's Prometheus collectors.
+func (e *Elector) Collectors() []prometheus.Collector { return e.metrics.collectors }
+
+// Candidate reports whether the elector is running and has reached the API
+// server (its readiness in --readiness=candidate mode).
+func (e *Elector) Candidate() error {
+	e.mu.Lock()
+	running := e.running
+	e.mu.Unlock()
+	if !running {
+		return errors.New("elector is not running")
+	}
+	if !e.tracker.ReachedAPI() {
+		return errors.New("the API server has not answered a Lease request yet")
+	}
+	return nil
+}
+
+// Healthy fails when the elector is wedged: it holds the Lease but has not
+// renewed it for longer than the lease duration plus a grace period.
+func (e *Elector) Healthy() error { return e.healthz.Check(nil) }
+
+// Release makes the leader step down: it stops claiming leadership, clears
+// the Lease's holder (only if the Lease still names this pod's term) and
+// stays out of the election for one lease duration so another candidate
+// takes over. It returns ErrNotLeader if this pod does not lead.
+func (e *Elector) Release(ctx context.Context) (State, error) {
+	e.mu.Lock()
+	if !e.tracker.Snapshot().IsLeader || e.releasing != nil || e.cancelRun == nil {
+		e.mu.Unlock()
+		return e.Snapshot(), ErrNotLeader
+	}
+	req := &releaseRequest{done: make(chan error, 1)}
+	e.releasing = req
+	e.tracker.setClaiming(false)
+	e.cancelRun()
+	e.mu.Unlock()
+
+	select {
+	case err := <-req.done:
+		return e.Snapshot(), err
+	case <-ctx.Done():
+		return e.Snapshot(), ctx.Err()
+	}
+}
+
+// stopRound ends the current round of client-go's elector; Run starts a new
+// one.
+func (e *Elector) stopRound() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelRun != nil {
+		e.cancelRun()
+	}
+}
+
+// Run takes part in the election until ctx ends. Then it stops claiming
+// leadership at once and, with ReleaseOnShutdown, clears the Lease after
+// client-go has stopped renewing it. It returns an error only if the election
+// cannot be set up.
+func (e *Elector) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(e.cfg.Namespace, e.cfg.Name), "identity", e.cfg.Identity)
+	ctx = klog.NewContext(ctx, logger)
+
+	// Readers must see "not leader" the moment shutdown begins, not when
+	// client-go notices the cancelled context.
+	stopClaiming := context.AfterFunc(ctx, func() { e.tracker.setClaiming(false) })
+	defer stopClaiming()
+	defer e.tracker.stop()
+
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		e.logTransitions(ctx)
+	}()
+
+	e.mu.Lock()
+	e.running = true
+	e.mu.Unlock()
+
+	var err error
+	for ctx.Err() == nil {
+		if err = e.runRound(ctx); err != nil {
+			break
+		}
+		e.serveRelease(ctx)
+	}
+
+	e.mu.Lock()
+	e.running = false
+	e.mu.Unlock()
+	e.tracker.setClaiming(false)
+	if err == nil && e.cfg.ReleaseOnShutdown {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		if rerr := e.release(relCtx); rerr != nil {
+			logger.Error(rerr, "Failed to release lease on shutdown; it expires after the lease duration")
+		}
+		cancel()
+	}
+	<-logDone
+	return err
+}
+
+// runRound runs client-go's elector once: until it loses the Lease, the
+// round is stopped (release, lapsed claim) or ctx ends.
+func (e *Elector) runRound(ctx context.Context) error {
+	roundCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          e.lock,
+		LeaseDuration: e.cfg.LeaseDuration,
+		RenewDeadline: e.cfg.RenewDeadline,
+		RetryPeriod:   e.cfg.RetryPeriod,
+		Name:          e.cfg.Name,
+		WatchDog:      e.healthz,
+		// client-go's own release trusts a possibly stale "am I leader" and
+		// can clear a Lease another pod has taken; we release ourselves.
+		ReleaseOnCancel: false,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) {},
+			OnStoppedLeading: e.tracker.stoppedLeading,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("set up leader election: %w", err)
+	}
+	e.healthz.SetLeaderElection(le)
+	e.mu.Lock()
+	e.cancelRun = cancel
+	e.mu.Unlock()
+
+	le.Run(roundCtx)
+
+	e.mu.Lock()
+	e.cancelRun = nil
+	e.mu.Unlock()
+	return nil
+}
+
+// serveRelease completes a pending POST /release after the round it stopped
+// has ended: clear the Lease, then sit out one lease duration.
+func (e *Elector) serveRelease(ctx context.Context) {
+	e.mu.Lock()
+	req := e.releasing
+	e.mu.Unlock()
+	if req == nil {
+		return
+	}
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	err := e.release(relCtx)
+	cancel()
+	req.done <- err
+
+	select {
+	case <-ctx.Done():
+	case <-e.clock.After(e.cfg.LeaseDuration):
+	}
+	e.mu.Lock()
+	e.releasing = nil
+	e.mu.Unlock()
+	if ctx.Err() == nil {
+		e.tracker.setClaiming(true)
+	}
+}
+
+// release clears the Lease's holder, but only if the Lease read just now
+// still names this process's own term: never clear a Lease someone else has
+// taken. A conflict means the Lease changed between read and write; it is
+// read and checked again.
+func (e *Elector) release(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	token, ok := e.tracker.ownTerm()
+	if !ok {
+		return nil
+	}
+	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	for range 3 {
+		lease, err := leases.Get(ctx, e.cfg.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("get lease %s/%s: %w", e.cfg.Namespace, e.cfg.Name, err)
+		}
+		current := resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)
+		if current.HolderIdentity != e.cfg.Identity || int64(current.LeaderTransitions) != token {
+			logger.Info("Not releasing lease: it no longer holds this pod's term", "holder", current.HolderIdentity, "fencingToken", current.LeaderTransitions)
+			e.tracker.observeRead(recordOf(current))
+			return nil
+		}
+		now := metav1.NewMicroTime(e.clock.Now())
+		lease.Spec.HolderIdentity = ptr.To("")
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+		lease.Spec.AcquireTime = &now
+		lease.Spec.RenewTime = &now
+		updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("release lease %s/%s: %w", e.cfg.Namespace, e.cfg.Name, err)
+		}
+		e.tracker.observeRelease(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&updated.Spec)))
+		logger.Info("Released lease", "fencingToken", token)
+		return nil
+	}
+	return fmt.Errorf("release lease %s/%s: it kept changing under us", e.cfg.Namespace, e.cfg.Name)
+}
+
+// logTransitions logs every change of leadership as it is published.
+func (e *Elector) logTransitions(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	prev, changed := e.tracker.Watch()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		var cur State
+		cur, changed = e.tracker.Watch()
+		switch {
+		case cur.IsLeader && !prev.IsLeader:
+			logger.Info("Became leader", "fencingToken", cur.FencingToken, "validUntil", cur.ValidUntil)
+		case !cur.IsLeader && prev.IsLeader:
+			logger.Info("Stopped leading", "fencingToken", prev.FencingToken, "holder", cur.Holder)
+		case cur.Holder != prev.Holder || cur.FencingToken != prev.FencingToken:
+			logger.V(2).Info("Observed new holder", "holder", cur.Holder, "fencingToken", cur.FencingToken)
+		}
+		prev = cur
+	}
+}

@@ -1,0 +1,111 @@
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// errClaimLapsed is returned instead of renewing a claim that has run out.
+var errClaimLapsed = errors.New("leadership claim lapsed before renewal; starting a new acquisition")
+
+// observingLock wraps client-go's LeaseLock. Every record client-go reads or
+// writes passes through it, so the tracker learns the holder, the fencing
+// token and the start of every successful renewal without a second request.
+//
+// It also changes two things client-go would otherwise do:
+//   - Until this process has written the Lease itself, a record that names its
+//     own identity belongs to a previous incarnation (a restarted container of
+//     the same pod). client-go would silently continue that term; the lock
+//     shows it to client-go under another name, so client-go waits for it to
+//     expire like any other holder's and then starts a new term with a new
+//     fencing token.
+//   - A renewal of a claim that has lapsed (the process was paused past the
+//     renew deadline) is refused, and onLapse is called, so that leadership
+//     never silently resumes: the elector starts over and a new claim begins.
+//
+// client-go uses a lock from one goroutine at a time, and so does this.
+type observingLock struct {
+	inner   *resourcelock.LeaseLock
+	tracker *tracker
+	metrics *metrics
+	onLapse func()
+	// wroteOnce is set after this process's first successful write.
+	wroteOnce bool
+}
+
+var _ resourcelock.Interface = (*observingLock)(nil)
+
+// previousIncarnationSuffix marks, for client-go only, a record that names
+// this identity but was written by an earlier process.
+const previousIncarnationSuffix = " (previous incarnation)"
+
+func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	rec, raw, err := l.inner.Get(ctx)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			l.tracker.observeNotFound()
+		}
+		return rec, raw, err
+	}
+	l.tracker.observeRead(recordOf(rec))
+	if !l.wroteOnce && rec.HolderIdentity == l.inner.Identity() {
+		disguised := *rec
+		disguised.HolderIdentity += previousIncarnationSuffix
+		raw, err = json.Marshal(disguised)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode election record: %w", err)
+		}
+		return &disguised, raw, nil
+	}
+	return rec, raw, nil
+}
+
+func (l *observingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return l.write(ctx, ler, l.inner.Create)
+}
+
+func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if ler.HolderIdentity == l.inner.Identity() && l.tracker.claimLapsed() {
+		if l.onLapse != nil {
+			l.onLapse()
+		}
+		return errClaimLapsed
+	}
+	return l.write(ctx, ler, l.inner.Update)
+}
+
+func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElectionRecord, do func(context.Context, resourcelock.LeaderElectionRecord) error) error {
+	// The claim is measured from before the request is sent: the API server
+	// may apply the write at any moment until the answer arrives, and other
+	// candidates start their lease-duration wait no earlier than that.
+	start := l.tracker.clock.Now()
+	if err := do(ctx, ler); err != nil {
+		return err
+	}
+	l.metrics.observeRenewal(l.tracker.clock.Since(start))
+	l.wroteOnce = true
+	if ler.HolderIdentity == l.inner.Identity() {
+		l.tracker.observeWrite(start, recordOf(&ler))
+	}
+	return nil
+}
+
+func (l *observingLock) RecordEvent(s string) { l.inner.RecordEvent(s) }
+func (l *observingLock) Identity() string     { return l.inner.Identity() }
+func (l *observingLock) Describe() string     { return l.inner.Describe() }
+
+func recordOf(r *resourcelock.LeaderElectionRecord) record {
+	return record{
+		holder:          r.HolderIdentity,
+		transitions:     int64(r.LeaderTransitions),
+		durationSeconds: int32(r.LeaseDurationSeconds),
+		// The Lease stores microseconds; keep what a reader would see.
+		renewTime: r.RenewTime.Time.Truncate(time.Microsecond),
+	}
+}

@@ -1,0 +1,355 @@
+package election
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// State is a point-in-time view of the election as this pod sees it. It is a
+// value: readers get a copy and may keep it.
+type State struct {
+	// Namespace and Name identify the Lease.
+	Namespace, Name string
+	// Identity is this candidate's holder identity.
+	Identity string
+	// Holder is the identity the Lease names, or "" when no one holds it:
+	// never acquired, released, or not renewed for a whole lease duration as
+	// far as this pod has observed.
+	Holder string
+	// IsLeader is true only while this pod holds the Lease and its last
+	// successful renewal started less than the renew deadline ago, measured on
+	// the monotonic clock when the State was taken.
+	IsLeader bool
+	// FencingToken is the Lease's spec.leaseTransitions for the current
+	// holder's term. It keeps the last known value while no one holds the Lease.
+	FencingToken int64
+	// LeaseDurationSeconds is the duration the current record asks for.
+	LeaseDurationSeconds int32
+	// RenewTime is the Lease's spec.renewTime as last observed; zero if unknown.
+	RenewTime time.Time
+	// LeaderSince is the local time at which this pod's current claim began;
+	// zero unless IsLeader.
+	LeaderSince time.Time
+	// ValidUntil is the wall-clock moment after which this pod stops claiming
+	// leadership unless it renews; zero unless IsLeader.
+	ValidUntil time.Time
+	// Revision increases by one on every change of Holder, IsLeader,
+	// FencingToken or LeaderSince.
+	Revision uint64
+}
+
+// record is the part of a Lease the tracker needs.
+type record struct {
+	holder          string
+	transitions     int64
+	durationSeconds int32
+	renewTime       time.Time
+}
+
+// view is the part of State whose changes bump the revision.
+type view struct {
+	holder      string
+	isLeader    bool
+	token       int64
+	leaderSince time.Time
+}
+
+// tracker owns the election state. The lock wrapper feeds it what it reads
+// and writes; the HTTP API and the metrics read it. Everything derived from
+// time (leadership validity, holder expiry) is computed when read, so a
+// process that was frozen reports the truth on its first read after resuming,
+// before any goroutine of its own has had a chance to run; a timer publishes
+// the same transitions for watchers.
+type tracker struct {
+	clock         clock.WithDelayedExecution
+	namespace     string
+	name          string
+	identity      string
+	renewDeadline time.Duration
+
+	mu sync.Mutex
+
+	observed     record
+	haveObserved bool
+	// observedAt is when the observed record last changed, on the local
+	// monotonic clock; the holder is reported as gone a lease duration later.
+	observedAt time.Time
+	reachedAPI bool
+	// terms counts the Lease terms observed (a new holder or a new token).
+	terms uint64
+
+	// holding: our last write to the Lease succeeded and nothing read since
+	// shows that someone else has taken it.
+	holding bool
+	// claiming is false while shutting down and while sitting out after a
+	// release: no write, however successful, makes this pod the leader then.
+	claiming bool
+	// renewStart is when our last successful write was sent (monotonic).
+	renewStart time.Time
+	// lastRenew is when our last successful write returned (wall clock).
+	lastRenew time.Time
+	// ownToken is the fencing token of the last term this process wrote
+	// itself into; hasOwnTerm says whether there is one.
+	ownToken   int64
+	hasOwnTerm bool
+	// leaderSince is when the current claim began.
+	leaderSince time.Time
+
+	published view
+	revision  uint64
+	changed   chan struct{}
+	timer     clock.Timer
+}
+
+func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline time.Duration) *tracker {
+	return &tracker{
+		clock:         clk,
+		namespace:     namespace,
+		name:          name,
+		identity:      identity,
+		renewDeadline: renewDeadline,
+		claiming:      true,
+		changed:       make(chan struct{}),
+	}
+}
+
+// Snapshot returns the current state.
+func (t *tracker) Snapshot() State {
+	s, _ := t.Watch()
+	return s
+}
+
+// Watch returns the current state and a channel that is closed at the next
+// change of its revision.
+func (t *tracker) Watch() (State, <-chan struct{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.publishLocked(now)
+	return t.stateLocked(now), t.changed
+}
+
+// isLeaderLocked is the time bound on leadership: holding the Lease is not
+// enough, the last renewal must have started less than renewDeadline ago.
+// Other candidates wait a whole lease duration (> renewDeadline) after they
+// last saw the Lease change, so this pod stops claiming before anyone else can
+// start.
+func (t *tracker) isLeaderLocked(now time.Time) bool {
+	return t.holding && t.claiming && now.Sub(t.renewStart) < t.renewDeadline
+}
+
+func (t *tracker) holderLocked(now time.Time) string {
+	if t.isLeaderLocked(now) {
+		return t.identity
+	}
+	if !t.haveObserved || t.observed.holder == "" {
+		return ""
+	}
+	if now.Sub(t.observedAt) >= t.observedDurationLocked() {
+		return ""
+	}
+	return t.observed.holder
+}
+
+func (t *tracker) observedDurationLocked() time.Duration {
+	return time.Duration(t.observed.durationSeconds) * time.Second
+}
+
+func (t *tracker) viewLocked(now time.Time) view {
+	v := view{holder: t.holderLocked(now), token: t.observed.transitions}
+	if t.isLeaderLocked(now) {
+		v.isLeader = true
+		v.leaderSince = t.leaderSince
+	}
+	return v
+}
+
+func (t *tracker) stateLocked(now time.Time) State {
+	v := t.viewLocked(now)
+	s := State{
+		Namespace:            t.namespace,
+		Name:                 t.name,
+		Identity:             t.identity,
+		Holder:               v.holder,
+		IsLeader:             v.isLeader,
+		FencingToken:         v.token,
+		LeaseDurationSeconds: t.observed.durationSeconds,
+		RenewTime:            t.observed.renewTime,
+		Revision:             t.revision,
+	}
+	if v.isLeader {
+		s.LeaderSince = t.leaderSince
+		s.ValidUntil = t.renewStart.Add(t.renewDeadline).Round(0)
+	}
+	return s
+}
+
+// publishLocked bumps the revision and wakes watchers if the view changed,
+// and arms the timer for the next moment the view changes by itself.
+func (t *tracker) publishLocked(now time.Time) {
+	v := t.viewLocked(now)
+	if v != t.published {
+		t.published = v
+		t.revision++
+		close(t.changed)
+		t.changed = make(chan struct{})
+	}
+	t.armTimerLocked(now, v)
+}
+
+func (t *tracker) armTimerLocked(now time.Time, v view) {
+	var next time.Time
+	switch {
+	case v.isLeader:
+		next = t.renewStart.Add(t.renewDeadline)
+	case v.holder != "":
+		next = t.observedAt.Add(t.observedDurationLocked())
+	}
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
+	if next.IsZero() {
+		return
+	}
+	// A millisecond late so that the view has certainly changed when it fires.
+	t.timer = t.clock.AfterFunc(next.Sub(now)+time.Millisecond, t.refresh)
+}
+
+func (t *tracker) refresh() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.publishLocked(t.clock.Now())
+}
+
+// observeRead records a Lease record read from the API server.
+func (t *tracker) observeRead(r record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.reachedAPI = true
+	t.observeLocked(now, r)
+	if r.holder != t.identity || !t.hasOwnTerm || r.transitions != t.ownToken {
+		// Someone else holds the Lease (or a term that is not ours).
+		t.holding = false
+	}
+	t.publishLocked(now)
+}
+
+// observeNotFound records that the API server answered that the Lease does
+// not exist.
+func (t *tracker) observeNotFound() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reachedAPI = true
+}
+
+func (t *tracker) observeLocked(now time.Time, r record) {
+	if t.haveObserved && r == t.observed {
+		return
+	}
+	if r.holder != "" && (!t.haveObserved || r.holder != t.observed.holder || r.transitions != t.observed.transitions) {
+		t.terms++
+	}
+	t.observed = r
+	t.haveObserved = true
+	t.observedAt = now
+}
+
+// claimLapsed reports whether this pod holds the Lease but its claim has run
+// out (it could not renew within the renew deadline, or it was paused).
+// Renewing a lapsed claim would make a pod leader again without a new
+// acquisition; the elector starts over instead.
+func (t *tracker) claimLapsed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.holding && t.clock.Now().Sub(t.renewStart) >= t.renewDeadline
+}
+
+// observeWrite records that our write of r, sent at start, succeeded.
+func (t *tracker) observeWrite(start time.Time, r record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.reachedAPI = true
+	wasLeader := t.isLeaderLocked(now)
+	t.observeLocked(now, r)
+	t.holding = true
+	t.renewStart = start
+	t.lastRenew = now
+	t.ownToken = r.transitions
+	t.hasOwnTerm = true
+	if !wasLeader && t.isLeaderLocked(now) {
+		t.leaderSince = now
+	}
+	t.publishLocked(now)
+}
+
+// observeRelease records that we cleared the Lease's holder.
+func (t *tracker) observeRelease(r record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.observeLocked(now, r)
+	t.holding = false
+	t.hasOwnTerm = false
+	t.publishLocked(now)
+}
+
+// stoppedLeading records that client-go's elector gave up the Lease.
+func (t *tracker) stoppedLeading() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.holding = false
+	t.publishLocked(t.clock.Now())
+}
+
+// setClaiming turns claims on or off. Turned off, this pod stops reporting
+// leadership at once, whatever the state of the Lease.
+func (t *tracker) setClaiming(on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.claiming = on
+	t.publishLocked(t.clock.Now())
+}
+
+// ownTerm returns the fencing token of the term this process last wrote
+// itself into, if any.
+func (t *tracker) ownTerm() (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ownToken, t.hasOwnTerm
+}
+
+// ReachedAPI reports whether the API server has answered a Lease request.
+func (t *tracker) ReachedAPI() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reachedAPI
+}
+
+// lastRenewTime returns the wall time of our last successful write.
+func (t *tracker) lastRenewTime() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastRenew
+}
+
+// termsObserved returns how many Lease terms this pod has observed.
+func (t *tracker) termsObserved() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.terms
+}
+
+// stop releases the timer.
+func (t *tracker) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.timer != nil {
+		t.timer.Stop()
+		t.timer = nil
+	}
+}

@@ -1,0 +1,254 @@
+// Package httpapi serves the election state over HTTP: the application API
+// (GET /leader, long-poll, SSE, POST /release) for the app on localhost, and
+// the probe server (/readyz, /healthz, /metrics) for the kubelet and
+// Prometheus. It reads the state through the Election interface and knows
+// nothing of the Kubernetes API.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/leader-elector/leader-elector/election"
+	"k8s.io/klog/v2"
+)
+
+// Election is what the HTTP servers need from the elector.
+type Election interface {
+	// Snapshot returns the current state.
+	Snapshot() election.State
+	// Watch returns the current state and a channel closed at its next change.
+	Watch() (election.State, <-chan struct{})
+	// Release makes the leader step down; election.ErrNotLeader if it is not.
+	Release(ctx context.Context) (election.State, error)
+	// Candidate fails until the elector runs and has reached the API server.
+	Candidate() error
+	// Healthy fails when the elector is wedged.
+	Healthy() error
+}
+
+const (
+	// maxWait caps ?wait= on long-polls.
+	maxWait = 5 * time.Minute
+	// writeGrace is how long one response write may block before the client
+	// is considered gone; it bounds what a slow client can hold on to.
+	writeGrace = 10 * time.Second
+	// defaultKeepAlive is the SSE comment interval that keeps proxies from
+	// closing an idle stream.
+	defaultKeepAlive = 15 * time.Second
+)
+
+// APIOptions tune the application API.
+type APIOptions struct {
+	// KeepAlive is the interval of SSE keep-alive comments; 15s if zero.
+	KeepAlive time.Duration
+}
+
+// NewAPIHandler returns the application API handler.
+func NewAPIHandler(el Election, opts APIOptions) http.Handler {
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = defaultKeepAlive
+	}
+	a := &api{el: el, keepAlive: opts.KeepAlive}
+	return routes{
+		"/": {
+			http.MethodGet: a.compat,
+		},
+		"/leader": {
+			http.MethodGet: a.leader,
+		},
+		"/events": {
+			http.MethodGet: a.events,
+		},
+		"/release": {
+			http.MethodPost: a.release,
+		},
+	}
+}
+
+type api struct {
+	el        Election
+	keepAlive time.Duration
+}
+
+// leader answers GET /leader, optionally as a long-poll.
+func (a *api) leader(w http.ResponseWriter, r *http.Request) {
+	q, err := parseLeaderQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	plain, err := wantsPlainText(r.Header.Values("Accept"))
+	if err != nil {
+		writeError(w, http.StatusNotAcceptable, err.Error())
+		return
+	}
+
+	state := a.el.Snapshot()
+	if q.wait > 0 {
+		state = a.waitForChange(w, r, q)
+	}
+	if plain {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprintln(w, state.Holder)
+		return
+	}
+	writeJSON(w, http.StatusOK, leaderJSON(state))
+}
+
+// waitForChange blocks until the revision differs from the one asked for,
+// the wait runs out, or the client or server goes away; it then returns the
+// current state. It waits on the state's change channel: nothing polls.
+func (a *api) waitForChange(w http.ResponseWriter, r *http.Request, q leaderQuery) election.State {
+	// The server's WriteTimeout would cut a long-poll short; this one
+	// response gets the time it asked for.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(q.wait + writeGrace))
+
+	timer := time.NewTimer(q.wait)
+	defer timer.Stop()
+	state, changed := a.el.Watch()
+	want := state.Revision
+	if q.hasRevision {
+		want = q.revision
+	}
+	for state.Revision == want {
+		select {
+		case <-changed:
+		case <-timer.C:
+			return a.el.Snapshot()
+		case <-r.Context().Done():
+			return a.el.Snapshot()
+		}
+		state, changed = a.el.Watch()
+	}
+	return state
+}
+
+type leaderQuery struct {
+	wait        time.Duration
+	revision    uint64
+	hasRevision bool
+}
+
+func parseLeaderQuery(v url.Values) (leaderQuery, error) {
+	var q leaderQuery
+	for key := range v {
+		if key != "wait" && key != "revision" {
+			return q, fmt.Errorf("unknown query parameter %q (known: wait, revision)", key)
+		}
+		if len(v[key]) > 1 {
+			return q, fmt.Errorf("query parameter %q given more than once", key)
+		}
+	}
+	if v.Has("wait") {
+		s := v.Get("wait")
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return q, fmt.Errorf("invalid wait %q: want a duration such as 30s", s)
+		}
+		if d < 0 {
+			return q, fmt.Errorf("invalid wait %q: must not be negative", s)
+		}
+		q.wait = min(d, maxWait)
+	}
+	if v.Has("revision") {
+		s := v.Get("revision")
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return q, fmt.Errorf("invalid revision %q: want a non-negative integer", s)
+		}
+		q.revision, q.hasRevision = n, true
+	}
+	return q, nil
+}
+
+// events streams the state as server-sent events: one at connect time and
+// one per change. Each stream runs on its own goroutine and only reads the
+// state, so a slow client delays no one but itself; a write blocked for
+// longer than writeGrace ends the stream.
+func (a *api) events(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+
+	logger := klog.FromContext(r.Context())
+	keepAlive := time.NewTicker(a.keepAlive)
+	defer keepAlive.Stop()
+
+	var sent uint64
+	first := true
+	for {
+		state, changed := a.el.Watch()
+		if first || state.Revision != sent {
+			if err := writeEvent(rc, w, state); err != nil {
+				logger.V(4).Info("SSE client gone", "err", err)
+				return
+			}
+			sent, first = state.Revision, false
+		}
+		select {
+		case <-changed:
+		case <-keepAlive.C:
+			if err := writeChunk(rc, w, ": keep-alive\n\n"); err != nil {
+				logger.V(4).Info("SSE client gone", "err", err)
+				return
+			}
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func writeEvent(rc *http.ResponseController, w http.ResponseWriter, s election.State) error {
+	body, err := marshalJSON(leaderJSON(s))
+	if err != nil {
+		return err
+	}
+	return writeChunk(rc, w, fmt.Sprintf("id: %d\nevent: leader\ndata: %s\n\n", s.Revision, body))
+}
+
+func writeChunk(rc *http.ResponseController, w http.ResponseWriter, chunk string) error {
+	if err := rc.SetWriteDeadline(time.Now().Add(writeGrace)); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprint(w, chunk); err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// compat answers GET / in the format of the retired leader-elector image.
+func (a *api) compat(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "GET / takes no query parameters")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"name": a.el.Snapshot().Holder})
+}
+
+// release answers POST /release.
+func (a *api) release(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "POST /release takes no query parameters")
+		return
+	}
+	state, err := a.el.Release(r.Context())
+	switch {
+	case errors.Is(err, election.ErrNotLeader):
+		writeError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		// Leadership has been given up locally; only clearing the Lease
+		// failed, so the others take over when it expires.
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("stopped leading, but could not clear the Lease (it expires on its own): %v", err))
+	default:
+		writeJSON(w, http.StatusOK, leaderJSON(state))
+	}
+}

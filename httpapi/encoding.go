@@ -1,0 +1,140 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// leaseRef names the Lease in API answers.
+type leaseRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// leaderResponse is the JSON of GET /leader, of /events and of POST /release.
+type leaderResponse struct {
+	Lease                leaseRef `json:"lease"`
+	Identity             string   `json:"identity"`
+	Holder               string   `json:"holder"`
+	IsLeader             bool     `json:"isLeader"`
+	FencingToken         int64    `json:"fencingToken"`
+	LeaseDurationSeconds int32    `json:"leaseDurationSeconds"`
+	RenewTime            string   `json:"renewTime,omitempty"`
+	LeaderSince          string   `json:"leaderSince,omitempty"`
+	ValidUntil           string   `json:"validUntil,omitempty"`
+	Revision             uint64   `json:"revision"`
+}
+
+// timeFormat is RFC 3339 in UTC with microseconds, the Lease's own precision.
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeFormat)
+}
+
+func leaderJSON(s election.State) leaderResponse {
+	return leaderResponse{
+		Lease:                leaseRef{Namespace: s.Namespace, Name: s.Name},
+		Identity:             s.Identity,
+		Holder:               s.Holder,
+		IsLeader:             s.IsLeader,
+		FencingToken:         s.FencingToken,
+		LeaseDurationSeconds: s.LeaseDurationSeconds,
+		RenewTime:            formatTime(s.RenewTime),
+		LeaderSince:          formatTime(s.LeaderSince),
+		ValidUntil:           formatTime(s.ValidUntil),
+		Revision:             s.Revision,
+	}
+}
+
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := marshalJSON(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":"could not encode the response"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// wantsPlainText reads the Accept header: text/plain is served only when the
+// client prefers it to JSON. No Accept header, */* or application/json get
+// JSON; a header that allows neither is refused.
+func wantsPlainText(accept []string) (bool, error) {
+	if len(accept) == 0 {
+		return false, nil
+	}
+	type offer struct {
+		q     float64
+		order int
+		plain bool
+	}
+	var offers []offer
+	order := 0
+	for _, header := range accept {
+		for _, part := range strings.Split(header, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			mt, params, err := mime.ParseMediaType(part)
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if s, ok := params["q"]; ok {
+				if v, err := strconv.ParseFloat(s, 64); err == nil {
+					q = v
+				}
+			}
+			order++
+			if q <= 0 {
+				continue
+			}
+			switch mt {
+			case "application/json", "application/*", "*/*":
+				offers = append(offers, offer{q: q, order: order})
+			case "text/plain", "text/*":
+				offers = append(offers, offer{q: q, order: order, plain: true})
+			}
+		}
+	}
+	if len(offers) == 0 {
+		return false, errors.New("this resource is available as application/json or text/plain")
+	}
+	sort.SliceStable(offers, func(i, j int) bool {
+		if offers[i].q != offers[j].q {
+			return offers[i].q > offers[j].q
+		}
+		return offers[i].order < offers[j].order
+	})
+	return offers[0].plain, nil
+}

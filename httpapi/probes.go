@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Readiness selects what /readyz reports.
+type Readiness string
+
+const (
+	// ReadyWhenLeader: ready only while this pod leads, so a Service sends
+	// traffic to the leader alone.
+	ReadyWhenLeader Readiness = "leader"
+	// ReadyWhenCandidate: ready once the elector runs and has reached the API
+	// server.
+	ReadyWhenCandidate Readiness = "candidate"
+)
+
+// NewProbeHandler returns the handler of the probe server: /readyz, /healthz
+// and /metrics from gatherer.
+func NewProbeHandler(el Election, mode Readiness, gatherer prometheus.Gatherer) http.Handler {
+	p := &probes{el: el, mode: mode}
+	metrics := promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+	return routes{
+		"/readyz":  {http.MethodGet: p.readyz},
+		"/healthz": {http.MethodGet: p.healthz},
+		"/metrics": {http.MethodGet: metrics.ServeHTTP},
+	}
+}
+
+type probes struct {
+	el   Election
+	mode Readiness
+}
+
+func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
+	if err := p.notReady(); err != nil {
+		writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+		return
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+func (p *probes) notReady() error {
+	if p.mode == ReadyWhenCandidate {
+		return p.el.Candidate()
+	}
+	s := p.el.Snapshot()
+	if s.IsLeader {
+		return nil
+	}
+	if s.Holder == "" {
+		return fmt.Errorf("not the leader (no one holds lease %s/%s)", s.Namespace, s.Name)
+	}
+	return fmt.Errorf("not the leader (%s holds lease %s/%s)", s.Holder, s.Namespace, s.Name)
+}
+
+func (p *probes) healthz(w http.ResponseWriter, _ *http.Request) {
+	if err := p.el.Healthy(); err != nil {
+		writeText(w, http.StatusInternalServerError, "unhealthy: "+err.Error())
+		return
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+func writeText(w http.ResponseWriter, status int, line string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, line)
+}

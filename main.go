@@ -1,0 +1,229 @@
+// Command leader-elector is a Kubernetes sidecar for leader election. It
+// takes part in the election for a coordination.k8s.io/v1 Lease and tells the
+// application next to it, over localhost HTTP, who leads and whether it is
+// this pod; its readiness probe passes only on the leader.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes of the contract.
+const (
+	exitOK           = 0
+	exitRuntimeError = 1
+	exitInvalidInput = 2
+)
+
+// shutdownTimeout bounds the graceful stop of the HTTP servers.
+const shutdownTimeout = 5 * time.Second
+
+func main() {
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// execute parses the configuration, runs until a signal, and returns the
+// process's exit code.
+func execute(args []string, stdout, stderr io.Writer) int {
+	opts, fs, err := parseOptions(args, osEnvironment)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprintf(stdout, "Usage of leader-elector:\n%s", fs.FlagUsages())
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "leader-elector: invalid configuration: %s\n", oneLine(err))
+		return exitInvalidInput
+	}
+	if opts.Version {
+		fmt.Fprintf(stdout, "leader-elector %s\n", version)
+		return exitOK
+	}
+
+	setUpLogging(opts.LogFormat, verbosity(fs), stderr)
+	logger := klog.Background().WithName("leader-elector")
+	for _, alias := range opts.deprecated {
+		logger.Info("Flag is deprecated", "flag", "--"+alias, "use", "--"+deprecatedAliases[alias])
+	}
+
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		sig := <-sigs
+		logger.Info("Shutting down", "signal", sig.String())
+		cancel()
+		sig = <-sigs
+		logger.Info("Second signal, exiting at once", "signal", sig.String())
+		klog.Flush()
+		os.Exit(exitRuntimeError)
+	}()
+
+	if err := run(ctx, opts); err != nil {
+		logger.Error(err, "Exiting")
+		klog.Flush()
+		return exitRuntimeError
+	}
+	logger.Info("Stopped")
+	klog.Flush()
+	return exitOK
+}
+
+// run takes part in the election and serves the HTTP APIs until ctx ends.
+func run(ctx context.Context, opts *options) error {
+	logger := klog.FromContext(ctx)
+
+	restConfig, err := clientConfig(opts)
+	if err != nil {
+		return err
+	}
+	client, err := election.NewClientset(restConfig, opts.RenewDeadline)
+	if err != nil {
+		return err
+	}
+	cfg := opts.electionConfig()
+	cfg.Client = client
+	elector, err := election.New(cfg)
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"lease": opts.LeaseName, "namespace": opts.LeaseNamespace}, registry)
+	collectorsToRegister := append([]prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	}, elector.Collectors()...)
+	for _, c := range collectorsToRegister {
+		if err := labelled.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+
+	apiServer, err := httpapi.Listen(ctx, opts.HTTPAddress, httpapi.NewAPIHandler(elector, httpapi.APIOptions{}))
+	if err != nil {
+		return fmt.Errorf("application API: %w", err)
+	}
+	probeServer, err := httpapi.Listen(ctx, opts.ProbeAddress, httpapi.NewProbeHandler(elector, httpapi.Readiness(opts.Readiness), registry))
+	if err != nil {
+		_ = apiServer.Shutdown(context.Background())
+		return fmt.Errorf("probe server: %w", err)
+	}
+	logger.Info("Starting",
+		"version", version,
+		"lease", klog.KRef(opts.LeaseNamespace, opts.LeaseName),
+		"identity", opts.Identity,
+		"leaseDuration", opts.LeaseDuration,
+		"renewDeadline", opts.RenewDeadline,
+		"retryPeriod", opts.RetryPeriod,
+		"httpAddress", apiServer.Addr(),
+		"probeAddress", probeServer.Addr(),
+		"readiness", opts.Readiness,
+		"releaseOnShutdown", opts.ReleaseOnShutdown,
+	)
+
+	// A server that fails stops everything: the pod is useless without it.
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	for name, s := range map[string]*httpapi.Server{"application API": apiServer, "probe server": probeServer} {
+		go func() {
+			if err := s.Serve(); err != nil {
+				stop(fmt.Errorf("%s: %w", name, err))
+			}
+		}()
+	}
+
+	// The elector stops claiming leadership the moment runCtx ends, then
+	// releases the Lease; the servers keep answering (not leader, not ready)
+	// until it has done so.
+	electionErr := elector.Run(runCtx)
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	for _, s := range []*httpapi.Server{apiServer, probeServer} {
+		if err := s.Shutdown(shutdownCtx); err != nil {
+			logger.Error(err, "Failed to shut down an HTTP server gracefully")
+		}
+	}
+	if electionErr != nil {
+		return electionErr
+	}
+	return context.Cause(runCtx)
+}
+
+// clientConfig loads the kubeconfig given, or the in-cluster configuration.
+func clientConfig(opts *options) (*rest.Config, error) {
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if opts.Kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("no usable client configuration (set --kubeconfig outside a pod): %w", err)
+	}
+	if opts.KubeAPIQPS > 0 {
+		cfg.QPS = opts.KubeAPIQPS
+	}
+	if opts.KubeAPIBurst > 0 {
+		cfg.Burst = opts.KubeAPIBurst
+	}
+	return cfg, nil
+}
+
+// setUpLogging selects the log format. Verbosity (-v) is klog's own flag and
+// applies to both.
+func setUpLogging(format string, v int, stderr io.Writer) {
+	if format != "json" {
+		return
+	}
+	handler := slog.NewJSONHandler(stderr, &slog.HandlerOptions{
+		// logr maps V(n) to slog level -n.
+		Level: slog.Level(-v),
+	})
+	klog.SetLogger(logr.FromSlogHandler(handler))
+}
+
+// verbosity returns the -v level.
+func verbosity(fs *pflag.FlagSet) int {
+	f := fs.Lookup("v")
+	if f == nil {
+		return 0
+	}
+	v, err := strconv.Atoi(f.Value.String())
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
+)
+
+// envPrefix is the prefix of the environment variable of every flag:
+// --lease-name comes from LEADER_ELECTOR_LEASE_NAME unless given on the
+// command line.
+const envPrefix = "LEADER_ELECTOR_"
+
+// serviceAccountNamespaceFile holds the pod's namespace when it runs with a
+// mounted service account token.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// options is everything the command line and the environment configure.
+type options struct {
+	LeaseName         string
+	LeaseNamespace    string
+	Identity          string
+	LeaseDuration     time.Duration
+	RenewDeadline     time.Duration
+	RetryPeriod       time.Duration
+	HTTPAddress       string
+	ProbeAddress      string
+	Readiness         string
+	ReleaseOnShutdown bool
+	Kubeconfig        string
+	KubeAPIQPS        float32
+	KubeAPIBurst      int
+	LogFormat         string
+	Version           bool
+
+	// Aliases of the retired k8s.gcr.io/leader-elector image.
+	election          string
+	electionNamespace string
+	id                string
+	http              string
+
+	// deprecated lists the aliases that were used, for a warning once the
+	// logger is set up.
+	deprecated []string
+}
+
+// environment is what options read from the process's surroundings, so that
+// tests can supply their own.
+type environment struct {
+	lookupEnv func(string) (string, bool)
+	readFile  func(string) ([]byte, error)
+	hostname  func() (string, error)
+}
+
+var osEnvironment = environment{lookupEnv: os.LookupEnv, readFile: os.ReadFile, hostname: os.Hostname}
+
+func newOptions() *options {
+	return &options{
+		LeaseDuration:     15 * time.Second,
+		RenewDeadline:     10 * time.Second,
+		RetryPeriod:       2 * time.Second,
+		HTTPAddress:       "127.0.0.1:4040",
+		ProbeAddress:      ":8080",
+		Readiness:         string(httpapi.ReadyWhenLeader),
+		ReleaseOnShutdown: true,
+		LogFormat:         "text",
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.LeaseName, "lease-name", o.LeaseName, "Name of the coordination.k8s.io/v1 Lease to elect a leader on (required; a DNS-1123 subdomain).")
+	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the Lease (default $POD_NAMESPACE, else the service account's namespace, else \"default\").")
+	fs.StringVar(&o.Identity, "identity", o.Identity, "This candidate's holder identity (default $POD_NAME, else the hostname).")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "How long the Lease is valid without renewal; whole seconds only.")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "How long the leader keeps retrying a renewal before it gives up leadership; also how long after a renewal starts it still claims leadership.")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "How often candidates and the leader try the Lease.")
+	fs.StringVar(&o.HTTPAddress, "http-address", o.HTTPAddress, "Address of the application API (localhost only by default).")
+	fs.StringVar(&o.ProbeAddress, "probe-address", o.ProbeAddress, "Address of /readyz, /healthz and /metrics.")
+	fs.StringVar(&o.Readiness, "readiness", o.Readiness, "What /readyz reports: \"leader\" (ready only while this pod leads) or \"candidate\" (ready once the elector has reached the API server).")
+	fs.BoolVar(&o.ReleaseOnShutdown, "release-on-shutdown", o.ReleaseOnShutdown, "On SIGTERM/SIGINT, stop claiming leadership, then clear the Lease so a standby takes over at once.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file, for running outside a pod (default $KUBECONFIG, else in-cluster configuration).")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (0: client-go's default).")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server (0: client-go's default).")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" or \"json\".")
+	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
+
+	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
+	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
+	fs.StringVar(&o.id, "id", "", "Deprecated: use --identity.")
+	fs.StringVar(&o.http, "http", "", "Deprecated: use --http-address.")
+	for alias, replacement := range deprecatedAliases {
+		_ = fs.MarkDeprecated(alias, "use --"+replacement)
+	}
+
+	// Only klog's verbosity is part of the contract; its other flags
+	// (log files, header formats) are not exposed.
+	goFS := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(goFS)
+	fs.AddGoFlag(goFS.Lookup("v"))
+}
+
+// deprecatedAliases maps each alias to the flag it stands for.
+var deprecatedAliases = map[string]string{
+	"election":           "lease-name",
+	"election-namespace": "lease-namespace",
+	"id":                 "identity",
+	"http":               "http-address",
+}
+
+// applyEnvironment sets every flag not given on the command line from its
+// LEADER_ELECTOR_* variable.
+func applyEnvironment(fs *pflag.FlagSet, env environment) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "help" {
+			return
+		}
+		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		value, ok := env.lookupEnv(name)
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, value); err != nil {
+			errs = append(errs, fmt.Errorf("invalid %s=%q: %w", name, value, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// complete resolves the aliases and the defaults that depend on the
+// environment. It runs after the flags and the environment are applied.
+func (o *options) complete(fs *pflag.FlagSet, env environment) error {
+	var errs []error
+	aliases := map[string]*string{
+		"election":           &o.election,
+		"election-namespace": &o.electionNamespace,
+		"id":                 &o.id,
+		"http":               &o.http,
+	}
+	targets := map[string]*string{
+		"lease-name":      &o.LeaseName,
+		"lease-namespace": &o.LeaseNamespace,
+		"identity":        &o.Identity,
+		"http-address":    &o.HTTPAddress,
+	}
+	for _, alias := range []string{"election", "election-namespace", "id", "http"} {
+		if !fs.Changed(alias) {
+			continue
+		}
+		target := deprecatedAliases[alias]
+		o.deprecated = append(o.deprecated, alias)
+		if fs.Changed(target) && *targets[target] != *aliases[alias] {
+			errs = append(errs, fmt.Errorf("--%s and its deprecated alias --%s disagree (%q, %q); give only --%s", target, alias, *targets[target], *aliases[alias], target))
+			continue
+		}
+		*targets[target] = *aliases[alias]
+	}
+
+	if o.LeaseNamespace == "" {
+		o.LeaseNamespace = defaultNamespace(env)
+	}
+	if o.Identity == "" {
+		if v, ok := env.lookupEnv("POD_NAME"); ok && v != "" {
+			o.Identity = v
+		} else if h, err := env.hostname(); err == nil {
+			o.Identity = h
+		}
+	}
+	if o.Kubeconfig == "" {
+		o.Kubeconfig, _ = env.lookupEnv("KUBECONFIG")
+	}
+	return errors.Join(errs...)
+}
+
+func defaultNamespace(env environment) string {
+	if v, ok := env.lookupEnv("POD_NAMESPACE"); ok && v != "" {
+		return v
+	}
+	if b, err := env.readFile(serviceAccountNamespaceFile); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
+}
+
+// Validate checks every option; each check is independent, and all failures
+// are reported together.
+func (o *options) Validate() error {
+	var errs []error
+	switch {
+	case o.LeaseName == "":
+		errs = append(errs, errors.New("--lease-name is required"))
+	default:
+		if msgs := validation.IsDNS1123Subdomain(o.LeaseName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--lease-name %q is not a valid DNS-1123 subdomain: %s", o.LeaseName, strings.Join(msgs, "; ")))
+		}
+	}
+	if msgs := validation.IsDNS1123Label(o.LeaseNamespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--lease-namespace %q is not a valid namespace: %s", o.LeaseNamespace, strings.Join(msgs, "; ")))
+	}
+	if strings.TrimSpace(o.Identity) == "" {
+		errs = append(errs, errors.New("--identity is empty and neither $POD_NAME nor the hostname is available"))
+	}
+
+	positive := true
+	for _, d := range []struct {
+		name  string
+		value time.Duration
+	}{{"lease-duration", o.LeaseDuration}, {"renew-deadline", o.RenewDeadline}, {"retry-period", o.RetryPeriod}} {
+		if d.value <= 0 {
+			errs = append(errs, fmt.Errorf("--%s must be positive, got %v", d.name, d.value))
+			positive = false
+		}
+	}
+	if o.LeaseDuration > 0 && o.LeaseDuration%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("--lease-duration %v is not a whole number of seconds (the Lease stores seconds)", o.LeaseDuration))
+	}
+	if positive && o.LeaseDuration <= o.RenewDeadline {
+		errs = append(errs, fmt.Errorf("--lease-duration (%v) must be greater than --renew-deadline (%v)", o.LeaseDuration, o.RenewDeadline))
+	}
+	if positive && float64(o.RenewDeadline) <= 1.2*float64(o.RetryPeriod) {
+		errs = append(errs, fmt.Errorf("--renew-deadline (%v) must be greater than --retry-period × 1.2 (%v)", o.RenewDeadline, time.Duration(1.2*float64(o.RetryPeriod))))
+	}
+
+	for _, a := range []struct{ name, value string }{{"http-address", o.HTTPAddress}, {"probe-address", o.ProbeAddress}} {
+		if err := validateAddress(a.value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s %q: %w", a.name, a.value, err))
+		}
+	}
+	if o.HTTPAddress == o.ProbeAddress {
+		errs = append(errs, fmt.Errorf("--http-address and --probe-address are both %q; the application API and the probes need separate listeners", o.HTTPAddress))
+	}
+	switch httpapi.Readiness(o.Readiness) {
+	case httpapi.ReadyWhenLeader, httpapi.ReadyWhenCandidate:
+	default:
+		errs = append(errs, fmt.Errorf("--readiness %q is unknown (want \"leader\" or \"candidate\")", o.Readiness))
+	}
+	switch o.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q is unknown (want \"text\" or \"json\")", o.LogFormat))
+	}
+	if o.KubeAPIQPS < 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps must not be negative, got %v", o.KubeAPIQPS))
+	}
+	if o.KubeAPIBurst < 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
+	}
+	return errors.Join(errs...)
+}
+
+// validateAddress accepts host:port and :port with a numeric port.
+func validateAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port or :port")
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("invalid host %q", host)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("invalid port %q", port)
+	}
+	return nil
+}
+
+// electionConfig is the part of the options the elector takes.
+func (o *options) electionConfig() election.Config {
+	return election.Config{
+		Namespace:         o.LeaseNamespace,
+		Name:              o.LeaseName,
+		Identity:          o.Identity,
+		LeaseDuration:     o.LeaseDuration,
+		RenewDeadline:     o.RenewDeadline,
+		RetryPeriod:       o.RetryPeriod,
+		ReleaseOnShutdown: o.ReleaseOnShutdown,
+	}
+}
+
+// parseOptions reads the command line and the environment into options.
+// It returns pflag.ErrHelp when help was asked for.
+func parseOptions(args []string, env environment) (*options, *pflag.FlagSet, error) {
+	o := newOptions()
+	fs := pflag.NewFlagSet("leader-elector", pflag.ContinueOnError)
+	// Errors are reported by the caller in one line; pflag would add the usage.
+	fs.SetOutput(discard{})
+	fs.SortFlags = false
+	o.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if err := applyEnvironment(fs, env); err != nil {
+		return nil, fs, err
+	}
+	if o.Version {
+		return o, fs, nil
+	}
+	if err := o.complete(fs, env); err != nil {
+		return nil, fs, err
+	}
+	if err := o.Validate(); err != nil {
+		return nil, fs, err
+	}
+	return o, fs, nil
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
