@@ -172,7 +172,12 @@ func run(ctx context.Context, opts *options) error {
 	if electionErr != nil {
 		return electionErr
 	}
-	return context.Cause(runCtx)
+	// A signal cancels ctx (context.Canceled); anything else is a server
+	// that failed.
+	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
 }
 
 // clientConfig loads the kubeconfig given, or the in-cluster configuration.

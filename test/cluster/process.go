@@ -1,0 +1,149 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// process is one running component. Its output goes to an append-only log
+// file, so a restarted component keeps one log with its whole history.
+type process struct {
+	name    string
+	logPath string
+	logFrom int64 // size of the log before this run, so errors show only this run's output
+	cmd     *exec.Cmd
+	done    chan struct{} // closed once the process has exited and been reaped
+	err     error         // Wait's result, readable after done is closed
+}
+
+// startProcess starts bin with args in its own process group. The group lets
+// signals reach anything the component might spawn, and Pdeathsig makes the
+// kernel SIGKILL it if the test process dies without calling Stop (a
+// panicking or killed `go test`), so no etcd or apiserver outlives the test.
+func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s log: %w", name, err)
+	}
+	// The child holds its own descriptor; ours is only needed for the marker.
+	defer logFile.Close()
+	st, err := logFile.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("opening %s log: %w", name, err)
+	}
+	fmt.Fprintf(logFile, "=== %s starting at %s: %s %s\n", name, time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.Stdin = nil
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := onSpawnThread(cmd.Start); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, logPath: logPath, logFrom: st.Size(), cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// spawnReqs feeds the spawn thread; see onSpawnThread.
+var (
+	spawnOnce sync.Once
+	spawnReqs chan func()
+)
+
+// onSpawnThread runs f on one OS thread that lives as long as the test
+// process. Pdeathsig fires when the *thread* that forked the child exits, not
+// the process: forking from an arbitrary goroutine's thread could kill a
+// component early if the runtime ever retired that thread (golang/go#27505).
+func onSpawnThread(f func() error) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan func())
+		go func() {
+			// Never unlocked and never returns, so the thread is never retired.
+			runtime.LockOSThread()
+			for req := range spawnReqs {
+				req()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	spawnReqs <- func() { errc <- f() }
+	return <-errc
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the whole process group.
+func (p *process) signal(sig syscall.Signal) error {
+	if p.exited() {
+		return fmt.Errorf("%s is not running (%v)", p.name, p.err)
+	}
+	// A negative pid addresses the group, whose id is the leader's pid.
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("sending %v to %s: %w", sig, p.name, err)
+	}
+	return nil
+}
+
+// kill SIGKILLs the process group and waits until the process is reaped.
+// SIGKILL also ends a SIGSTOPped process, so this works on a frozen one.
+// It is safe to call on a process that has already exited.
+func (p *process) kill() {
+	if !p.exited() {
+		// ESRCH just means it died meanwhile; there is nothing else to do.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// exitError describes how the process ended, with the tail of its log.
+func (p *process) exitError() error {
+	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, p.logTail())
+}
+
+// logTail returns roughly the last 30 lines this run wrote to its log, for
+// error messages that should explain a failure without opening the log.
+func (p *process) logTail() string {
+	const maxBytes, maxLines = 8 << 10, 30
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	defer f.Close()
+	from := p.logFrom
+	if st, err := f.Stat(); err == nil && st.Size()-from > maxBytes {
+		from = st.Size() - maxBytes
+	}
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,300 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// TestFirstElection: three candidates, one leader, and every view of it
+// agrees: the API, text/plain, the compatibility answer, /readyz, metrics and
+// the Lease itself.
+func TestFirstElection(t *testing.T) {
+	start := time.Now()
+	g := newGroup(t, 3, candidateOptions{})
+	leader := g.waitLeader(30 * time.Second)
+	t.Logf("MEASURED first election: %v from starting 3 candidates to one leader", time.Since(start).Round(time.Millisecond))
+
+	ls, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Holder != leader.name || ls.Identity != leader.name || ls.LeaderSince == nil || ls.ValidUntil == nil {
+		t.Errorf("leader state incomplete: %+v", ls)
+	}
+	if ls.LeaseDurationSeconds != int32(leaseDuration/time.Second) {
+		t.Errorf("leaseDurationSeconds = %d, want %d", ls.LeaseDurationSeconds, leaseDuration/time.Second)
+	}
+
+	lease, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *lease.Spec.HolderIdentity; got != leader.name {
+		t.Errorf("Lease holder = %q, want %q", got, leader.name)
+	}
+	if got := int64(*lease.Spec.LeaseTransitions); got != ls.FencingToken {
+		t.Errorf("Lease leaseTransitions = %d, API fencingToken = %d", got, ls.FencingToken)
+	}
+
+	for _, c := range g.members() {
+		// Followers learn the holder on their next retry.
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			s, err := c.state()
+			return err == nil && s.Holder == leader.name && s.FencingToken == ls.FencingToken, nil
+		})
+		if err != nil {
+			s, _ := c.state()
+			t.Errorf("%s does not see %s as holder with token %d: %+v", c.name, leader.name, ls.FencingToken, s)
+		}
+
+		code, _, body, err := c.do("GET", "/leader", map[string]string{"Accept": "text/plain"})
+		if err != nil || code != 200 || string(body) != leader.name+"\n" {
+			t.Errorf("%s text/plain: %d %q %v", c.name, code, body, err)
+		}
+		code, _, body, err = c.do("GET", "/", nil)
+		var compat map[string]string
+		if err != nil || code != 200 || json.Unmarshal(body, &compat) != nil || compat["name"] != leader.name {
+			t.Errorf("%s GET /: %d %q %v", c.name, code, body, err)
+		}
+
+		wantReady := 503
+		if c == leader {
+			wantReady = 200
+		}
+		if code, body, err := c.probe("/readyz"); err != nil || code != wantReady {
+			t.Errorf("%s /readyz = %d %q %v, want %d", c.name, code, body, err, wantReady)
+		}
+		if code, _, err := c.probe("/healthz"); err != nil || code != 200 {
+			t.Errorf("%s /healthz = %d %v", c.name, code, err)
+		}
+		_, metrics, err := c.probe("/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantLeader := "0"
+		if c == leader {
+			wantLeader = "1"
+		}
+		for _, line := range []string{
+			`leader_elector_is_leader{lease="` + g.lease + `",namespace="default"} ` + wantLeader,
+			`leader_elector_fencing_token{lease="` + g.lease + `",namespace="default"} `,
+			`leader_elector_leader_changes_total{lease="` + g.lease + `",namespace="default"} `,
+			`go_goroutines{lease="` + g.lease + `",namespace="default"} `,
+		} {
+			if !strings.Contains(metrics, line) {
+				t.Errorf("%s /metrics lacks %q", c.name, line)
+			}
+		}
+	}
+	leaderMetrics := mustProbe(t, leader, "/metrics")
+	for _, want := range []string{"leader_elector_renew_duration_seconds_count", "leader_elector_last_renew_timestamp_seconds"} {
+		if !strings.Contains(leaderMetrics, want) {
+			t.Errorf("leader /metrics lacks %s", want)
+		}
+	}
+}
+
+func mustProbe(t *testing.T, c *candidate, path string) string {
+	t.Helper()
+	_, body, err := c.probe(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// TestGracefulHandover: SIGTERM to the leader flips its API at once, clears
+// the Lease, exits 0, and a standby takes over.
+func TestGracefulHandover(t *testing.T) {
+	g := newGroup(t, 3, candidateOptions{})
+	var handovers []time.Duration
+	var previous *candidate
+	for round := range 3 {
+		leader := g.waitLeader(30*time.Second, previous)
+		before, err := leader.state()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		leader.signal(syscall.SIGTERM)
+		code, err := leader.waitExit(10 * time.Second)
+		if err != nil || code != 0 {
+			t.Fatalf("round %d: leader %s exit code %d, %v", round, leader.name, code, err)
+		}
+		released := time.Since(sent)
+		lease, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := *lease.Spec.HolderIdentity; h == leader.name {
+			t.Errorf("round %d: Lease still names %s after it exited", round, leader.name)
+		}
+		if !strings.Contains(leader.log(), "Released lease") {
+			t.Errorf("round %d: %s did not log its release", round, leader.name)
+		}
+		next := g.waitLeader(leaseDuration+2*time.Second, leader)
+		took := time.Since(sent)
+		handovers = append(handovers, took)
+		after, _ := next.state()
+		if after.FencingToken <= before.FencingToken {
+			t.Errorf("round %d: fencing token %d after handover, was %d", round, after.FencingToken, before.FencingToken)
+		}
+		t.Logf("round %d: %s exited %v after SIGTERM; %s leads %v after SIGTERM (token %d → %d)", round, leader.name, released.Round(time.Millisecond), next.name, took.Round(time.Millisecond), before.FencingToken, after.FencingToken)
+		// Replace the one that left so there are always standbys.
+		g.add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+		previous = leader
+	}
+	t.Logf("MEASURED graceful handover (SIGTERM → new leader answers isLeader): %v", handovers)
+}
+
+// TestCrashFailover: SIGKILL of the leader; a standby takes over once the
+// Lease expires, within lease-duration + 1.2 × retry-period + 1 s, and never
+// while the old claim may still run (the monitor checks that).
+func TestCrashFailover(t *testing.T) {
+	g := newGroup(t, 3, candidateOptions{})
+	var failovers []time.Duration
+	var previous *candidate
+	for round := range 2 {
+		leader := g.waitLeader(30*time.Second, previous)
+		killed := time.Now()
+		leader.signal(syscall.SIGKILL)
+		if _, err := leader.waitExit(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		bound := leaseDuration + time.Duration(1.2*float64(retryPeriod)) + time.Second
+		next := g.waitLeader(bound+5*time.Second, leader)
+		took := time.Since(killed)
+		failovers = append(failovers, took)
+		if took > bound {
+			t.Errorf("round %d: failover took %v, bound %v", round, took, bound)
+		}
+		t.Logf("round %d: %s killed; %s leads after %v", round, leader.name, next.name, took.Round(time.Millisecond))
+		g.add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+		previous = leader
+	}
+	t.Logf("MEASURED crash failover (SIGKILL → new leader): %v", failovers)
+}
+
+// TestFrozenLeader: the leader is stopped (SIGSTOP) while a standby takes
+// over; on SIGCONT its very first answer is "not leader".
+func TestFrozenLeader(t *testing.T) {
+	g := newGroup(t, 2, candidateOptions{})
+	leader := g.waitLeader(30 * time.Second)
+	frozen := time.Now()
+	leader.signal(syscall.SIGSTOP)
+	next := g.waitLeader(leaseDuration+5*time.Second, leader)
+	t.Logf("%s frozen; %s leads after %v", leader.name, next.name, time.Since(frozen).Round(time.Millisecond))
+
+	// Send the request first, then resume: the answer is computed after the
+	// process runs again, before it had any chance to renew or notice.
+	type answer struct {
+		s   leaderState
+		err error
+	}
+	answers := make(chan answer, 1)
+	go func() {
+		s, err := leader.state()
+		answers <- answer{s, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // let the request reach the frozen process's socket
+	leader.signal(syscall.SIGCONT)
+	a := <-answers
+	if a.err != nil {
+		t.Fatalf("first request after resume: %v", a.err)
+	}
+	if a.s.IsLeader {
+		t.Errorf("first answer after resume claims leadership: %+v", a.s)
+	}
+	if s, err := next.state(); err != nil || !s.IsLeader {
+		t.Errorf("new leader lost leadership after the old one resumed: %+v %v", s, err)
+	}
+	// The old leader goes back to being a follower and sees the new holder.
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		s, err := leader.state()
+		return err == nil && s.Holder == next.name && !s.IsLeader, nil
+	})
+	if err != nil {
+		t.Errorf("resumed leader does not follow %s", next.name)
+	}
+	if !leader.running() {
+		t.Errorf("resumed leader exited")
+	}
+}
+
+// TestRelease: POST /release on the leader hands over; on a follower it is
+// 409.
+func TestRelease(t *testing.T) {
+	g := newGroup(t, 3, candidateOptions{})
+	leader := g.waitLeader(30 * time.Second)
+	var follower *candidate
+	for _, c := range g.members() {
+		if c != leader {
+			follower = c
+			break
+		}
+	}
+	code, _, body, err := follower.do("POST", "/release", nil)
+	if err != nil || code != 409 || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("POST /release on follower = %d %s %v, want 409 with an error", code, body, err)
+	}
+
+	sent := time.Now()
+	code, _, body, err = leader.do("POST", "/release", nil)
+	if err != nil || code != 200 {
+		t.Fatalf("POST /release on leader = %d %s %v", code, body, err)
+	}
+	var s leaderState
+	if err := json.Unmarshal(body, &s); err != nil || s.IsLeader {
+		t.Errorf("release answer claims leadership or is not JSON: %s", body)
+	}
+	next := g.waitLeader(leaseDuration, leader)
+	t.Logf("MEASURED release: %s leads %v after POST /release", next.name, time.Since(sent).Round(time.Millisecond))
+	// The released pod sits out a lease duration, then is a candidate again.
+	time.Sleep(leaseDuration + time.Second)
+	if s, err := leader.state(); err != nil || s.IsLeader || s.Holder != next.name {
+		t.Errorf("released pod state after sitting out: %+v %v", s, err)
+	}
+	if !leader.running() {
+		t.Errorf("released pod exited")
+	}
+}
+
+// TestRestartStartsNewTerm: a candidate that restarts with the same identity
+// (a restarted container of the same pod) does not inherit its predecessor's
+// term: the fencing token grows.
+func TestRestartStartsNewTerm(t *testing.T) {
+	lease := leaseName(t)
+	g := &group{t: t, lease: lease}
+	g.monitor = startMonitor(t, g.members)
+	first := startCandidate(t, "same-pod", candidateOptions{lease: lease})
+	g.add(first)
+	g.waitLeader(30 * time.Second)
+	before, _ := first.state()
+	first.signal(syscall.SIGKILL)
+	if _, err := first.waitExit(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	second := startCandidate(t, "same-pod", candidateOptions{lease: lease})
+	g.add(second)
+	early, err := second.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if early.IsLeader {
+		t.Errorf("restarted candidate claimed its predecessor's term at once: %+v", early)
+	}
+	g.waitLeader(leaseDuration + 5*time.Second)
+	after, _ := second.state()
+	if after.FencingToken <= before.FencingToken {
+		t.Errorf("restarted candidate inherited the term: token %d, predecessor had %d", after.FencingToken, before.FencingToken)
+	}
+	t.Logf("restarted candidate leads %v after restart with token %d (predecessor %d)", time.Since(restarted).Round(time.Millisecond), after.FencingToken, before.FencingToken)
+}

@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestBadFlags: every invalid configuration exits 2 with one line on stderr,
+// before anything starts.
+func TestBadFlags(t *testing.T) {
+	kubeconfig := "--kubeconfig=" + controlPlane.AdminKubeconfig()
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"missing lease name", []string{kubeconfig}, nil, "--lease-name is required"},
+		{"invalid lease name", []string{"--lease-name=Not_Valid"}, nil, "not a valid DNS-1123 subdomain"},
+		{"invalid namespace", []string{"--lease-name=a", "--lease-namespace=a.b"}, nil, "--lease-namespace"},
+		{"lease not above renew", []string{"--lease-name=a", "--lease-duration=10s", "--renew-deadline=10s"}, nil, "must be greater than --renew-deadline"},
+		{"renew not above 1.2 retry", []string{"--lease-name=a", "--renew-deadline=2s", "--retry-period=2s"}, nil, "--retry-period × 1.2"},
+		{"non-positive duration", []string{"--lease-name=a", "--retry-period=0s"}, nil, "--retry-period must be positive"},
+		{"fractional lease", []string{"--lease-name=a", "--lease-duration=15500ms"}, nil, "whole number of seconds"},
+		{"unparsable duration", []string{"--lease-name=a", "--lease-duration=soon"}, nil, "invalid argument"},
+		{"unparsable address", []string{"--lease-name=a", "--http-address=localhost"}, nil, "--http-address"},
+		{"bad port", []string{"--lease-name=a", "--probe-address=:99999"}, nil, "invalid port"},
+		{"unknown flag", []string{"--lease-name=a", "--no-such-flag"}, nil, "unknown flag"},
+		{"unknown log format", []string{"--lease-name=a", "--log-format=xml"}, nil, "--log-format"},
+		{"unknown readiness", []string{"--lease-name=a", "--readiness=always"}, nil, "--readiness"},
+		{"bad env value", []string{"--lease-name=a"}, []string{"LEADER_ELECTOR_LEASE_DURATION=forever"}, "LEADER_ELECTOR_LEASE_DURATION"},
+		{"bad env lease name", nil, []string{"LEADER_ELECTOR_LEASE_NAME=UPPER"}, "not a valid DNS-1123 subdomain"},
+		{"alias conflict", []string{"--lease-name=a", "--election=b"}, nil, "disagree"},
+		{"stray argument", []string{"--lease-name=a", "extra"}, nil, "unexpected arguments"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary, tc.args...)
+			cmd.Env = append(cleanEnv(), tc.env...)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			exit, ok := err.(*exec.ExitError)
+			if !ok || exit.ExitCode() != 2 {
+				t.Fatalf("exit: %v, want code 2; stderr %q", err, stderr.String())
+			}
+			if n := strings.Count(stderr.String(), "\n"); n != 1 {
+				t.Errorf("stderr has %d lines, want 1: %q", n, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr %q does not mention %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// cleanEnv is the test's environment without any LEADER_ELECTOR_* or pod
+// variables that would change the defaults.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "LEADER_ELECTOR_") || strings.HasPrefix(kv, "POD_") || strings.HasPrefix(kv, "KUBECONFIG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// TestEnvironmentAndAliases: every flag can come from LEADER_ELECTOR_*, the
+// retired image's aliases work and are logged as deprecated, the JSON log
+// format is JSON, and --readiness=candidate makes a follower ready.
+func TestEnvironmentAndAliases(t *testing.T) {
+	lease := leaseName(t)
+	ports := freePorts(t, 2)
+	g := &group{t: t, lease: lease}
+	g.monitor = startMonitor(t, g.members)
+	byEnv := startCandidate(t, "by-env", candidateOptions{
+		bareArgs: true,
+		ports:    ports,
+		env: append(cleanEnv(),
+			"LEADER_ELECTOR_LEASE_NAME="+lease,
+			"LEADER_ELECTOR_LEASE_NAMESPACE=default",
+			"LEADER_ELECTOR_IDENTITY=by-env",
+			"LEADER_ELECTOR_KUBECONFIG="+controlPlane.AdminKubeconfig(),
+			"LEADER_ELECTOR_LEASE_DURATION="+leaseDuration.String(),
+			"LEADER_ELECTOR_RENEW_DEADLINE="+renewDeadline.String(),
+			"LEADER_ELECTOR_RETRY_PERIOD="+retryPeriod.String(),
+			fmt.Sprintf("LEADER_ELECTOR_HTTP_ADDRESS=127.0.0.1:%d", ports[0]),
+			fmt.Sprintf("LEADER_ELECTOR_PROBE_ADDRESS=127.0.0.1:%d", ports[1]),
+			"LEADER_ELECTOR_READINESS=candidate",
+			"LEADER_ELECTOR_RELEASE_ON_SHUTDOWN=false",
+			"LEADER_ELECTOR_KUBE_API_QPS=20",
+			"LEADER_ELECTOR_KUBE_API_BURST=40",
+			"LEADER_ELECTOR_LOG_FORMAT=json",
+			"LEADER_ELECTOR_V=2",
+		),
+	})
+	g.add(byEnv)
+	aliasPorts := freePorts(t, 2)
+	byAlias := startCandidate(t, "by-alias", candidateOptions{
+		bareArgs: true,
+		ports:    aliasPorts,
+		extraArgs: []string{
+			"--election=" + lease,
+			"--election-namespace=default",
+			"--id=by-alias",
+			fmt.Sprintf("--http=127.0.0.1:%d", aliasPorts[0]),
+			fmt.Sprintf("--probe-address=127.0.0.1:%d", aliasPorts[1]),
+			"--kubeconfig=" + controlPlane.AdminKubeconfig(),
+			"--lease-duration=" + leaseDuration.String(),
+			"--renew-deadline=" + renewDeadline.String(),
+			"--retry-period=" + retryPeriod.String(),
+			"--readiness=candidate",
+		},
+		env: cleanEnv(),
+	})
+	g.add(byAlias)
+	leader := g.waitLeader(30 * time.Second)
+
+	for _, c := range []*candidate{byEnv, byAlias} {
+		s, err := c.state()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Identity != c.name || s.Lease.Name != lease || s.Lease.Namespace != "default" {
+			t.Errorf("%s: configuration not applied: %+v", c.name, s)
+		}
+		// Both are ready in candidate mode, leader or not.
+		if code, body, _ := c.probe("/readyz"); code != 200 {
+			t.Errorf("%s: /readyz = %d %q in candidate mode", c.name, code, body)
+		}
+	}
+	for _, alias := range []string{"--election", "--election-namespace", "--id", "--http"} {
+		if !strings.Contains(byAlias.log(), `"Flag is deprecated" flag="`+alias+`"`) {
+			t.Errorf("deprecated alias %s not logged; log:\n%s", alias, byAlias.log())
+		}
+	}
+	// Every line of the JSON-format log is a JSON object.
+	sc := bufio.NewScanner(strings.NewReader(byEnv.log()))
+	lines := 0
+	for sc.Scan() {
+		lines++
+		var v map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Errorf("log line is not JSON: %q", sc.Text())
+		}
+	}
+	if lines == 0 {
+		t.Errorf("no log lines in JSON format")
+	}
+	// With LEADER_ELECTOR_RELEASE_ON_SHUTDOWN=false the Lease is left to
+	// expire: the Lease still names by-env after it exits.
+	if leader == byEnv {
+		byEnv.signal(syscall.SIGTERM)
+		if code, err := byEnv.waitExit(10 * time.Second); err != nil || code != 0 {
+			t.Fatalf("exit %d %v", code, err)
+		}
+		l, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *l.Spec.HolderIdentity != "by-env" {
+			t.Errorf("release-on-shutdown=false released the Lease: holder %q", *l.Spec.HolderIdentity)
+		}
+	}
+}
+
+// TestBadRequests: the application API answers bad requests with a fitting
+// status and a JSON error.
+func TestBadRequests(t *testing.T) {
+	c := startCandidate(t, "requests", candidateOptions{lease: leaseName(t)})
+	cases := []struct {
+		method, path string
+		header       map[string]string
+		status       int
+		allow        string
+	}{
+		{"GET", "/nope", nil, http.StatusNotFound, ""},
+		{"GET", "/leader/extra", nil, http.StatusNotFound, ""},
+		{"POST", "/leader", nil, http.StatusMethodNotAllowed, "GET"},
+		{"DELETE", "/", nil, http.StatusMethodNotAllowed, "GET"},
+		{"GET", "/release", nil, http.StatusMethodNotAllowed, "POST"},
+		{"GET", "/leader?wait=forever", nil, http.StatusBadRequest, ""},
+		{"GET", "/leader?wait=-1s", nil, http.StatusBadRequest, ""},
+		{"GET", "/leader?revision=-3", nil, http.StatusBadRequest, ""},
+		{"GET", "/leader?revision=abc&wait=1s", nil, http.StatusBadRequest, ""},
+		{"GET", "/leader?color=blue", nil, http.StatusBadRequest, ""},
+		{"GET", "/leader", map[string]string{"Accept": "image/png"}, http.StatusNotAcceptable, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			code, header, body, err := c.do(tc.method, tc.path, tc.header)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.status {
+				t.Errorf("status %d, want %d (%s)", code, tc.status, body)
+			}
+			var e map[string]string
+			if header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &e) != nil || e["error"] == "" {
+				t.Errorf("not a JSON error: %s %q", header.Get("Content-Type"), body)
+			}
+			if tc.allow != "" && header.Get("Allow") != tc.allow {
+				t.Errorf("Allow = %q, want %q", header.Get("Allow"), tc.allow)
+			}
+		})
+	}
+}

@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+)
+
+// shippedRBAC reads the Role, RoleBinding and ServiceAccount from the
+// kustomize base users apply.
+func shippedRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+	t.Helper()
+	dir := filepath.Join(repoRoot, "manifests", "base")
+	var k struct {
+		Resources []string `json:"resources"`
+	}
+	readYAML(t, filepath.Join(dir, "kustomization.yaml"), &k)
+	var (
+		sa      *corev1.ServiceAccount
+		role    *rbacv1.Role
+		binding *rbacv1.RoleBinding
+	)
+	for _, res := range k.Resources {
+		path := filepath.Join(dir, res)
+		var meta metav1.TypeMeta
+		readYAML(t, path, &meta)
+		switch meta.Kind {
+		case "ServiceAccount":
+			sa = &corev1.ServiceAccount{}
+			readYAML(t, path, sa)
+		case "Role":
+			role = &rbacv1.Role{}
+			readYAML(t, path, role)
+		case "RoleBinding":
+			binding = &rbacv1.RoleBinding{}
+			readYAML(t, path, binding)
+		default:
+			t.Fatalf("%s: unexpected kind %q in the RBAC base", path, meta.Kind)
+		}
+	}
+	if sa == nil || role == nil || binding == nil {
+		t.Fatalf("manifests/base lacks a ServiceAccount, Role or RoleBinding")
+	}
+	return sa, role, binding
+}
+
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// applyRBAC creates the namespace and the shipped objects in it, with the
+// Role's rules replaced by rules when rules is not nil.
+func applyRBAC(t *testing.T, namespace string, rules []rbacv1.PolicyRule) string {
+	t.Helper()
+	ctx := context.Background()
+	cs := controlPlane.AdminClient()
+	sa, role, binding := shippedRBAC(t)
+	if rules != nil {
+		role.Rules = rules
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().Roles(namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// kustomize fills in the subject's namespace; do the same.
+	for i := range binding.Subjects {
+		binding.Subjects[i].Namespace = namespace
+	}
+	if _, err := cs.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := controlPlane.ServiceAccountKubeconfig(ctx, namespace, sa.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
+// TestShippedRBAC: candidates running with the ServiceAccount token bound
+// only by the shipped Role elect a leader, hand over on SIGTERM (release is
+// an update) — so the Role is enough — and that token can do nothing else —
+// so it is no more than needed.
+func TestShippedRBAC(t *testing.T) {
+	const namespace = "rbac-shipped"
+	kubeconfig := applyRBAC(t, namespace, nil)
+	g := newGroup(t, 2, candidateOptions{namespace: namespace, kubeconfig: kubeconfig})
+	leader := g.waitLeader(30 * time.Second)
+	leader.signal(syscall.SIGTERM)
+	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("leader exit %d, %v", code, err)
+	}
+	if !strings.Contains(leader.log(), "Released lease") {
+		t.Errorf("leader did not release the Lease with the shipped RBAC")
+	}
+	g.waitLeader(leaseDuration+2*time.Second, leader)
+	for _, c := range g.members() {
+		if strings.Contains(c.log(), "forbidden") {
+			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
+		}
+	}
+
+	// What the token may do, asked of the API server's authorizer.
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := kubernetes.NewForConfigOrDie(cfg)
+	type access struct {
+		namespace, group, resource, verb string
+	}
+	var allowed []access
+	for _, ns := range []string{namespace, "default"} {
+		for _, res := range []struct{ group, resource string }{
+			{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "secrets"}, {"", "configmaps"}, {"", "events"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
+		} {
+			for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+				review, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+					Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+						Namespace: ns, Group: res.group, Resource: res.resource, Verb: verb,
+					}},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if review.Status.Allowed {
+					allowed = append(allowed, access{ns, res.group, res.resource, verb})
+				}
+			}
+		}
+	}
+	want := []access{
+		{namespace, "coordination.k8s.io", "leases", "get"},
+		{namespace, "coordination.k8s.io", "leases", "create"},
+		{namespace, "coordination.k8s.io", "leases", "update"},
+	}
+	if !slices.Equal(allowed, want) {
+		t.Errorf("the shipped RBAC allows %v, want exactly %v", allowed, want)
+	}
+	if _, err := sa.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing namespaces (cluster-scoped) with the sidecar's token: %v, want forbidden", err)
+	}
+}
+
+// TestEveryShippedVerbIsNeeded: a Role missing any one of the shipped verbs
+// leaves the candidate unable to lead (or, for update, to take a Lease that
+// exists), and it reports why without crashing.
+func TestEveryShippedVerbIsNeeded(t *testing.T) {
+	_, role, _ := shippedRBAC(t)
+	if len(role.Rules) != 1 {
+		t.Fatalf("expected one rule in the shipped Role, got %d", len(role.Rules))
+	}
+	for _, verb := range role.Rules[0].Verbs {
+		t.Run("without "+verb, func(t *testing.T) {
+			namespace := "rbac-no-" + verb
+			rule := role.Rules[0]
+			rule.Verbs = slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return v == verb })
+			kubeconfig := applyRBAC(t, namespace, []rbacv1.PolicyRule{rule})
+			lease := "no-" + verb
+			if verb == "update" {
+				// Create succeeds on a missing Lease without update; make
+				// the Lease exist (released) so taking it needs an update.
+				holder := ""
+				duration := int32(1)
+				_, err := controlPlane.AdminClient().CoordinationV1().Leases(namespace).Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: lease}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration}}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
+			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return strings.Contains(c.log(), "forbidden"), nil
+			})
+			if err != nil {
+				t.Fatalf("no 'forbidden' in the log without %q:\n%s", verb, c.log())
+			}
+			// Give it a lease duration and then some to prove it never leads.
+			deadline := time.Now().Add(leaseDuration + time.Second)
+			for time.Now().Before(deadline) {
+				s, err := c.state()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.IsLeader {
+					t.Fatalf("led without %q", verb)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if code, body, _ := c.probe("/readyz"); code != 503 {
+				t.Errorf("/readyz = %d %q, want 503", code, body)
+			}
+			if !c.running() {
+				t.Errorf("exited without %q", verb)
+			}
+		})
+	}
+}
