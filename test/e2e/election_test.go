@@ -124,6 +124,9 @@ func TestGracefulHandover(t *testing.T) {
 		}
 		sent := time.Now()
 		leader.signal(syscall.SIGTERM)
+		next := g.waitLeader(leaseDuration+2*time.Second, leader)
+		took := time.Since(sent)
+		handovers = append(handovers, took)
 		code, err := leader.waitExit(10 * time.Second)
 		if err != nil || code != 0 {
 			t.Fatalf("round %d: leader %s exit code %d, %v", round, leader.name, code, err)
@@ -139,9 +142,6 @@ func TestGracefulHandover(t *testing.T) {
 		if !strings.Contains(leader.log(), "Released lease") {
 			t.Errorf("round %d: %s did not log its release", round, leader.name)
 		}
-		next := g.waitLeader(leaseDuration+2*time.Second, leader)
-		took := time.Since(sent)
-		handovers = append(handovers, took)
 		after, _ := next.state()
 		if after.FencingToken <= before.FencingToken {
 			t.Errorf("round %d: fencing token %d after handover, was %d", round, after.FencingToken, before.FencingToken)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // TestBadFlags: every invalid configuration exits 2 with one line on stderr,
@@ -137,13 +138,18 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		if s.Identity != c.name || s.Lease.Name != lease || s.Lease.Namespace != "default" {
 			t.Errorf("%s: configuration not applied: %+v", c.name, s)
 		}
-		// Both are ready in candidate mode, leader or not.
-		if code, body, _ := c.probe("/readyz"); code != 200 {
+		// Both become ready in candidate mode, leader or not.
+		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			code, _, _ := c.probe("/readyz")
+			return code == 200, nil
+		})
+		if err != nil {
+			code, body, _ := c.probe("/readyz")
 			t.Errorf("%s: /readyz = %d %q in candidate mode", c.name, code, body)
 		}
 	}
 	for _, alias := range []string{"--election", "--election-namespace", "--id", "--http"} {
-		if !strings.Contains(byAlias.log(), `"Flag is deprecated" flag="`+alias+`"`) {
+		if !logHas(byAlias.log(), `"Flag is deprecated"`, `flag="`+alias+`"`) {
 			t.Errorf("deprecated alias %s not logged; log:\n%s", alias, byAlias.log())
 		}
 	}
@@ -175,6 +181,20 @@ func TestEnvironmentAndAliases(t *testing.T) {
 			t.Errorf("release-on-shutdown=false released the Lease: holder %q", *l.Spec.HolderIdentity)
 		}
 	}
+}
+
+// logHas reports whether one line of log contains all parts.
+func logHas(log string, parts ...string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 // TestBadRequests: the application API answers bad requests with a fitting

@@ -1,0 +1,838 @@
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+
+// newLease returns the test Lease naming holder.
+func newLease(holder string, transitions int32, renew time.Time) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testName},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(holder),
+			LeaseDurationSeconds: ptr.To[int32](15),
+			AcquireTime:          &metav1.MicroTime{Time: renew},
+			RenewTime:            &metav1.MicroTime{Time: renew},
+			LeaseTransitions:     ptr.To(transitions),
+		},
+	}
+}
+
+// newFakeClient returns a fake clientset holding objs that fails the test on
+// any call other than the given verbs on Leases, like the catch-all reactor
+// of client-go's leaderelection_test.go.
+func newFakeClient(t *testing.T, verbs []string, objs ...runtime.Object) *fake.Clientset {
+	t.Helper()
+	allowed := sets.New(verbs...)
+	c := fake.NewClientset(objs...)
+	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetResource().GroupResource() == leasesResource && allowed.Has(action.GetVerb()) {
+			return false, nil, nil
+		}
+		t.Errorf("unexpected action: %s %s", action.GetVerb(), action.GetResource())
+		return true, nil, fmt.Errorf("unexpected action %s %s", action.GetVerb(), action.GetResource())
+	})
+	return c
+}
+
+// countActions counts the client's calls with the given verb.
+func countActions(c *fake.Clientset, verb string) int {
+	n := 0
+	for _, a := range c.Actions() {
+		if a.GetVerb() == verb {
+			n++
+		}
+	}
+	return n
+}
+
+type testLock struct {
+	*observingLock
+	client  *fake.Clientset
+	tracker *tracker
+	clock   asyncClock
+	lapses  int
+}
+
+func newTestLock(t *testing.T, verbs []string, objs ...runtime.Object) *testLock {
+	t.Helper()
+	clk := newTestClock()
+	tr := newTracker(clk, testNamespace, testName, testIdentity, testRenewDeadline)
+	t.Cleanup(tr.stop)
+	client := newFakeClient(t, verbs, objs...)
+	tl := &testLock{client: client, tracker: tr, clock: clk}
+	tl.observingLock = &observingLock{
+		inner: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: testNamespace, Name: testName},
+			Client:     client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: testIdentity},
+		},
+		tracker: tr,
+		metrics: newMetrics(tr),
+		onLapse: func() { tl.lapses++ },
+	}
+	return tl
+}
+
+// ownRecord is what client-go writes to claim or renew the Lease.
+func ownRecord(transitions int, now time.Time) resourcelock.LeaderElectionRecord {
+	return resourcelock.LeaderElectionRecord{
+		HolderIdentity:       testIdentity,
+		LeaseDurationSeconds: 15,
+		AcquireTime:          metav1.NewTime(now),
+		RenewTime:            metav1.NewTime(now),
+		LeaderTransitions:    transitions,
+	}
+}
+
+func TestLockGetDisguisesPreviousIncarnation(t *testing.T) {
+	const disguised = testIdentity + previousIncarnationSuffix
+	for _, tc := range []struct {
+		name string
+		// holder is who the Lease names.
+		holder string
+		// writeFirst makes this process write the Lease before the Get.
+		writeFirst bool
+		// wantHolder is what client-go must see.
+		wantHolder string
+	}{
+		{name: "another holder", holder: "pod-b", wantHolder: "pod-b"},
+		{name: "released lease", holder: "", wantHolder: ""},
+		{name: "own identity before our first write", holder: testIdentity, wantHolder: disguised},
+		{name: "own identity after our first write", holder: testIdentity, writeFirst: true, wantHolder: testIdentity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, []string{"get", "update"}, newLease(tc.holder, 7, t0))
+			if tc.writeFirst {
+				if _, _, err := l.Get(ctx); err != nil {
+					t.Fatalf("Get: %v", err)
+				}
+				if err := l.Update(ctx, ownRecord(8, l.clock.Now())); err != nil {
+					t.Fatalf("Update: %v", err)
+				}
+			}
+
+			rec, raw, err := l.Get(ctx)
+			if err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if rec.HolderIdentity != tc.wantHolder {
+				t.Errorf("record holder = %q, want %q", rec.HolderIdentity, tc.wantHolder)
+			}
+			// client-go compares the raw record to notice changes and keeps
+			// the decoded one: they must agree.
+			var decoded resourcelock.LeaderElectionRecord
+			if err := json.Unmarshal(raw, &decoded); err != nil {
+				t.Fatalf("raw record: %v", err)
+			}
+			if decoded.HolderIdentity != tc.wantHolder {
+				t.Errorf("raw record holder = %q, want %q", decoded.HolderIdentity, tc.wantHolder)
+			}
+			// The tracker, and so the API, sees the Lease as it is.
+			s := l.tracker.Snapshot()
+			wantTracked := tc.holder
+			if s.Holder != wantTracked {
+				t.Errorf("tracked holder = %q, want %q", s.Holder, wantTracked)
+			}
+			if wantLeader := tc.writeFirst; s.IsLeader != wantLeader {
+				t.Errorf("IsLeader = %v, want %v", s.IsLeader, wantLeader)
+			}
+			// Disguised or not, the same read gives the same raw record, so
+			// client-go does not take an unchanged Lease for a renewal.
+			_, raw2, err := l.Get(ctx)
+			if err != nil {
+				t.Fatalf("second Get: %v", err)
+			}
+			if string(raw2) != string(raw) {
+				t.Errorf("raw record changed between two reads of the same Lease:\n%s\n%s", raw, raw2)
+			}
+		})
+	}
+}
+
+func TestLockFailedWriteKeepsDisguise(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l := newTestLock(t, []string{"get", "update"}, newLease(testIdentity, 7, t0))
+	l.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(leasesResource, testName, errors.New("changed"))
+	})
+	if _, _, err := l.Get(ctx); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if err := l.Update(ctx, ownRecord(8, l.clock.Now())); !apierrors.IsConflict(err) {
+		t.Fatalf("Update error = %v, want the conflict", err)
+	}
+	rec, _, err := l.Get(ctx)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if want := testIdentity + previousIncarnationSuffix; rec.HolderIdentity != want {
+		t.Errorf("holder after a failed write = %q, want %q", rec.HolderIdentity, want)
+	}
+	if s := l.tracker.Snapshot(); s.IsLeader {
+		t.Error("IsLeader = true after a failed write")
+	}
+	if _, ok := l.tracker.ownTerm(); ok {
+		t.Error("ownTerm() set by a failed write")
+	}
+}
+
+func TestLockWriteUpdatesTracker(t *testing.T) {
+	const writeTook = 3 * time.Second
+	for _, tc := range []struct {
+		name  string
+		verbs []string
+		objs  []runtime.Object
+		write func(ctx context.Context, l *testLock, r resourcelock.LeaderElectionRecord) error
+	}{
+		{
+			name:  "create",
+			verbs: []string{"get", "create"},
+			write: func(ctx context.Context, l *testLock, r resourcelock.LeaderElectionRecord) error {
+				return l.Create(ctx, r)
+			},
+		},
+		{
+			name:  "update",
+			verbs: []string{"get", "update"},
+			objs:  []runtime.Object{newLease("", 4, t0)},
+			write: func(ctx context.Context, l *testLock, r resourcelock.LeaderElectionRecord) error {
+				return l.Update(ctx, r)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, tc.verbs, tc.objs...)
+			// A slow API server: the write takes writeTook.
+			l.client.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+				if action.GetVerb() != "get" {
+					l.clock.Step(writeTook)
+				}
+				return false, nil, nil
+			})
+			// client-go reads before it writes.
+			_, _, err := l.Get(ctx)
+			if tc.objs == nil && !apierrors.IsNotFound(err) {
+				t.Fatalf("Get error = %v, want NotFound", err)
+			}
+			start := l.clock.Now()
+			if err := tc.write(ctx, l, ownRecord(5, start)); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+
+			s := l.tracker.Snapshot()
+			if !s.IsLeader || s.Holder != testIdentity || s.FencingToken != 5 {
+				t.Errorf("isLeader, holder, token = %v, %q, %d; want true, %q, 5", s.IsLeader, s.Holder, s.FencingToken, testIdentity)
+			}
+			if want := start.Add(testRenewDeadline); !s.ValidUntil.Equal(want) {
+				t.Errorf("ValidUntil = %v, want %v: the claim counts from before the request", s.ValidUntil, want)
+			}
+			if want := start.Add(writeTook); !s.LeaderSince.Equal(want) {
+				t.Errorf("LeaderSince = %v, want %v", s.LeaderSince, want)
+			}
+			if token, ok := l.tracker.ownTerm(); !ok || token != 5 {
+				t.Errorf("ownTerm() = %d, %v; want 5, true", token, ok)
+			}
+			if !l.wroteOnce {
+				t.Error("wroteOnce not set after a successful write")
+			}
+			lease, err := l.client.CoordinationV1().Leases(testNamespace).Get(ctx, testName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("get lease: %v", err)
+			}
+			if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != testIdentity {
+				t.Errorf("Lease holder = %q, want %q", got, testIdentity)
+			}
+			// The claim ends renewDeadline after the start of the request,
+			// not after its end.
+			l.clock.SetTime(start.Add(testRenewDeadline))
+			if l.tracker.Snapshot().IsLeader {
+				t.Error("IsLeader = true at renewal start + renew deadline")
+			}
+		})
+	}
+}
+
+func TestLockRefusesLapsedRenewal(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setUp runs after this pod's first successful write at t0.
+		setUp      func(l *testLock)
+		record     func(l *testLock) resourcelock.LeaderElectionRecord
+		wantLapsed bool
+	}{
+		{
+			name:   "renewal within the deadline",
+			setUp:  func(l *testLock) { l.clock.Step(testRenewDeadline - time.Millisecond) },
+			record: func(l *testLock) resourcelock.LeaderElectionRecord { return ownRecord(1, l.clock.Now()) },
+		},
+		{
+			name:       "renewal at the deadline",
+			setUp:      func(l *testLock) { l.clock.Step(testRenewDeadline) },
+			record:     func(l *testLock) resourcelock.LeaderElectionRecord { return ownRecord(1, l.clock.Now()) },
+			wantLapsed: true,
+		},
+		{
+			name:       "renewal after a long pause",
+			setUp:      func(l *testLock) { l.clock.Step(time.Hour) },
+			record:     func(l *testLock) resourcelock.LeaderElectionRecord { return ownRecord(1, l.clock.Now()) },
+			wantLapsed: true,
+		},
+		{
+			// client-go's round ended (OnStoppedLeading); the next round
+			// starts a new claim.
+			name: "new claim after the round stopped",
+			setUp: func(l *testLock) {
+				l.clock.Step(time.Hour)
+				l.tracker.stoppedLeading()
+			},
+			record: func(l *testLock) resourcelock.LeaderElectionRecord { return ownRecord(2, l.clock.Now()) },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, []string{"get", "update"}, newLease("", 0, t0))
+			if _, _, err := l.Get(ctx); err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
+				t.Fatalf("first Update: %v", err)
+			}
+			tc.setUp(l)
+			updatesBefore := countActions(l.client, "update")
+
+			err := l.Update(ctx, tc.record(l))
+			updates := countActions(l.client, "update") - updatesBefore
+			if tc.wantLapsed {
+				if !errors.Is(err, errClaimLapsed) {
+					t.Errorf("Update error = %v, want errClaimLapsed", err)
+				}
+				if l.lapses != 1 {
+					t.Errorf("onLapse called %d times, want 1", l.lapses)
+				}
+				if updates != 0 {
+					t.Errorf("%d update requests sent for a lapsed claim, want 0", updates)
+				}
+				if l.tracker.Snapshot().IsLeader {
+					t.Error("IsLeader = true after a refused renewal")
+				}
+				return
+			}
+			if err != nil {
+				t.Errorf("Update: %v", err)
+			}
+			if l.lapses != 0 {
+				t.Errorf("onLapse called %d times, want 0", l.lapses)
+			}
+			if updates != 1 {
+				t.Errorf("%d update requests sent, want 1", updates)
+			}
+			if !l.tracker.Snapshot().IsLeader {
+				t.Error("IsLeader = false after a successful write")
+			}
+		})
+	}
+}
+
+func TestLockGetErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		err            error
+		wantReachedAPI bool
+	}{
+		{name: "not found", err: apierrors.NewNotFound(leasesResource, testName), wantReachedAPI: true},
+		{name: "timeout", err: apierrors.NewTimeoutError("slow", 1), wantReachedAPI: false},
+		{name: "connection refused", err: errors.New("dial tcp: connection refused"), wantReachedAPI: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, []string{"get"})
+			l.client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.err
+			})
+			rec, _, err := l.Get(ctx)
+			if err == nil || err.Error() != tc.err.Error() {
+				t.Errorf("Get error = %v, want %v", err, tc.err)
+			}
+			if rec != nil {
+				t.Errorf("Get record = %+v, want nil", rec)
+			}
+			if got := l.tracker.ReachedAPI(); got != tc.wantReachedAPI {
+				t.Errorf("ReachedAPI() = %v, want %v", got, tc.wantReachedAPI)
+			}
+		})
+	}
+}
+
+func TestLockDelegates(t *testing.T) {
+	l := newTestLock(t, nil)
+	if got := l.Identity(); got != testIdentity {
+		t.Errorf("Identity() = %q, want %q", got, testIdentity)
+	}
+	if got, want := l.Describe(), testNamespace+"/"+testName; got != want {
+		t.Errorf("Describe() = %q, want %q", got, want)
+	}
+	l.RecordEvent("became leader") // no recorder: must not panic
+}
+
+func TestRecordOfTruncatesToMicroseconds(t *testing.T) {
+	renew := t0.Add(123456789 * time.Nanosecond)
+	got := recordOf(&resourcelock.LeaderElectionRecord{
+		HolderIdentity:       "pod-b",
+		LeaseDurationSeconds: 15,
+		RenewTime:            metav1.NewTime(renew),
+		LeaderTransitions:    3,
+	})
+	want := record{holder: "pod-b", transitions: 3, durationSeconds: 15, renewTime: t0.Add(123456 * time.Microsecond)}
+	if got != want {
+		t.Errorf("recordOf() = %+v, want %+v", got, want)
+	}
+}
+
+// Elector
+
+func testConfig(client *fake.Clientset) Config {
+	return Config{
+		Namespace:         testNamespace,
+		Name:              testName,
+		Identity:          testIdentity,
+		LeaseDuration:     15 * time.Second,
+		RenewDeadline:     testRenewDeadline,
+		RetryPeriod:       2 * time.Second,
+		ReleaseOnShutdown: true,
+		Client:            client,
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	client := fake.NewClientset()
+	for _, tc := range []struct {
+		name    string
+		modify  func(c *Config)
+		wantErr bool
+	}{
+		{name: "valid", modify: func(*Config) {}},
+		{name: "no name", modify: func(c *Config) { c.Name = "" }, wantErr: true},
+		{name: "no namespace", modify: func(c *Config) { c.Namespace = "" }, wantErr: true},
+		{name: "no identity", modify: func(c *Config) { c.Identity = "" }, wantErr: true},
+		{name: "zero retry period", modify: func(c *Config) { c.RetryPeriod = 0 }, wantErr: true},
+		{name: "fractional lease duration", modify: func(c *Config) { c.LeaseDuration = 15500 * time.Millisecond }, wantErr: true},
+		{name: "lease duration equal to renew deadline", modify: func(c *Config) { c.LeaseDuration = testRenewDeadline }, wantErr: true},
+		{name: "renew deadline equal to retry period × 1.2", modify: func(c *Config) { c.RetryPeriod = testRenewDeadline * 10 / 12 }, wantErr: true},
+		{name: "no client", modify: func(c *Config) { c.Client = nil }, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(client)
+			tc.modify(&cfg)
+			_, err := New(cfg)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("New() error = %v, want error: %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestElectorReleaseNotLeader(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setUp func(e *Elector)
+	}{
+		{name: "never led", setUp: func(*Elector) {}},
+		{name: "another pod holds the lease", setUp: func(e *Elector) { e.tracker.observeRead(other("pod-b", 2, t0)) }},
+		{
+			// Leader by the tracker's account, but no round of client-go's
+			// elector is running to stop.
+			name:  "not running",
+			setUp: func(e *Elector) { e.tracker.observeWrite(e.clock.Now(), own(2, t0)) },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			client := newFakeClient(t, nil)
+			e, err := New(testConfig(client))
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(e.tracker.stop)
+			tc.setUp(e)
+			s, err := e.Release(ctx)
+			if !errors.Is(err, ErrNotLeader) {
+				t.Errorf("Release error = %v, want ErrNotLeader", err)
+			}
+			if s.Identity != testIdentity {
+				t.Errorf("Release state identity = %q, want %q", s.Identity, testIdentity)
+			}
+			if n := len(client.Actions()); n != 0 {
+				t.Errorf("Release made %d API calls, want 0", n)
+			}
+		})
+	}
+}
+
+// TestElectorGuardedRelease checks that the release writes the Lease only if
+// it still names this process's own term.
+func TestElectorGuardedRelease(t *testing.T) {
+	const ownToken = 3
+	for _, tc := range []struct {
+		name string
+		// ownTerm arranges for this process to have written ownToken.
+		ownTerm bool
+		lease   *coordinationv1.Lease
+		// conflicts is how many updates fail with a conflict first.
+		conflicts   int
+		verbs       []string
+		wantErr     bool
+		wantGets    int
+		wantUpdates int
+		wantHolder  string
+		wantToken   int64
+	}{
+		{
+			name:        "own term is cleared",
+			ownTerm:     true,
+			lease:       newLease(testIdentity, ownToken, t0),
+			verbs:       []string{"get", "update"},
+			wantGets:    1,
+			wantUpdates: 1,
+			wantHolder:  "",
+			wantToken:   ownToken,
+		},
+		{
+			name:       "another holder is left alone",
+			ownTerm:    true,
+			lease:      newLease("pod-b", ownToken+1, t0),
+			verbs:      []string{"get"},
+			wantGets:   1,
+			wantHolder: "pod-b",
+			wantToken:  ownToken + 1,
+		},
+		{
+			name:       "own identity in another term is left alone",
+			ownTerm:    true,
+			lease:      newLease(testIdentity, ownToken+1, t0),
+			verbs:      []string{"get"},
+			wantGets:   1,
+			wantHolder: testIdentity,
+			wantToken:  ownToken + 1,
+		},
+		{
+			name:       "released lease is left alone",
+			ownTerm:    true,
+			lease:      newLease("", ownToken, t0),
+			verbs:      []string{"get"},
+			wantGets:   1,
+			wantHolder: "",
+			wantToken:  ownToken,
+		},
+		{
+			name:     "missing lease",
+			ownTerm:  true,
+			verbs:    []string{"get"},
+			wantGets: 1,
+			// The tracker keeps what it last knew.
+			wantHolder: testIdentity,
+			wantToken:  ownToken,
+		},
+		{
+			name:       "no own term: no request at all",
+			lease:      newLease("pod-b", ownToken, t0),
+			wantHolder: "",
+		},
+		{
+			name:        "conflict: read and checked again",
+			ownTerm:     true,
+			lease:       newLease(testIdentity, ownToken, t0),
+			conflicts:   1,
+			verbs:       []string{"get", "update"},
+			wantGets:    2,
+			wantUpdates: 2,
+			wantHolder:  "",
+			wantToken:   ownToken,
+		},
+		{
+			name:        "conflicts every time",
+			ownTerm:     true,
+			lease:       newLease(testIdentity, ownToken, t0),
+			conflicts:   100,
+			verbs:       []string{"get", "update"},
+			wantErr:     true,
+			wantGets:    3,
+			wantUpdates: 3,
+			wantHolder:  testIdentity,
+			wantToken:   ownToken,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			var objs []runtime.Object
+			if tc.lease != nil {
+				objs = append(objs, tc.lease)
+			}
+			client := newFakeClient(t, tc.verbs, objs...)
+			conflicts := tc.conflicts
+			client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if conflicts > 0 {
+					conflicts--
+					return true, nil, apierrors.NewConflict(leasesResource, testName, errors.New("changed"))
+				}
+				return false, nil, nil
+			})
+			cfg := testConfig(client)
+			cfg.Clock = newTestClock()
+			e, err := New(cfg)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(e.tracker.stop)
+			if tc.ownTerm {
+				e.tracker.observeWrite(e.clock.Now(), own(ownToken, t0))
+				// The round has ended; the tracker no longer claims.
+				e.tracker.setClaiming(false)
+			}
+
+			err = e.release(ctx)
+			if (err != nil) != tc.wantErr {
+				t.Errorf("release error = %v, want error: %v", err, tc.wantErr)
+			}
+			if got := countActions(client, "get"); got != tc.wantGets {
+				t.Errorf("%d gets, want %d", got, tc.wantGets)
+			}
+			if got := countActions(client, "update"); got != tc.wantUpdates {
+				t.Errorf("%d updates, want %d", got, tc.wantUpdates)
+			}
+			s := e.Snapshot()
+			if s.Holder != tc.wantHolder || s.FencingToken != tc.wantToken || s.IsLeader {
+				t.Errorf("holder, token, isLeader = %q, %d, %v; want %q, %d, false", s.Holder, s.FencingToken, s.IsLeader, tc.wantHolder, tc.wantToken)
+			}
+			if tc.lease == nil {
+				return
+			}
+			lease, err := client.Tracker().Get(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, testNamespace, testName)
+			if err != nil {
+				t.Fatalf("get lease: %v", err)
+			}
+			got := lease.(*coordinationv1.Lease)
+			wantLeaseHolder := ptr.Deref(tc.lease.Spec.HolderIdentity, "")
+			if tc.wantUpdates > 0 && !tc.wantErr {
+				wantLeaseHolder = ""
+				if d := ptr.Deref(got.Spec.LeaseDurationSeconds, 0); d != 1 {
+					t.Errorf("released Lease duration = %d, want 1", d)
+				}
+			}
+			if h := ptr.Deref(got.Spec.HolderIdentity, ""); h != wantLeaseHolder {
+				t.Errorf("Lease holder = %q, want %q", h, wantLeaseHolder)
+			}
+			if tr := ptr.Deref(got.Spec.LeaseTransitions, -1); tr != ptr.Deref(tc.lease.Spec.LeaseTransitions, -1) {
+				t.Errorf("Lease transitions = %d, want %d (a release does not start a term)", tr, ptr.Deref(tc.lease.Spec.LeaseTransitions, -1))
+			}
+		})
+	}
+}
+
+// runElector runs e until the test ends and returns a channel with Run's
+// result.
+func runElector(t *testing.T, ctx context.Context, e *Elector) (cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ctx, cancel = context.WithCancel(ctx)
+	ch := make(chan error, 1)
+	go func() { ch <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-ch:
+		case <-time.After(wait.ForeverTestTimeout):
+			t.Error("Run did not return after its context ended")
+		}
+	})
+	return cancel, ch
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// fastConfig uses short real durations: client-go's elector runs on the real
+// clock.
+func fastConfig(client *fake.Clientset) Config {
+	cfg := testConfig(client)
+	cfg.LeaseDuration = 2 * time.Second
+	cfg.RenewDeadline = 1500 * time.Millisecond
+	cfg.RetryPeriod = 200 * time.Millisecond
+	return cfg
+}
+
+func leaseHolder(t *testing.T, ctx context.Context, client *fake.Clientset) (string, int32) {
+	t.Helper()
+	lease, err := client.CoordinationV1().Leases(testNamespace).Get(ctx, testName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	return ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, -1)
+}
+
+func TestElectorRunReleaseAndShutdown(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		releaseOnShutdown bool
+		wantHolderAfter   string
+	}{
+		{name: "release on shutdown", releaseOnShutdown: true, wantHolderAfter: ""},
+		{name: "lease left to expire", releaseOnShutdown: false, wantHolderAfter: testIdentity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			client := newFakeClient(t, []string{"get", "create", "update"})
+			cfg := fastConfig(client)
+			cfg.ReleaseOnShutdown = tc.releaseOnShutdown
+			e, err := New(cfg)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			if err := e.Candidate(); err == nil {
+				t.Error("Candidate() = nil before Run")
+			}
+			cancel, done := runElector(t, ctx, e)
+			waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
+			if err := e.Candidate(); err != nil {
+				t.Errorf("Candidate() = %v while running", err)
+			}
+			if err := e.Healthy(); err != nil {
+				t.Errorf("Healthy() = %v while leading", err)
+			}
+			if holder, _ := leaseHolder(t, ctx, client); holder != testIdentity {
+				t.Errorf("Lease holder = %q, want %q", holder, testIdentity)
+			}
+
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(wait.ForeverTestTimeout):
+				t.Fatal("Run did not return")
+			}
+			if e.Snapshot().IsLeader {
+				t.Error("IsLeader = true after Run returned")
+			}
+			if holder, _ := leaseHolder(t, ctx, client); holder != tc.wantHolderAfter {
+				t.Errorf("Lease holder after shutdown = %q, want %q", holder, tc.wantHolderAfter)
+			}
+			if err := e.Candidate(); err == nil {
+				t.Error("Candidate() = nil after Run returned")
+			}
+		})
+	}
+}
+
+func TestElectorRunReleaseOnRequest(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, []string{"get", "create", "update"})
+	e, err := New(fastConfig(client))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runElector(t, ctx, e)
+	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
+	_, token := leaseHolder(t, ctx, client)
+
+	s, err := e.Release(ctx)
+	if err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if s.IsLeader || s.Holder != "" || s.FencingToken != int64(token) {
+		t.Errorf("state after Release: isLeader, holder, token = %v, %q, %d; want false, \"\", %d", s.IsLeader, s.Holder, s.FencingToken, token)
+	}
+	if holder, transitions := leaseHolder(t, ctx, client); holder != "" || transitions != token {
+		t.Errorf("Lease after Release: holder %q, transitions %d; want \"\", %d", holder, transitions, token)
+	}
+	// Sitting out: a second release finds no leader.
+	if _, err := e.Release(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("second Release error = %v, want ErrNotLeader", err)
+	}
+}
+
+// TestElectorPreviousIncarnation starts the elector on a Lease that already
+// names its identity: it must not continue that term, but wait for it to
+// expire and start a new one with a greater fencing token.
+func TestElectorPreviousIncarnation(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	lease := newLease(testIdentity, 7, time.Now())
+	lease.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+	client := newFakeClient(t, []string{"get", "create", "update"}, lease)
+	e, err := New(fastConfig(client))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+
+	// Record every state published until leadership.
+	var (
+		mu     sync.Mutex
+		states []State
+	)
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s, changed := e.Watch()
+		for {
+			mu.Lock()
+			states = append(states, s)
+			mu.Unlock()
+			select {
+			case <-changed:
+			case <-watchCtx.Done():
+				return
+			}
+			s, changed = e.Watch()
+		}
+	}()
+
+	runElector(t, ctx, e)
+	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
+	stopWatching()
+	<-watched
+
+	if s := e.Snapshot(); s.FencingToken != 8 {
+		t.Errorf("FencingToken = %d, want 8 (a new term)", s.FencingToken)
+	}
+	if holder, transitions := leaseHolder(t, ctx, client); holder != testIdentity || transitions != 8 {
+		t.Errorf("Lease holder, transitions = %q, %d; want %q, 8", holder, transitions, testIdentity)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range states {
+		if s.IsLeader && s.FencingToken != 8 {
+			t.Errorf("claimed leadership with fencing token %d: %+v", s.FencingToken, s)
+		}
+	}
+}
