@@ -115,7 +115,13 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	}
 	c.cmd = exec.Command(binary, args...)
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
-	c.cmd.Env = append(os.Environ(), o.env...)
+	// The race detector sleeps a second at exit by default; exits are
+	// measured here.
+	base := os.Environ()
+	if o.bareArgs {
+		base = nil // the test gives the whole environment
+	}
+	c.cmd.Env = append(append(base, "GORACE=atexit_sleep_ms=20"), o.env...)
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -130,6 +136,9 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 			_ = c.cmd.Process.Signal(syscall.SIGCONT)
 			_ = c.cmd.Process.Kill()
 			<-c.done
+		}
+		if strings.Contains(c.log(), "WARNING: DATA RACE") {
+			t.Errorf("%s: the race detector reported a data race", name)
 		}
 		if t.Failed() {
 			c.dumpLog()
@@ -341,4 +350,17 @@ func contains(list []*candidate, c *candidate) bool {
 		}
 	}
 	return false
+}
+
+// waitFollowing waits until c reports leader as the holder.
+func waitFollowing(t testing.TB, c, leader *candidate) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		s, err := c.state()
+		return err == nil && s.Holder == leader.name && !s.IsLeader, nil
+	})
+	if err != nil {
+		s, _ := c.state()
+		t.Fatalf("%s does not follow %s: %+v", c.name, leader.name, s)
+	}
 }
