@@ -101,12 +101,12 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	client, err := election.NewClientset(restConfig, opts.RenewDeadline)
+	requests, watches, err := election.NewClientsets(restConfig, opts.RenewDeadline)
 	if err != nil {
 		return err
 	}
 	cfg := opts.electionConfig()
-	cfg.Client = client
+	cfg.Client, cfg.WatchClient = requests, watches
 	elector, err := election.New(cfg)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -57,8 +58,11 @@ type Config struct {
 	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
 	// that a standby takes over at once instead of after the lease duration.
 	ReleaseOnShutdown bool
-	// Client is used for the Lease; build it with NewClientset.
+	// Client sends the Lease requests; build it with NewClientsets.
 	Client kubernetes.Interface
+	// WatchClient watches the Lease; it must not have a request timeout
+	// (a watch is one long request). Nil means Client.
+	WatchClient kubernetes.Interface
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithDelayedExecution
 }
@@ -90,19 +94,23 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// NewClientset builds the clientset the elector uses, as client-go's
-// resourcelock.NewFromKubeconfig does: its own client with user agent
-// "leader-election" and a request timeout of half the renew deadline, so that
-// one slow request cannot use up the whole deadline.
-func NewClientset(cfg *rest.Config, renewDeadline time.Duration) (kubernetes.Interface, error) {
+// NewClientsets builds the clients the elector uses. requests is built as
+// client-go's resourcelock.NewFromKubeconfig does: its own client with user
+// agent "leader-election" and a request timeout of half the renew deadline,
+// so that one slow request cannot use up the whole deadline. watches has the
+// same user agent and no timeout, for the Lease watch.
+func NewClientsets(cfg *rest.Config, renewDeadline time.Duration) (requests, watches kubernetes.Interface, err error) {
 	c := rest.CopyConfig(cfg)
-	c.Timeout = renewDeadline / 2
 	rest.AddUserAgent(c, "leader-election")
-	cs, err := kubernetes.NewForConfig(c)
-	if err != nil {
-		return nil, fmt.Errorf("build leader election client: %w", err)
+	w := rest.CopyConfig(c)
+	c.Timeout = renewDeadline / 2
+	if requests, err = kubernetes.NewForConfig(c); err != nil {
+		return nil, nil, fmt.Errorf("build leader election client: %w", err)
 	}
-	return cs, nil
+	if watches, err = kubernetes.NewForConfig(w); err != nil {
+		return nil, nil, fmt.Errorf("build leader election watch client: %w", err)
+	}
+	return requests, watches, nil
 }
 
 // Elector takes part in the election for one Lease until its context ends.
@@ -113,6 +121,7 @@ type Elector struct {
 	tracker *tracker
 	metrics *metrics
 	lock    *observingLock
+	cache   *leaseCache
 	healthz *leaderelection.HealthzAdaptor
 
 	mu sync.Mutex
@@ -121,6 +130,9 @@ type Elector struct {
 	// releasing is the pending POST /release, if any.
 	releasing *releaseRequest
 	running   bool
+	// attempt fires when a candidate should try the Lease: at once when it
+	// was released, exactly at its expiry when its holder stopped renewing.
+	attempt clock.Timer
 }
 
 type releaseRequest struct {
@@ -144,10 +156,15 @@ func New(cfg Config) (*Elector, error) {
 		metrics: newMetrics(t),
 		healthz: leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
 	}
+	watches := cfg.WatchClient
+	if watches == nil {
+		watches = cfg.Client
+	}
+	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
 	e.lock = &observingLock{
 		inner: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
-			Client:     cfg.Client.CoordinationV1(),
+			Client:     e.cache,
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
 		},
 		tracker: t,
@@ -209,6 +226,45 @@ func (e *Elector) Release(ctx context.Context) (State, error) {
 	}
 }
 
+// onLeaseChange is called with every version of the Lease the watch
+// delivers (nil: deleted).
+func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
+	if lease == nil {
+		e.tracker.observeDeleted()
+	} else {
+		e.tracker.observeRead(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)))
+	}
+	e.scheduleAttempt()
+}
+
+// scheduleAttempt arms the attempt timer for the next moment this candidate
+// may take the Lease. client-go's elector only tries every retry period;
+// starting a new round makes it try at once.
+func (e *Elector) scheduleAttempt() {
+	at, ok := e.tracker.nextAttempt()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.attempt != nil {
+		e.attempt.Stop()
+		e.attempt = nil
+	}
+	if !ok || e.releasing != nil || !e.running {
+		return
+	}
+	// A millisecond late, so that the expiry has certainly passed.
+	d := max(at.Sub(e.clock.Now()), 0) + time.Millisecond
+	e.attempt = e.clock.AfterFunc(d, e.attemptNow)
+}
+
+func (e *Elector) attemptNow() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.releasing != nil || e.cancelRun == nil || e.tracker.holdingLease() {
+		return
+	}
+	e.cancelRun()
+}
+
 // stopRound ends the current round of client-go's elector; Run starts a new
 // one.
 func (e *Elector) stopRound() {
@@ -243,6 +299,17 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.running = true
 	e.mu.Unlock()
 
+	cacheCtx, stopCache := context.WithCancel(ctx)
+	cacheDone := make(chan struct{})
+	go func() {
+		defer close(cacheDone)
+		e.cache.run(cacheCtx)
+	}()
+	defer func() {
+		stopCache()
+		<-cacheDone
+	}()
+
 	var err error
 	for ctx.Err() == nil {
 		if err = e.runRound(ctx); err != nil {
@@ -253,6 +320,9 @@ func (e *Elector) Run(ctx context.Context) error {
 
 	e.mu.Lock()
 	e.running = false
+	if e.attempt != nil {
+		e.attempt.Stop()
+	}
 	e.mu.Unlock()
 	e.tracker.setClaiming(false)
 	if err == nil && e.cfg.ReleaseOnShutdown {
@@ -328,17 +398,18 @@ func (e *Elector) serveRelease(ctx context.Context) {
 	}
 }
 
-// release clears the Lease's holder, but only if the Lease read just now
-// still names this process's own term: never clear a Lease someone else has
-// taken. A conflict means the Lease changed between read and write; it is
-// read and checked again.
+// release clears the Lease's holder, but only if the Lease still names
+// this process's own term: never clear a Lease someone else has taken. The
+// Lease is read from the watch-backed cache and the write is conditional on
+// its resourceVersion, so if the cache was behind the write fails with a
+// conflict, the Lease is read again and checked again.
 func (e *Elector) release(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	token, ok := e.tracker.ownTerm()
 	if !ok {
 		return nil
 	}
-	leases := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace)
+	leases := e.cache.Leases(e.cfg.Namespace)
 	for range 3 {
 		lease, err := leases.Get(ctx, e.cfg.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

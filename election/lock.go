@@ -14,17 +14,27 @@ import (
 // errClaimLapsed is returned instead of renewing a claim that has run out.
 var errClaimLapsed = errors.New("leadership claim lapsed before renewal; starting a new acquisition")
 
+// errNotExpired is returned instead of taking a Lease whose holder may
+// still be renewing it.
+var errNotExpired = errors.New("the lease holder has renewed within the lease duration; not taking the lease")
+
 // observingLock wraps client-go's LeaseLock. Every record client-go reads or
 // writes passes through it, so the tracker learns the holder, the fencing
 // token and the start of every successful renewal without a second request.
 //
-// It also changes two things client-go would otherwise do:
+// Reads come from a watch-backed cache (see leaseCache); writes carry the
+// resourceVersion that was read.
+//
+// It also changes what client-go would otherwise do:
 //   - Until this process has written the Lease itself, a record that names its
 //     own identity belongs to a previous incarnation (a restarted container of
 //     the same pod). client-go would silently continue that term; the lock
 //     shows it to client-go under another name, so client-go waits for it to
 //     expire like any other holder's and then starts a new term with a new
 //     fencing token.
+//   - A Lease whose holder has not renewed for a whole lease duration, by this
+//     pod's exact observation, is shown as free, and no acquisition is sent
+//     before that (see Update).
 //   - A renewal of a claim that has lapsed (the process was paused past the
 //     renew deadline) is refused, and onLapse is called, so that leadership
 //     never silently resumes: the elector starts over and a new claim begins.
@@ -54,28 +64,49 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 		return rec, raw, err
 	}
 	l.tracker.observeRead(recordOf(rec))
-	if !l.wroteOnce && rec.HolderIdentity == l.inner.Identity() {
-		disguised := *rec
-		disguised.HolderIdentity += previousIncarnationSuffix
-		raw, err = json.Marshal(disguised)
-		if err != nil {
-			return nil, nil, fmt.Errorf("encode election record: %w", err)
-		}
-		return &disguised, raw, nil
+	shown := *rec
+	switch {
+	case rec.HolderIdentity != "" && !l.tracker.holdingLease() && l.tracker.holderExpired():
+		// Expired by this pod's own full-precision observation: shown as
+		// free so that client-go tries at once instead of measuring the
+		// expiry again from now (it starts its clock at its first read).
+		shown.HolderIdentity = ""
+	case !l.wroteOnce && rec.HolderIdentity == l.inner.Identity():
+		shown.HolderIdentity += previousIncarnationSuffix
+	default:
+		return rec, raw, nil
 	}
-	return rec, raw, nil
+	raw, err = json.Marshal(shown)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode election record: %w", err)
+	}
+	return &shown, raw, nil
 }
 
 func (l *observingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	// If the Lease was deleted, a new one would restart the fencing token at
+	// 0; continue from the last token this pod saw instead.
+	if last, ok := l.tracker.lastToken(); ok && int64(ler.LeaderTransitions) <= last {
+		ler.LeaderTransitions = int(last) + 1
+	}
 	return l.write(ctx, ler, l.inner.Create)
 }
 
 func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	if ler.HolderIdentity == l.inner.Identity() && l.tracker.claimLapsed() {
-		if l.onLapse != nil {
-			l.onLapse()
+	if ler.HolderIdentity == l.inner.Identity() {
+		if l.tracker.claimLapsed() {
+			if l.onLapse != nil {
+				l.onLapse()
+			}
+			return errClaimLapsed
 		}
-		return errClaimLapsed
+		// client-go decides that a Lease has expired by comparing records
+		// at one-second precision; renewals within one second look
+		// unchanged to it. This pod's own observation is exact, and no
+		// acquisition goes out that it does not allow.
+		if !l.tracker.mayAcquire() {
+			return errNotExpired
+		}
 	}
 	return l.write(ctx, ler, l.inner.Update)
 }

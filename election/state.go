@@ -246,6 +246,77 @@ func (t *tracker) observeNotFound() {
 	t.reachedAPI = true
 }
 
+// observeDeleted records that the Lease was deleted: no one holds it.
+func (t *tracker) observeDeleted() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.observeLocked(now, record{transitions: t.observed.transitions})
+	t.holding = false
+	t.publishLocked(now)
+}
+
+// holderExpired reports whether the observed holder has not renewed for its
+// whole lease duration, measured on this pod's monotonic clock from when it
+// last saw the record change: client-go's rule for taking over a Lease, at
+// full precision (client-go compares records at one-second precision).
+func (t *tracker) holderExpired() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.holderExpiredLocked(t.clock.Now())
+}
+
+func (t *tracker) holderExpiredLocked(now time.Time) bool {
+	return t.haveObserved && t.observed.holder != "" && now.Sub(t.observedAt) >= t.observedDurationLocked()
+}
+
+// mayAcquire reports whether this pod may write itself into the Lease now
+// as a new holder: the Lease is free, expired, or still holds this
+// process's own term (nobody else wrote it since). The write itself is
+// conditional on the resourceVersion that was read, so if the Lease changed
+// after it was observed the write fails.
+func (t *tracker) mayAcquire() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holding || !t.haveObserved || t.observed.holder == "" {
+		return true
+	}
+	if t.observed.holder == t.identity && t.hasOwnTerm && t.observed.transitions == t.ownToken {
+		return true
+	}
+	return t.holderExpiredLocked(t.clock.Now())
+}
+
+// lastToken returns the last fencing token observed, if any.
+func (t *tracker) lastToken() (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.observed.transitions, t.haveObserved
+}
+
+// holdingLease reports whether this pod's last write holds the Lease.
+func (t *tracker) holdingLease() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.holding
+}
+
+// nextAttempt returns when this candidate should next try to take the
+// Lease: at once if no one holds it, at the moment the holder's lease runs
+// out otherwise. ok is false while this pod holds the Lease, is not
+// claiming, or has not seen the Lease yet.
+func (t *tracker) nextAttempt() (at time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holding || !t.claiming || !t.haveObserved {
+		return time.Time{}, false
+	}
+	if t.observed.holder == "" {
+		return t.clock.Now(), true
+	}
+	return t.observedAt.Add(t.observedDurationLocked()), true
+}
+
 func (t *tracker) observeLocked(now time.Time, r record) {
 	if t.haveObserved && r == t.observed {
 		return

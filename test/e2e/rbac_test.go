@@ -159,6 +159,7 @@ func TestShippedRBAC(t *testing.T) {
 	}
 	want := []access{
 		{namespace, "coordination.k8s.io", "leases", "get"},
+		{namespace, "coordination.k8s.io", "leases", "watch"},
 		{namespace, "coordination.k8s.io", "leases", "create"},
 		{namespace, "coordination.k8s.io", "leases", "update"},
 	}
@@ -170,21 +171,31 @@ func TestShippedRBAC(t *testing.T) {
 	}
 }
 
-// TestEveryShippedVerbIsNeeded: a Role missing any one of the shipped verbs
-// leaves the candidate unable to lead (or, for update, to take a Lease that
-// exists), and it reports why without crashing.
+// TestEveryShippedVerbIsNeeded: reading needs get or watch (watch makes
+// idle candidates free, get is the fallback while the watch is not synced);
+// a Role missing both, or create, or update leaves the candidate unable to
+// lead (for update: to take a Lease that exists). Each candidate reports the
+// refusal and keeps running.
 func TestEveryShippedVerbIsNeeded(t *testing.T) {
 	_, role, _ := shippedRBAC(t)
 	if len(role.Rules) != 1 {
 		t.Fatalf("expected one rule in the shipped Role, got %d", len(role.Rules))
 	}
+	// Whether the candidate can still lead without the verb.
+	leadsWithout := map[string]bool{"get": true, "watch": true, "get+watch": false, "create": false, "update": false}
 	for _, verb := range role.Rules[0].Verbs {
+		if _, known := leadsWithout[verb]; !known {
+			t.Fatalf("the shipped Role has verb %q that this test does not know", verb)
+		}
+	}
+	for _, verb := range []string{"get", "watch", "get+watch", "create", "update"} {
+		leads := leadsWithout[verb]
 		t.Run("without "+verb, func(t *testing.T) {
-			namespace := "rbac-no-" + verb
+			namespace := "rbac-no-" + strings.ReplaceAll(verb, "+", "-")
 			rule := role.Rules[0]
-			rule.Verbs = slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return v == verb })
+			rule.Verbs = slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return slices.Contains(strings.Split(verb, "+"), v) })
 			kubeconfig := applyRBAC(t, namespace, []rbacv1.PolicyRule{rule})
-			lease := "no-" + verb
+			lease := "no-" + strings.ReplaceAll(verb, "+", "-")
 			if verb == "update" {
 				// Create succeeds on a missing Lease without update; make
 				// the Lease exist (released) so taking it needs an update.
@@ -196,26 +207,37 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 				}
 			}
 			c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
+			if verb == "get" {
+				// With the watch working, get is not even tried.
+				g := &group{t: t, lease: lease, candidates: []*candidate{c}}
+				g.waitLeader(10 * time.Second)
+				return
+			}
 			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 				return strings.Contains(c.log(), "forbidden"), nil
 			})
 			if err != nil {
 				t.Fatalf("no 'forbidden' in the log without %q:\n%s", verb, c.log())
 			}
-			// Give it a lease duration and then some to prove it never leads.
-			deadline := time.Now().Add(leaseDuration + time.Second)
-			for time.Now().Before(deadline) {
-				s, err := c.state()
-				if err != nil {
-					t.Fatal(err)
+			if leads {
+				g := &group{t: t, lease: lease, candidates: []*candidate{c}}
+				g.waitLeader(10 * time.Second)
+			} else {
+				// A lease duration and then some: it never leads.
+				deadline := time.Now().Add(leaseDuration + time.Second)
+				for time.Now().Before(deadline) {
+					s, err := c.state()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if s.IsLeader {
+						t.Fatalf("led without %q", verb)
+					}
+					time.Sleep(100 * time.Millisecond)
 				}
-				if s.IsLeader {
-					t.Fatalf("led without %q", verb)
+				if code, body, _ := c.probe("/readyz"); code != 503 {
+					t.Errorf("/readyz = %d %q, want 503", code, body)
 				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if code, body, _ := c.probe("/readyz"); code != 503 {
-				t.Errorf("/readyz = %d %q, want 503", code, body)
 			}
 			if !c.running() {
 				t.Errorf("exited without %q", verb)

@@ -1,0 +1,222 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// leaseCache keeps the one Lease up to date from a watch, so that reading it
+// costs the API server nothing: an idle candidate holds one watch open and
+// sends no requests at all.
+//
+// It is a coordinationv1client.LeasesGetter for client-go's LeaseLock: Get is
+// served from the cache, Create and Update go to the API server and their
+// results are remembered. Every write carries the resourceVersion of the
+// object it was based on, so a stale cache can only make an update fail with
+// a conflict — never let two candidates both take the Lease. A conflict
+// refreshes the cache with a direct read.
+type leaseCache struct {
+	namespace, name string
+	requests        kubernetes.Interface
+	watches         kubernetes.Interface
+	// onChange is called with every version of the Lease the watch delivers
+	// (nil when it is deleted), on the informer's goroutine.
+	onChange func(*coordinationv1.Lease)
+
+	// syncedCh is closed once the watch has delivered the Lease's state.
+	syncedCh chan struct{}
+
+	mu     sync.Mutex
+	latest *coordinationv1.Lease
+	synced bool
+	// waited is set after the first read has waited for the watch to sync.
+	waited bool
+}
+
+// syncWait is how long the first read waits for the watch before it asks
+// the API server directly.
+const syncWait = time.Second
+
+func newLeaseCache(namespace, name string, requests, watches kubernetes.Interface, onChange func(*coordinationv1.Lease)) *leaseCache {
+	return &leaseCache{namespace: namespace, name: name, requests: requests, watches: watches, onChange: onChange, syncedCh: make(chan struct{})}
+}
+
+// run watches the Lease until ctx ends.
+func (c *leaseCache) run(ctx context.Context) {
+	byName := fields.OneTermEqualSelector("metadata.name", c.name).String()
+	leases := c.watches.CoordinationV1().Leases(c.namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = byName
+			return leases.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = byName
+			return leases.Watch(ctx, opts)
+		},
+	}
+	logger := klog.FromContext(ctx).WithName("lease-watch")
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		Logger:        &logger,
+		ListerWatcher: lw,
+		ObjectType:    &coordinationv1.Lease{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.observe(obj) },
+			UpdateFunc: func(_, obj any) { c.observe(obj) },
+			DeleteFunc: func(any) { c.observeDeleted() },
+		},
+	})
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			c.mu.Lock()
+			c.synced = true
+			c.mu.Unlock()
+			close(c.syncedCh)
+		}
+	}()
+	informer.RunWithContext(ctx)
+}
+
+func (c *leaseCache) observe(obj any) {
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	if c.remember(lease) && c.onChange != nil {
+		c.onChange(lease)
+	}
+}
+
+func (c *leaseCache) observeDeleted() {
+	c.mu.Lock()
+	c.latest = nil
+	c.mu.Unlock()
+	if c.onChange != nil {
+		c.onChange(nil)
+	}
+}
+
+// remember keeps lease if it is newer than what the cache holds, and
+// reports whether it did. Our own writes and the watch both feed the cache,
+// and the watch may deliver an older version after our write has returned.
+func (c *leaseCache) remember(lease *coordinationv1.Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.latest != nil && !newer(lease.ResourceVersion, c.latest.ResourceVersion) {
+		return false
+	}
+	c.latest = lease.DeepCopy()
+	return true
+}
+
+// newer compares resourceVersions. They are opaque to clients in general;
+// the API server backed by etcd issues increasing integers, which is what
+// this relies on. If either does not parse, the new one is taken: a wrong
+// guess only costs a conflict on the next write.
+func newer(candidate, current string) bool {
+	a, errA := strconv.ParseUint(candidate, 10, 64)
+	b, errB := strconv.ParseUint(current, 10, 64)
+	if errA != nil || errB != nil {
+		return candidate != current
+	}
+	return a > b
+}
+
+// get returns a copy of the cached Lease. The first read waits briefly for
+// the watch to sync; while it has not — for good when the watch is not
+// allowed — reads go to the API server, as with plain client-go.
+func (c *leaseCache) get(ctx context.Context) (*coordinationv1.Lease, error) {
+	c.mu.Lock()
+	wait := !c.synced && !c.waited
+	c.waited = true
+	c.mu.Unlock()
+	if wait {
+		timer := time.NewTimer(syncWait)
+		select {
+		case <-c.syncedCh:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+	}
+	c.mu.Lock()
+	synced, latest := c.synced, c.latest
+	c.mu.Unlock()
+	if !synced {
+		return c.refresh(ctx)
+	}
+	if latest == nil {
+		return nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), c.name)
+	}
+	return latest.DeepCopy(), nil
+}
+
+// refresh reads the Lease from the API server into the cache.
+func (c *leaseCache) refresh(ctx context.Context) (*coordinationv1.Lease, error) {
+	lease, err := c.requests.CoordinationV1().Leases(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if c.remember(lease) && c.onChange != nil {
+		c.onChange(lease)
+	}
+	return lease.DeepCopy(), nil
+}
+
+// Leases implements coordinationv1client.LeasesGetter for LeaseLock.
+func (c *leaseCache) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return cachedLeases{LeaseInterface: c.requests.CoordinationV1().Leases(namespace), cache: c}
+}
+
+// cachedLeases serves Get from the cache; everything else goes to the API
+// server.
+type cachedLeases struct {
+	coordinationv1client.LeaseInterface
+	cache *leaseCache
+}
+
+func (l cachedLeases) Get(ctx context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if name != l.cache.name {
+		return nil, fmt.Errorf("lease cache holds %s, not %s", l.cache.name, name)
+	}
+	return l.cache.get(ctx)
+}
+
+func (l cachedLeases) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	created, err := l.LeaseInterface.Create(ctx, lease, opts)
+	l.afterWrite(ctx, created, err)
+	return created, err
+}
+
+func (l cachedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	updated, err := l.LeaseInterface.Update(ctx, lease, opts)
+	l.afterWrite(ctx, updated, err)
+	return updated, err
+}
+
+// afterWrite remembers a written Lease, and on a conflict (the cache was
+// behind) or AlreadyExists reads the Lease afresh for the next attempt.
+func (l cachedLeases) afterWrite(ctx context.Context, written *coordinationv1.Lease, err error) {
+	switch {
+	case err == nil:
+		l.cache.remember(written)
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		if _, rerr := l.cache.refresh(ctx); rerr != nil {
+			klog.FromContext(ctx).V(4).Info("Could not refresh the lease after a conflict", "err", rerr)
+		}
+	}
+}
