@@ -34,3 +34,17 @@ demo: ## local demo: control plane + three candidates, graceful handover and cra
 
 clean: ## remove build outputs (the tool cache stays)
 	rm -rf bin e2e.out
+
+# Benchmarks (bench/): leader-elector against a plain client-go baseline on a
+# real control plane. `make bench` is the full run whose table the README
+# shows (about 20 minutes); `make bench-smoke` is a short run with small
+# counts and timings that only proves the benchmark still works (CI).
+.PHONY: bench bench-smoke
+test: bench-smoke
+
+bench: tools ## benchmarks, full run at the default timings (~20 min); the table also goes to bench.out
+	$(GO) run ./bench --output bench.out
+
+bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)
+	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \
+		--handovers=3 --crashes=2 --idle-warmup=2s --idle-window=10s --http-duration=2s --output bench-smoke.out

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loadResult is one or more runs of the GET /leader load.
+type loadResult struct {
+	requests int64
+	errors   int64
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	// serverCores and clientCores are the CPU used by the server and by
+	// this process (the load generator) while measuring, in cores.
+	serverCores, clientCores float64
+	hists                    []*histogram
+}
+
+func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
+
+// combine merges runs into one result, as if they were one long run.
+func combine(runs ...loadResult) loadResult {
+	var out loadResult
+	var server, client float64
+	for _, r := range runs {
+		out.requests += r.requests
+		out.errors += r.errors
+		out.elapsed += r.elapsed
+		out.hists = append(out.hists, r.hists...)
+		server += r.serverCores * r.elapsed.Seconds()
+		client += r.clientCores * r.elapsed.Seconds()
+	}
+	out.serverCores, out.clientCores = server/out.elapsed.Seconds(), client/out.elapsed.Seconds()
+	q := quantiles(out.hists, 0.50, 0.99)
+	out.p50, out.p99 = q[0], q[1]
+	return out
+}
+
+// httpLoad measures GET /leader on the leader with HTTPConns keep-alive
+// connections; for leader-elector, then again with SSEClients /events
+// streams attached, then once more without them, so that the figure without
+// SSE brackets the one with it in time and drift does not pass for a
+// difference.
+func httpLoad(ctx context.Context, opts *options, g *group, res *implResult) error {
+	leader, _, err := roles(ctx, g)
+	if err != nil {
+		return err
+	}
+	addr := strings.TrimPrefix(leader.apiURL, "http://")
+	report := func(what string, r loadResult) {
+		logf("%s GET /leader, %s: %.0f req/s, p50 %v, p99 %v, %d errors; server %.2f cores, load generator %.2f cores",
+			g.im.key, what, r.rps(), r.p50, r.p99, r.errors, r.serverCores, r.clientCores)
+	}
+	before, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("%d connections", opts.HTTPConns), before)
+	if !g.im.leaderElector || opts.SSEClients == 0 {
+		res.http = &before
+		return nil
+	}
+	sseCtx, stopSSE := context.WithCancel(ctx)
+	if err := attachSSE(sseCtx, leader.apiURL+"/events", opts.SSEClients); err != nil {
+		stopSSE()
+		return err
+	}
+	withSSE, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
+	stopSSE()
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("%d connections, %d SSE clients", opts.HTTPConns, opts.SSEClients), withSSE)
+	after, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
+	if err != nil {
+		return err
+	}
+	report(fmt.Sprintf("%d connections, again", opts.HTTPConns), after)
+	plain := combine(before, after)
+	res.http, res.httpSSE = &plain, &withSSE
+	return nil
+}
+
+// histogram counts latencies in 1 µs buckets up to histogramSpan; slower
+// requests are kept one by one.
+type histogram struct {
+	buckets []uint32
+	slow    []time.Duration
+}
+
+const histogramSpan = 100 * time.Millisecond
+
+func newHistogram() *histogram {
+	return &histogram{buckets: make([]uint32, histogramSpan/time.Microsecond)}
+}
+
+func (h *histogram) add(d time.Duration) {
+	if i := int(d / time.Microsecond); i < len(h.buckets) {
+		h.buckets[i]++
+		return
+	}
+	h.slow = append(h.slow, d)
+}
+
+// quantiles merges hs and returns the nearest-rank quantiles qs.
+func quantiles(hs []*histogram, qs ...float64) []time.Duration {
+	merged := newHistogram()
+	var total int
+	for _, h := range hs {
+		for i, n := range h.buckets {
+			merged.buckets[i] += n
+			total += int(n)
+		}
+		merged.slow = append(merged.slow, h.slow...)
+		total += len(h.slow)
+	}
+	sortDurations(merged.slow)
+	out := make([]time.Duration, len(qs))
+	for k, q := range qs {
+		rank := rankOf(q, total)
+		seen := 0
+		found := false
+		for i, n := range merged.buckets {
+			seen += int(n)
+			if seen >= rank {
+				out[k] = time.Duration(i)*time.Microsecond + time.Microsecond/2
+				found = true
+				break
+			}
+		}
+		if !found && rank-seen-1 < len(merged.slow) && rank > 0 {
+			out[k] = merged.slow[rank-seen-1]
+		}
+	}
+	return out
+}
+
+// runLoad keeps conns connections busy with GET /leader, one request at a
+// time each, for a warm-up second and then for d, and reports the requests
+// completed in d. It speaks HTTP/1.1 on raw connections with reused buffers,
+// so that the load generator, sharing the machine's cores with the server,
+// costs as little as possible.
+func runLoad(ctx context.Context, addr string, serverPID, conns int, d time.Duration) (loadResult, error) {
+	var (
+		measuring, stopped atomic.Bool
+		requests, failures atomic.Int64
+		wg                 sync.WaitGroup
+		firstErr           error
+		errOnce            sync.Once
+	)
+	hists := make([]*histogram, conns)
+	request := []byte("GET /leader HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: leader-elector-bench\r\nAccept: application/json\r\n\r\n")
+	for w := range conns {
+		hists[w] = newHistogram()
+		wg.Add(1)
+		go func(h *histogram) {
+			defer wg.Done()
+			var conn net.Conn
+			var br *bufio.Reader
+			defer func() {
+				if conn != nil {
+					conn.Close()
+				}
+			}()
+			for !stopped.Load() {
+				if conn == nil {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						errOnce.Do(func() { firstErr = fmt.Errorf("connect to %s: %w", addr, err) })
+						return
+					}
+					conn, br = c, bufio.NewReaderSize(c, 16<<10)
+				}
+				start := time.Now()
+				_, err := conn.Write(request)
+				status, keepAlive := 0, false
+				if err == nil {
+					status, keepAlive, err = readResponse(br)
+				}
+				took := time.Since(start)
+				if measuring.Load() && !stopped.Load() {
+					if err != nil || status != http.StatusOK {
+						failures.Add(1)
+					} else {
+						requests.Add(1)
+						h.add(took)
+					}
+				}
+				if err != nil || !keepAlive {
+					conn.Close()
+					conn = nil
+				}
+			}
+		}(hists[w])
+	}
+	err := pause(ctx, loadWarmup)
+	server0, err1 := cpuTicks(serverPID)
+	client0, err2 := cpuTicks(os.Getpid())
+	measuring.Store(true)
+	began := time.Now()
+	if err == nil {
+		err = pause(ctx, d)
+	}
+	stopped.Store(true)
+	elapsed := time.Since(began)
+	server1, err3 := cpuTicks(serverPID)
+	client1, err4 := cpuTicks(os.Getpid())
+	wg.Wait()
+	if err := errors.Join(err, firstErr, err1, err2, err3, err4); err != nil {
+		return loadResult{}, err
+	}
+	q := quantiles(hists, 0.50, 0.99)
+	return loadResult{
+		requests: requests.Load(), errors: failures.Load(), elapsed: elapsed, p50: q[0], p99: q[1],
+		serverCores: float64(server1-server0) / clockTicksPerSecond / elapsed.Seconds(),
+		clientCores: float64(client1-client0) / clockTicksPerSecond / elapsed.Seconds(),
+		hists:       hists,
+	}, nil
+}
+
+// loadWarmup runs before each measured load run: connections, goroutines and
+// the server's heap settle.
+const loadWarmup = 2 * time.Second
+
+// readResponse reads one HTTP/1.1 response and discards its body. It returns
+// the status and whether the connection may be reused.
+func readResponse(br *bufio.Reader) (status int, keepAlive bool, err error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return 0, false, err
+	}
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
+		return 0, false, fmt.Errorf("bad status line %q", line)
+	}
+	if status, err = strconv.Atoi(string(line[9:12])); err != nil {
+		return 0, false, fmt.Errorf("bad status line %q", line)
+	}
+	length, chunked, keepAlive := -1, false, true
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, false, err
+		}
+		if len(bytes.TrimRight(line, "\r\n")) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil {
+				return 0, false, fmt.Errorf("bad Content-Length %q", value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			keepAlive = !bytes.EqualFold(value, []byte("close"))
+		}
+	}
+	switch {
+	case chunked:
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return 0, false, err
+			}
+			size, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.SplitN(line, []byte(";"), 2)[0])), 16, 64)
+			if err != nil {
+				return 0, false, fmt.Errorf("bad chunk size %q", line)
+			}
+			if size == 0 {
+				// Trailers, then the empty line.
+				for {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						return 0, false, err
+					}
+					if len(bytes.TrimRight(line, "\r\n")) == 0 {
+						return status, keepAlive, nil
+					}
+				}
+			}
+			if _, err := br.Discard(int(size) + 2); err != nil {
+				return 0, false, err
+			}
+		}
+	case length >= 0:
+		if _, err := br.Discard(length); err != nil {
+			return 0, false, err
+		}
+		return status, keepAlive, nil
+	default:
+		return 0, false, errors.New("response without length")
+	}
+}
+
+// attachSSE opens n /events streams that read (and drop) everything the
+// server sends until ctx ends, and returns once each has received its first
+// event.
+func attachSSE(ctx context.Context, url string, n int) error {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}}
+	ready := make(chan error, n)
+	for range n {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				ready <- err
+				return
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				ready <- fmt.Errorf("GET %s: %w", url, err)
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				ready <- fmt.Errorf("GET %s: %s", url, resp.Status)
+				return
+			}
+			br := bufio.NewReader(resp.Body)
+			signalled := false
+			for {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					if !signalled {
+						ready <- fmt.Errorf("read %s: %w", url, err)
+					}
+					return
+				}
+				if !signalled && strings.HasPrefix(line, "event:") {
+					ready <- nil
+					signalled = true
+				}
+			}
+		}()
+	}
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	for range n {
+		select {
+		case err := <-ready:
+			if err != nil {
+				return err
+			}
+		case <-deadline.C:
+			return fmt.Errorf("%d SSE clients: not all received their first event within 30s", n)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

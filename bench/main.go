@@ -1,0 +1,156 @@
+// Command bench measures leader-elector against a baseline — the smallest
+// program built on client-go's tools/leaderelection (bench/baseline) — on a
+// real control plane (etcd + kube-apiserver from test/cluster), in the same
+// run, and prints one table with the targets of issue 6:
+//
+//   - graceful handover: SIGTERM of the leader → another candidate answers
+//     isLeader: true;
+//   - crash failover: SIGKILL of the leader, measured from the old leader's
+//     last renewal (the Lease's renewTime, recorded by a watch) to the new
+//     holder's acquireTime, and whether anyone took the Lease before the old
+//     leader's claim had run out;
+//   - API requests per second of an idle follower and of the leader, from the
+//     API server's audit log (one service account per candidate), cross-checked
+//     against apiserver_request_total;
+//   - GET /leader throughput and latency on loopback, with and without SSE
+//     clients attached;
+//   - resident memory and CPU of idle candidates, from /proc.
+//
+// An invariant monitor (the e2e suite's checks: no two claims overlap, no
+// claim past its validUntil, fencing tokens only grow) asks every candidate
+// for its state during the handover and crash phases; any violation makes
+// the run fail.
+//
+// Run it with `make bench` (defaults: lease 15s, renew 10s, retry 2s, 3
+// candidates; about 20 minutes) or `make bench-smoke` (short timings and
+// counts, to prove it still works). It is a benchmark, not part of what
+// ships; nothing imports it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/tools/leaderelection"
+)
+
+// options configures a benchmark run.
+type options struct {
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Candidates race for each implementation's Lease.
+	Candidates int
+	// Handovers and Crashes are the rounds of each kind per implementation.
+	Handovers int
+	Crashes   int
+	// PollInterval is how often the monitor asks every candidate for its
+	// state during handovers and crashes; it bounds the resolution of the
+	// handover figure.
+	PollInterval time.Duration
+	// IdleWarmup passes before, and IdleWindow is, the idle measurement.
+	IdleWarmup time.Duration
+	IdleWindow time.Duration
+	// HTTPDuration is each GET /leader load run; HTTPConns its keep-alive
+	// connections; SSEClients the /events streams attached in the second run.
+	HTTPDuration time.Duration
+	HTTPConns    int
+	SSEClients   int
+	// Output, if set, also receives the table (markdown).
+	Output string
+	// KeepWorkDir keeps logs, kubeconfigs and the audit log after the run.
+	KeepWorkDir bool
+}
+
+func defaultOptions() *options {
+	return &options{
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
+		Candidates:    3,
+		Handovers:     20,
+		Crashes:       10,
+		PollInterval:  5 * time.Millisecond,
+		IdleWarmup:    10 * time.Second,
+		IdleWindow:    90 * time.Second,
+		HTTPDuration:  10 * time.Second,
+		HTTPConns:     16,
+		SSEClients:    100,
+	}
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "lease duration of every candidate (whole seconds)")
+	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "renew deadline of every candidate")
+	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "retry period of every candidate")
+	fs.IntVar(&o.Candidates, "candidates", o.Candidates, "candidates per implementation")
+	fs.IntVar(&o.Handovers, "handovers", o.Handovers, "graceful handovers (SIGTERM of the leader) per implementation")
+	fs.IntVar(&o.Crashes, "crashes", o.Crashes, "crash failovers (SIGKILL of the leader) per implementation")
+	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often the monitor asks each candidate during handovers and crashes")
+	fs.DurationVar(&o.IdleWarmup, "idle-warmup", o.IdleWarmup, "settling time before the idle measurement")
+	fs.DurationVar(&o.IdleWindow, "idle-window", o.IdleWindow, "length of the idle measurement (API requests, CPU)")
+	fs.DurationVar(&o.HTTPDuration, "http-duration", o.HTTPDuration, "length of each GET /leader load run")
+	fs.IntVar(&o.HTTPConns, "http-conns", o.HTTPConns, "keep-alive connections of the GET /leader load")
+	fs.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "/events clients attached during the second load run")
+	fs.StringVar(&o.Output, "output", o.Output, "also write the table (markdown) to this file")
+	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
+}
+
+// validate checks every option on its own and reports all problems.
+func (o *options) validate() error {
+	var errs []error
+	if o.LeaseDuration <= 0 || o.RenewDeadline <= 0 || o.RetryPeriod <= 0 || o.PollInterval <= 0 {
+		errs = append(errs, errors.New("durations must be positive"))
+	}
+	if o.LeaseDuration%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("--lease-duration %v is not whole seconds", o.LeaseDuration))
+	}
+	if o.LeaseDuration <= o.RenewDeadline {
+		errs = append(errs, fmt.Errorf("--lease-duration %v must be greater than --renew-deadline %v", o.LeaseDuration, o.RenewDeadline))
+	}
+	if o.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.RetryPeriod)) {
+		errs = append(errs, fmt.Errorf("--renew-deadline %v must be greater than %v × --retry-period %v", o.RenewDeadline, leaderelection.JitterFactor, o.RetryPeriod))
+	}
+	if o.Candidates < 2 {
+		errs = append(errs, fmt.Errorf("--candidates %d: need at least 2", o.Candidates))
+	}
+	if o.Handovers < 1 || o.Crashes < 1 {
+		errs = append(errs, errors.New("--handovers and --crashes must be at least 1"))
+	}
+	if o.IdleWarmup < 0 || o.IdleWindow < time.Second {
+		errs = append(errs, errors.New("--idle-warmup must be non-negative and --idle-window at least 1s"))
+	}
+	if o.HTTPDuration < 100*time.Millisecond || o.HTTPConns < 1 || o.SSEClients < 0 {
+		errs = append(errs, errors.New("--http-duration must be at least 100ms, --http-conns at least 1, --sse-clients non-negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func main() {
+	opts := defaultOptions()
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	opts.addFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if err := opts.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: invalid options: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		cancel()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/leader-elector/leader-elector/test/cluster"
+)
+
+// clockTicksPerSecond is USER_HZ, the unit of utime and stime in
+// /proc/<pid>/stat: 100 on every Linux architecture Go supports.
+const clockTicksPerSecond = 100
+
+// cpuTicks is the process's user plus system CPU time, in clock ticks.
+func cpuTicks(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time: %w", err)
+	}
+	// The command name, in parentheses, may contain spaces: count fields
+	// from the last ')'. utime and stime are fields 14 and 15; the field
+	// after ')' is field 3.
+	i := bytes.LastIndexByte(b, ')')
+	fields := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(fields) < 13 {
+		return 0, fmt.Errorf("read CPU time: unexpected /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("read CPU time: unexpected /proc/%d/stat", pid)
+	}
+	return utime + stime, nil
+}
+
+// residentBytes is the process's VmRSS.
+func residentBytes(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read resident memory: %w", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("read resident memory: %q: %w", line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("read resident memory: no VmRSS in /proc/%d/status", pid)
+}
+
+// leaseRequestTotal sums apiserver_request_total over every series with
+// resource="leases". The metric has no user or user-agent label, so it counts
+// every client, the API server's own lease renewals included.
+func leaseRequestTotal(ctx context.Context, cp *cluster.ControlPlane) (float64, error) {
+	text, err := cp.MetricsText(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="leases"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' ')+1:]), 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// countRequests attributes the audited requests of the idle window to the
+// candidates. It runs after the window, once the API server has written the
+// events of every request received in it.
+func countRequests(cp *cluster.ControlPlane, res *implResult) error {
+	events, err := cp.AuditEvents()
+	if err != nil {
+		return err
+	}
+	r := &res.idle
+	byUser := map[string]*candidate{r.leader.user: r.leader}
+	for _, f := range r.followers {
+		byUser[f.user] = f
+	}
+	r.requests = map[*candidate]map[string]int{}
+	for c := range r.cpu {
+		r.requests[c] = map[string]int{}
+	}
+	for _, ev := range events {
+		c, ok := byUser[ev.User.Username]
+		if !ok || ev.RequestReceivedTimestamp.Before(r.from) || !ev.RequestReceivedTimestamp.Before(r.to) {
+			continue
+		}
+		what := ev.Verb
+		if ev.ObjectRef != nil {
+			what += " " + ev.ObjectRef.Resource
+		}
+		r.requests[c][what]++
+	}
+	return nil
+}

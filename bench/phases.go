@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// exitTimeout bounds how long a candidate may take to exit after SIGTERM
+// (release within a second, then a graceful HTTP shutdown) or SIGKILL.
+const exitTimeout = 15 * time.Second
+
+// currentLeader waits for a fresh "isLeader: true" answer and for every
+// other candidate to follow that leader.
+func currentLeader(ctx context.Context, opts *options, g *group) (*candidate, error) {
+	leader, _, err := g.waitLeaderAfter(ctx, nil, time.Now(), opts.LeaseDuration+10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.waitFollowing(ctx, leader); err != nil {
+		return nil, err
+	}
+	return leader, nil
+}
+
+// handovers stops the leader with SIGTERM, round after round, and measures
+// the time until another candidate answers isLeader: true. Each round starts
+// a replacement so that the group keeps its size.
+func handovers(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
+	for round := 1; round <= opts.Handovers; round++ {
+		leader, err := currentLeader(ctx, opts, g)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		from := history.len()
+		sent := time.Now()
+		if err := leader.signal(syscall.SIGTERM); err != nil {
+			return err
+		}
+		next, answer, err := g.waitLeaderAfter(ctx, leader, sent, opts.LeaseDuration+10*time.Second)
+		if err != nil {
+			return fmt.Errorf("round %d: after SIGTERM to %s: %w", round, leader.name, err)
+		}
+		took := answer.received.Sub(sent)
+		res.handovers = append(res.handovers, took)
+
+		code, err := leader.waitExit(ctx, exitTimeout)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		if code != 0 {
+			res.badExits = append(res.badExits, fmt.Sprintf("%s exited %d after SIGTERM (log: %s)", leader.name, code, leader.logPath))
+		}
+		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.name, func(r leaseRecord) bool { return r.holder == next.name })
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		released := false
+		for _, r := range records[from:] {
+			released = released || r.holder == ""
+		}
+		if released {
+			res.released++
+		}
+		logf("%s handover %d/%d: %s → %s, answers isLeader %v after SIGTERM (released: %v, exit %d)",
+			g.im.key, round, opts.Handovers, leader.name, next.name, ms(took), released, code)
+		if _, err := g.start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crashes kills the leader with SIGKILL, round after round, and measures,
+// from the Lease's history, the time from the old leader's last renewal
+// (renewTime) to the new holder's acquireTime; it also counts acquisitions
+// before the old leader's Lease had run out (renewTime + lease duration).
+func crashes(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
+	for round := 1; round <= opts.Crashes; round++ {
+		leader, err := currentLeader(ctx, opts, g)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		from := history.len()
+		killed := time.Now()
+		if err := leader.signal(syscall.SIGKILL); err != nil {
+			return err
+		}
+		if _, err := leader.waitExit(ctx, exitTimeout); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		bound := opts.LeaseDuration + 3*opts.RetryPeriod + 10*time.Second
+		next, answer, err := g.waitLeaderAfter(ctx, leader, killed, bound)
+		if err != nil {
+			return fmt.Errorf("round %d: after SIGKILL of %s: %w", round, leader.name, err)
+		}
+		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.name, func(r leaseRecord) bool { return r.holder == next.name })
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		acquired := records[len(records)-1]
+		var lastRenew time.Time
+		for i := len(records) - 2; i >= 0; i-- {
+			if records[i].holder == leader.name {
+				lastRenew = records[i].renewTime
+				break
+			}
+		}
+		if lastRenew.IsZero() {
+			return fmt.Errorf("round %d: the Lease history has no renewal by %s", round, leader.name)
+		}
+		failover := acquired.acquireTime.Sub(lastRenew)
+		res.failovers = append(res.failovers, failover)
+		res.killToAnswer = append(res.killToAnswer, answer.received.Sub(killed))
+		if expiry := lastRenew.Add(opts.LeaseDuration); acquired.acquireTime.Before(expiry) {
+			res.early = append(res.early, fmt.Sprintf("%s acquired at %s, %v before %s's Lease ran out (last renewal %s)",
+				next.name, stamp(acquired.acquireTime), expiry.Sub(acquired.acquireTime), leader.name, stamp(lastRenew)))
+		}
+		logf("%s crash %d/%d: %s killed; %s acquired %v after the last renewal (kill → answers isLeader: %v)",
+			g.im.key, round, opts.Crashes, leader.name, next.name, ms(failover), ms(answer.received.Sub(killed)))
+		if _, err := g.start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleResult is what the idle phase measured.
+type idleResult struct {
+	from, to  time.Time
+	leader    *candidate
+	followers []*candidate
+	// cpu is in millicores over the window; rss in bytes at its end.
+	cpu map[*candidate]float64
+	rss map[*candidate]uint64
+	// leaseMetric is the growth of apiserver_request_total{resource="leases"}
+	// over the window: every client's Lease requests, the API server's own
+	// included.
+	leaseMetric float64
+	// requests counts each candidate's audited requests in the window, by
+	// "verb resource".
+	requests map[*candidate]map[string]int
+}
+
+func (r idleResult) seconds() float64 { return r.to.Sub(r.from).Seconds() }
+
+// rate is a candidate's audited API requests per second.
+func (r idleResult) rate(c *candidate) float64 {
+	n := 0
+	for _, v := range r.requests[c] {
+		n += v
+	}
+	return float64(n) / r.seconds()
+}
+
+// idle lets the group sit, without polling it, and measures each
+// candidate's CPU, memory and API requests over IdleWindow.
+func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
+	leader, followers, err := roles(ctx, g)
+	if err != nil {
+		return err
+	}
+	logf("%s idle: %s leads, %d followers; settling %v, then measuring %v", g.im.key, leader.name, len(followers), opts.IdleWarmup, opts.IdleWindow)
+	if err := pause(ctx, opts.IdleWarmup); err != nil {
+		return err
+	}
+	members := append([]*candidate{leader}, followers...)
+	metric0, err := leaseRequestTotal(ctx, g.cp)
+	if err != nil {
+		return err
+	}
+	ticks0 := map[*candidate]uint64{}
+	for _, c := range members {
+		if ticks0[c], err = cpuTicks(c.pid()); err != nil {
+			return err
+		}
+	}
+	from := time.Now()
+	if err := pause(ctx, opts.IdleWindow); err != nil {
+		return err
+	}
+	to := time.Now()
+	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, rss: map[*candidate]uint64{}}
+	for _, c := range members {
+		ticks, err := cpuTicks(c.pid())
+		if err != nil {
+			return err
+		}
+		r.cpu[c] = float64(ticks-ticks0[c]) / clockTicksPerSecond / to.Sub(from).Seconds() * 1000
+		if r.rss[c], err = residentBytes(c.pid()); err != nil {
+			return err
+		}
+	}
+	metric1, err := leaseRequestTotal(ctx, g.cp)
+	if err != nil {
+		return err
+	}
+	r.leaseMetric = metric1 - metric0
+	after, _, err := roles(ctx, g)
+	if err != nil {
+		return err
+	}
+	if after != leader {
+		return fmt.Errorf("leadership moved from %s to %s while idle", leader.name, after.name)
+	}
+	res.idle = r
+	return nil
+}
+
+// roles asks every running candidate once and returns the leader and the
+// followers.
+func roles(ctx context.Context, g *group) (*candidate, []*candidate, error) {
+	var (
+		leader    *candidate
+		followers []*candidate
+	)
+	for _, c := range g.live() {
+		s, err := c.state(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case s.IsLeader && leader != nil:
+			return nil, nil, fmt.Errorf("both %s and %s answer isLeader", leader.name, c.name)
+		case s.IsLeader:
+			leader = c
+		default:
+			followers = append(followers, c)
+		}
+	}
+	if leader == nil {
+		return nil, nil, fmt.Errorf("no candidate answers isLeader")
+	}
+	return leader, followers, nil
+}
+
+// pause lets d pass: a measurement window or a settling time, not a
+// synchronisation.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// implResult is everything measured for one implementation.
+type implResult struct {
+	impl *impl
+	// handovers: SIGTERM → another candidate answers isLeader: true.
+	handovers []time.Duration
+	// released counts handovers in which the Lease showed a cleared holder
+	// before the new one.
+	released int
+	badExits []string
+	// failovers: the old leader's last renewTime → the new acquireTime.
+	failovers []time.Duration
+	// killToAnswer: SIGKILL → another candidate answers isLeader: true.
+	killToAnswer []time.Duration
+	// early lists acquisitions before the old leader's Lease had run out.
+	early   []string
+	monitor monitorReport
+	idle    idleResult
+	http    *loadResult
+	httpSSE *loadResult
+}
+
+func (r *implResult) safetyViolations() int { return r.monitor.count() + len(r.early) }
+
+// followerMax is the largest value of f over the idle followers: the figure
+// reported for "an idle follower" is the worst one.
+func (r *implResult) followerMax(f func(*candidate) float64) float64 {
+	v := 0.0
+	for _, c := range r.idle.followers {
+		v = math.Max(v, f(c))
+	}
+	return v
+}
+
+func (r *implResult) followerRate() float64 { return r.followerMax(r.idle.rate) }
+func (r *implResult) followerCPU() float64 {
+	return r.followerMax(func(c *candidate) float64 { return r.idle.cpu[c] })
+}
+func (r *implResult) followerRSS() float64 {
+	return r.followerMax(func(c *candidate) float64 { return float64(r.idle.rss[c]) })
+}
+
+// row is one line of the table.
+type row struct {
+	figure, base, le, ratio, target, result string
+}
+
+// renderTable prints the comparison as a markdown table.
+func renderTable(opts *options, base, le *implResult) string {
+	var rows []row
+	dist := func(figure string, b, l []time.Duration, target string, ok func(p50, p99 time.Duration) bool) {
+		bp50, bp99 := percentile(b, 0.5), percentile(b, 0.99)
+		lp50, lp99 := percentile(l, 0.5), percentile(l, 0.99)
+		rows = append(rows, row{
+			figure: figure,
+			base:   ms(bp50) + " / " + ms(bp99),
+			le:     ms(lp50) + " / " + ms(lp99),
+			ratio:  ratio(lp50.Seconds(), bp50.Seconds()) + " / " + ratio(lp99.Seconds(), bp99.Seconds()),
+			target: target,
+			result: verdict(ok(lp50, lp99)),
+		})
+	}
+
+	dist(fmt.Sprintf("graceful handover: SIGTERM to the leader → a new leader answers `isLeader: true`, p50 / p99 (n=%d)", len(le.handovers)),
+		base.handovers, le.handovers, "p50 ≤ 50 ms, p99 ≤ 150 ms",
+		func(p50, p99 time.Duration) bool { return p50 <= 50*time.Millisecond && p99 <= 150*time.Millisecond })
+	crashBound := opts.LeaseDuration + 200*time.Millisecond
+	dist(fmt.Sprintf("crash failover: old leader's last `renewTime` → new holder's `acquireTime`, p50 / p99 (n=%d)", len(le.failovers)),
+		base.failovers, le.failovers, "≤ lease-duration + 200 ms = "+ms(crashBound),
+		func(_, p99 time.Duration) bool { return p99 <= crashBound && maxDuration(le.failovers) <= crashBound })
+	rows = append(rows, row{
+		figure: "crash: Lease taken before the old leader's had run out (`acquireTime` < last `renewTime` + lease-duration)",
+		base:   fmt.Sprint(len(base.early)), le: fmt.Sprint(len(le.early)), ratio: "—",
+		target: "never", result: verdict(len(le.early) == 0),
+	})
+
+	window := le.idle.to.Sub(le.idle.from).Round(time.Second)
+	rows = append(rows,
+		row{
+			figure: fmt.Sprintf("API requests/s, idle follower (audit log, %v)", window),
+			base:   fmt.Sprintf("%.3f", base.followerRate()), le: fmt.Sprintf("%.3f", le.followerRate()),
+			ratio:  ratio(le.followerRate(), base.followerRate()),
+			target: "≤ 0.02", result: verdict(le.followerRate() <= 0.02),
+		},
+		row{
+			figure: fmt.Sprintf("API requests/s, leader (audit log, %v)", window),
+			base:   fmt.Sprintf("%.3f", base.idle.rate(base.idle.leader)), le: fmt.Sprintf("%.3f", le.idle.rate(le.idle.leader)),
+			ratio:  ratio(le.idle.rate(le.idle.leader), base.idle.rate(base.idle.leader)),
+			target: "≤ baseline", result: verdict(le.idle.rate(le.idle.leader) <= base.idle.rate(base.idle.leader)+1/le.idle.seconds()),
+		},
+	)
+
+	if le.http != nil && base.http != nil {
+		rows = append(rows,
+			row{
+				figure: fmt.Sprintf("`GET /leader`, %d keep-alive connections: requests/s", opts.HTTPConns),
+				base:   fmt.Sprintf("%.0f", base.http.rps()), le: fmt.Sprintf("%.0f", le.http.rps()),
+				ratio:  ratio(le.http.rps(), base.http.rps()),
+				target: "≥ 20 000", result: verdict(le.http.rps() >= 20000 && le.http.errors == 0),
+			},
+			row{
+				figure: fmt.Sprintf("`GET /leader`, %d keep-alive connections: latency p50 / p99", opts.HTTPConns),
+				base:   ms(base.http.p50) + " / " + ms(base.http.p99), le: ms(le.http.p50) + " / " + ms(le.http.p99),
+				ratio:  ratio(le.http.p99.Seconds(), base.http.p99.Seconds()) + " (p99)",
+				target: "p99 ≤ 5 ms", result: verdict(le.http.p99 <= 5*time.Millisecond),
+			},
+		)
+	}
+	if le.http != nil && le.httpSSE != nil {
+		slower := 1 - le.httpSSE.rps()/le.http.rps()
+		rows = append(rows,
+			row{
+				figure: fmt.Sprintf("… with %d SSE clients on `/events`: requests/s", opts.SSEClients),
+				base:   "—", le: fmt.Sprintf("%.0f (%+.1f%%)", le.httpSSE.rps(), -100*slower), ratio: "—",
+				target: "≤ 10% slower", result: verdict(slower <= 0.10 && le.httpSSE.errors == 0),
+			},
+			row{
+				figure: fmt.Sprintf("… with %d SSE clients on `/events`: latency p50 / p99", opts.SSEClients),
+				base:   "—", le: ms(le.httpSSE.p50) + " / " + ms(le.httpSSE.p99), ratio: "—",
+				target: "—", result: "",
+			},
+		)
+	}
+
+	rows = append(rows,
+		row{
+			figure: "resident memory (VmRSS), idle follower",
+			base:   mib(base.followerRSS()), le: mib(le.followerRSS()),
+			ratio:  ratio(le.followerRSS(), base.followerRSS()),
+			target: "≤ 20 MiB", result: verdict(le.followerRSS() <= 20<<20),
+		},
+		row{
+			figure: "resident memory (VmRSS), leader",
+			base:   mib(float64(base.idle.rss[base.idle.leader])), le: mib(float64(le.idle.rss[le.idle.leader])),
+			ratio:  ratio(float64(le.idle.rss[le.idle.leader]), float64(base.idle.rss[base.idle.leader])),
+			target: "≤ 20 MiB", result: verdict(le.idle.rss[le.idle.leader] <= 20<<20),
+		},
+		row{
+			figure: fmt.Sprintf("CPU, idle follower (utime+stime over %v)", window),
+			base:   millicores(base.followerCPU()), le: millicores(le.followerCPU()),
+			ratio:  ratio(le.followerCPU(), base.followerCPU()),
+			target: "≤ 1 millicore", result: verdict(le.followerCPU() <= 1),
+		},
+		row{
+			figure: fmt.Sprintf("CPU, leader (utime+stime over %v)", window),
+			base:   millicores(base.idle.cpu[base.idle.leader]), le: millicores(le.idle.cpu[le.idle.leader]),
+			ratio:  ratio(le.idle.cpu[le.idle.leader], base.idle.cpu[base.idle.leader]),
+			target: "—", result: "",
+		},
+		row{
+			figure: "safety violations (monitor: overlapping claims, claims past `validUntil`, fencing token going back; early takeovers)",
+			base:   fmt.Sprint(base.safetyViolations()), le: fmt.Sprint(le.safetyViolations()), ratio: "—",
+			target: "0", result: verdict(le.safetyViolations() == 0),
+		},
+	)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "| figure | baseline (client-go) | leader-elector | ratio | target | |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.figure, r.base, r.le, r.ratio, r.target, r.result)
+	}
+	return b.String()
+}
+
+// renderNotes prints the run's settings and the details behind the table.
+func renderNotes(opts *options, results []*implResult, took time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Settings: lease %v, renew deadline %v, retry period %v, %d candidates; %d handovers and %d crashes each; monitor polls every %v; idle window %v after %v; HTTP runs of %v. Run took %v.\n",
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.Candidates, opts.Handovers, opts.Crashes,
+		opts.PollInterval, opts.IdleWindow, opts.IdleWarmup, opts.HTTPDuration, took.Round(time.Second))
+	for _, r := range results {
+		fmt.Fprintf(&b, "\n%s:\n", r.impl.key)
+		fmt.Fprintf(&b, "- handovers: %s; the Lease showed a release (cleared holder) in %d of %d\n", durations(r.handovers), r.released, len(r.handovers))
+		for _, e := range r.badExits {
+			fmt.Fprintf(&b, "  - %s\n", e)
+		}
+		fmt.Fprintf(&b, "- crash failovers (renewTime → acquireTime): %s\n", durations(r.failovers))
+		fmt.Fprintf(&b, "- crash, SIGKILL → a new leader answers: %s\n", durations(r.killToAnswer))
+		for _, e := range r.early {
+			fmt.Fprintf(&b, "  - EARLY TAKEOVER: %s\n", e)
+		}
+		in := r.idle
+		audited := 0
+		for _, c := range append([]*candidate{in.leader}, in.followers...) {
+			var verbs []string
+			n := 0
+			for what, k := range in.requests[c] {
+				verbs = append(verbs, fmt.Sprintf("%s %d", what, k))
+				n += k
+			}
+			sort.Strings(verbs)
+			audited += n
+			role := "follower"
+			if c == in.leader {
+				role = "leader"
+			}
+			if len(verbs) == 0 {
+				verbs = []string{"none"}
+			}
+			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); %s, %s\n", role, c.name, n, in.seconds(), strings.Join(verbs, ", "),
+				mib(float64(in.rss[c])), millicores(in.cpu[c]))
+		}
+		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases\n",
+			in.leaseMetric, audited)
+		fmt.Fprintf(&b, "- monitor: %d answers, %d claims, %d violations\n", r.monitor.observations, r.monitor.claims, r.monitor.count())
+		for _, v := range r.monitor.violations {
+			fmt.Fprintf(&b, "  - VIOLATION: %s\n", v)
+		}
+		if r.monitor.more > 0 {
+			fmt.Fprintf(&b, "  - … and %d more\n", r.monitor.more)
+		}
+		for _, l := range []struct {
+			name string
+			r    *loadResult
+		}{{"GET /leader", r.http}, {"GET /leader with SSE clients", r.httpSSE}} {
+			if l.r != nil {
+				fmt.Fprintf(&b, "- %s: %d requests in %v, %d failed; the server used %.2f cores, the load generator %.2f\n",
+					l.name, l.r.requests, l.r.elapsed.Round(time.Millisecond), l.r.errors, l.r.serverCores, l.r.clientCores)
+			}
+		}
+	}
+	return b.String()
+}
+
+// rankOf is the 1-based nearest rank of quantile q among n values.
+func rankOf(q float64, n int) int {
+	r := int(math.Ceil(q * float64(n)))
+	return max(1, min(r, n))
+}
+
+// percentile is the nearest-rank quantile q of ds (0 if empty).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sortDurations(s)
+	return s[rankOf(q, len(s))-1]
+}
+
+func maxDuration(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
+
+func sortDurations(ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+}
+
+func durations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = ms(d)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ms formats a duration for the table.
+func ms(d time.Duration) string {
+	switch {
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+}
+
+func mib(bytes float64) string { return fmt.Sprintf("%.1f MiB", bytes/(1<<20)) }
+
+func millicores(m float64) string { return fmt.Sprintf("%.2f m", m) }
+
+// ratio is leader-elector's figure over the baseline's.
+func ratio(le, base float64) string {
+	if base == 0 {
+		return "—"
+	}
+	r := le / base
+	if r < 0.1 {
+		return fmt.Sprintf("%.3f", r)
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "pass"
+	}
+	return "**miss**"
+}
