@@ -203,6 +203,11 @@ func (l cachedLeases) Create(ctx context.Context, lease *coordinationv1.Lease, o
 }
 
 func (l cachedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	// Without a resourceVersion the API server would apply the update
+	// unconditionally, whatever happened to the Lease since it was read.
+	if lease.ResourceVersion == "" {
+		return nil, fmt.Errorf("refusing to update lease %s/%s without a resourceVersion", lease.Namespace, lease.Name)
+	}
 	updated, err := l.LeaseInterface.Update(ctx, lease, opts)
 	l.afterWrite(ctx, updated, err)
 	return updated, err

@@ -1,0 +1,131 @@
+package e2e
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// TestStaleCacheCannotTakeTheLease: a candidate whose Lease cache is
+// deliberately stale — its watch shows an old version of the Lease in which
+// no one holds it, and never delivers anything newer — tries to take the
+// Lease from a live leader. Its writes carry the stale resourceVersion, so
+// the API server refuses them (409), and it never claims leadership.
+func TestStaleCacheCannotTakeTheLease(t *testing.T) {
+	lease := leaseName(t)
+	leader := startCandidate(t, "live-leader", candidateOptions{lease: lease})
+	g := &group{t: t, lease: lease, candidates: []*candidate{leader}}
+	g.waitLeader(30 * time.Second)
+	before, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	live, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := live.DeepCopy()
+	stale.Spec.HolderIdentity = ptr.To("")
+	stale.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	// The fake clientset serves this version forever, with its own (old)
+	// resourceVersion.
+	staleWatches := fake.NewClientset(stale)
+	// The fake cannot stream a watch-list; refuse it so that the reflector
+	// falls back to list and watch, which the fake serves.
+	staleWatches.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
+			return true, nil, apierrors.NewBadRequest("the stale fake does not stream watch-lists")
+		}
+		return false, nil, nil
+	})
+
+	conflictsBefore := leaseConflicts(t)
+	requests, _, err := election.NewClientsets(controlPlane.AdminConfig(), renewDeadline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalePod, err := election.New(election.Config{
+		Namespace:     "default",
+		Name:          lease,
+		Identity:      "stale-cache",
+		LeaseDuration: leaseDuration,
+		RenewDeadline: renewDeadline,
+		RetryPeriod:   retryPeriod,
+		Client:        requests,
+		WatchClient:   staleWatches,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- stalePod.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	// Two lease durations: long enough for the stale view to look expired
+	// too (the stale version never changes).
+	deadline := time.Now().Add(2*leaseDuration + time.Second)
+	for time.Now().Before(deadline) {
+		if s := stalePod.Snapshot(); s.IsLeader {
+			t.Fatalf("the candidate with a stale cache claimed leadership: %+v", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	after, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.IsLeader || after.FencingToken != before.FencingToken {
+		t.Errorf("the live leader lost its term: before %+v, after %+v", before, after)
+	}
+	got, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *got.Spec.HolderIdentity != leader.name {
+		t.Errorf("Lease holder %q, want %q", *got.Spec.HolderIdentity, leader.name)
+	}
+	conflicts := leaseConflicts(t) - conflictsBefore
+	if conflicts < 1 {
+		t.Errorf("the stale candidate never tried to take the Lease (no 409 on leases); the test proves nothing")
+	}
+	t.Logf("the stale candidate's %d attempts were refused with 409 Conflict; it never claimed leadership", conflicts)
+}
+
+var conflictSeries = regexp.MustCompile(`(?m)^apiserver_request_total\{([^}]*)\} (\d+)`)
+
+// leaseConflicts counts the API server's 409 answers to lease updates.
+func leaseConflicts(t *testing.T) int {
+	t.Helper()
+	text, err := controlPlane.MetricsText(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, m := range conflictSeries.FindAllStringSubmatch(text, -1) {
+		labels := m[1]
+		if strings.Contains(labels, `resource="leases"`) && strings.Contains(labels, `code="409"`) && strings.Contains(labels, `verb="PUT"`) {
+			n, _ := strconv.Atoi(m[2])
+			total += n
+		}
+	}
+	return total
+}
