@@ -23,9 +23,10 @@ type loadResult struct {
 	elapsed  time.Duration
 	p50, p99 time.Duration
 	// serverCores and clientCores are the CPU used by the server and by
-	// this process (the load generator) while measuring, in cores.
-	serverCores, clientCores float64
-	hists                    []*histogram
+	// this process (the load generator) while measuring, in cores;
+	// otherCores what every other process on the machine used.
+	serverCores, clientCores, otherCores float64
+	hists                                []*histogram
 }
 
 func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Seconds() }
@@ -33,7 +34,7 @@ func (r loadResult) rps() float64 { return float64(r.requests) / r.elapsed.Secon
 // combine merges runs into one result, as if they were one long run.
 func combine(runs ...loadResult) loadResult {
 	var out loadResult
-	var server, client float64
+	var server, client, other float64
 	for _, r := range runs {
 		out.requests += r.requests
 		out.errors += r.errors
@@ -41,8 +42,10 @@ func combine(runs ...loadResult) loadResult {
 		out.hists = append(out.hists, r.hists...)
 		server += r.serverCores * r.elapsed.Seconds()
 		client += r.clientCores * r.elapsed.Seconds()
+		other += r.otherCores * r.elapsed.Seconds()
 	}
-	out.serverCores, out.clientCores = server/out.elapsed.Seconds(), client/out.elapsed.Seconds()
+	secs := out.elapsed.Seconds()
+	out.serverCores, out.clientCores, out.otherCores = server/secs, client/secs, other/secs
 	q := quantiles(out.hists, 0.50, 0.99)
 	out.p50, out.p99 = q[0], q[1]
 	return out
@@ -60,8 +63,8 @@ func httpLoad(ctx context.Context, opts *options, g *group, res *implResult) err
 	}
 	addr := strings.TrimPrefix(leader.apiURL, "http://")
 	report := func(what string, r loadResult) {
-		logf("%s GET /leader, %s: %.0f req/s, p50 %v, p99 %v, %d errors; server %.2f cores, load generator %.2f cores",
-			g.im.key, what, r.rps(), r.p50, r.p99, r.errors, r.serverCores, r.clientCores)
+		logf("%s GET /leader, %s: %.0f req/s, p50 %v, p99 %v, %d errors; server %.2f cores, load generator %.2f, other processes %.2f",
+			g.im.key, what, r.rps(), r.p50, r.p99, r.errors, r.serverCores, r.clientCores, r.otherCores)
 	}
 	before, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
 	if err != nil {
@@ -208,6 +211,7 @@ func runLoad(ctx context.Context, addr string, serverPID, conns int, d time.Dura
 	err := pause(ctx, loadWarmup)
 	server0, err1 := cpuTicks(serverPID)
 	client0, err2 := cpuTicks(os.Getpid())
+	machine0, err5 := machineBusyTicks()
 	measuring.Store(true)
 	began := time.Now()
 	if err == nil {
@@ -217,17 +221,21 @@ func runLoad(ctx context.Context, addr string, serverPID, conns int, d time.Dura
 	elapsed := time.Since(began)
 	server1, err3 := cpuTicks(serverPID)
 	client1, err4 := cpuTicks(os.Getpid())
+	machine1, err6 := machineBusyTicks()
 	wg.Wait()
-	if err := errors.Join(err, firstErr, err1, err2, err3, err4); err != nil {
+	if err := errors.Join(err, firstErr, err1, err2, err3, err4, err5, err6); err != nil {
 		return loadResult{}, err
 	}
 	q := quantiles(hists, 0.50, 0.99)
-	return loadResult{
+	cores := func(ticks uint64) float64 { return float64(ticks) / clockTicksPerSecond / elapsed.Seconds() }
+	r := loadResult{
 		requests: requests.Load(), errors: failures.Load(), elapsed: elapsed, p50: q[0], p99: q[1],
-		serverCores: float64(server1-server0) / clockTicksPerSecond / elapsed.Seconds(),
-		clientCores: float64(client1-client0) / clockTicksPerSecond / elapsed.Seconds(),
+		serverCores: cores(server1 - server0),
+		clientCores: cores(client1 - client0),
 		hists:       hists,
-	}, nil
+	}
+	r.otherCores = max(0, cores(machine1-machine0)-r.serverCores-r.clientCores)
+	return r, nil
 }
 
 // loadWarmup runs before each measured load run: connections, goroutines and

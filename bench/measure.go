@@ -37,6 +37,34 @@ func cpuTicks(pid int) (uint64, error) {
 	return utime + stime, nil
 }
 
+// machineBusyTicks is the CPU time the whole machine spent on anything but
+// idling (user, nice, system, irq, softirq, steal), in clock ticks summed over
+// all CPUs: with it, a figure can say how busy the machine was besides the
+// processes measured.
+func machineBusyTicks() (uint64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read machine CPU time: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 9 || fields[0] != "cpu" {
+		return 0, fmt.Errorf("read machine CPU time: unexpected /proc/stat line %q", line)
+	}
+	var busy uint64
+	for i, f := range fields[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read machine CPU time: %q: %w", line, err)
+		}
+		busy += v
+	}
+	return busy, nil
+}
+
 // residentBytes is the process's VmRSS.
 func residentBytes(pid int) (uint64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

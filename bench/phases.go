@@ -141,6 +141,8 @@ type idleResult struct {
 	// requests counts each candidate's audited requests in the window, by
 	// "verb resource".
 	requests map[*candidate]map[string]int
+	// machineCores is how busy the whole machine was during the window.
+	machineCores float64
 }
 
 func (r idleResult) seconds() float64 { return r.to.Sub(r.from).Seconds() }
@@ -176,12 +178,21 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 			return err
 		}
 	}
+	busy0, err := machineBusyTicks()
+	if err != nil {
+		return err
+	}
 	from := time.Now()
 	if err := pause(ctx, opts.IdleWindow); err != nil {
 		return err
 	}
 	to := time.Now()
-	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, rss: map[*candidate]uint64{}}
+	busy1, err := machineBusyTicks()
+	if err != nil {
+		return err
+	}
+	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, rss: map[*candidate]uint64{},
+		machineCores: float64(busy1-busy0) / clockTicksPerSecond / to.Sub(from).Seconds()}
 	for _, c := range members {
 		ticks, err := cpuTicks(c.pid())
 		if err != nil {

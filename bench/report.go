@@ -172,11 +172,11 @@ func renderTable(opts *options, base, le *implResult) string {
 }
 
 // renderNotes prints the run's settings and the details behind the table.
-func renderNotes(opts *options, results []*implResult, took time.Duration) string {
+func renderNotes(opts *options, results []*implResult, took time.Duration, busyCores float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Settings: lease %v, renew deadline %v, retry period %v, %d candidates; %d handovers and %d crashes each; monitor polls every %v; idle window %v after %v; HTTP runs of %v. Run took %v.\n",
+	fmt.Fprintf(&b, "Settings: lease %v, renew deadline %v, retry period %v, %d candidates; %d handovers and %d crashes each; monitor polls every %v; idle window %v after %v; HTTP runs of %v. Run took %v; the machine was busy %.2f cores on average meanwhile (everything: control plane, candidates, this program and any other process).\n",
 		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.Candidates, opts.Handovers, opts.Crashes,
-		opts.PollInterval, opts.IdleWindow, opts.IdleWarmup, opts.HTTPDuration, took.Round(time.Second))
+		opts.PollInterval, opts.IdleWindow, opts.IdleWarmup, opts.HTTPDuration, took.Round(time.Second), busyCores)
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n%s:\n", r.impl.key)
 		fmt.Fprintf(&b, "- handovers: %s; the Lease showed a release (cleared holder) in %d of %d\n", durations(r.handovers), r.released, len(r.handovers))
@@ -209,8 +209,8 @@ func renderNotes(opts *options, results []*implResult, took time.Duration) strin
 			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); %s, %s\n", role, c.name, n, in.seconds(), strings.Join(verbs, ", "),
 				mib(float64(in.rss[c])), millicores(in.cpu[c]))
 		}
-		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases\n",
-			in.leaseMetric, audited)
+		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",
+			in.leaseMetric, audited, in.machineCores)
 		fmt.Fprintf(&b, "- monitor: %d answers, %d claims, %d violations\n", r.monitor.observations, r.monitor.claims, r.monitor.count())
 		for _, v := range r.monitor.violations {
 			fmt.Fprintf(&b, "  - VIOLATION: %s\n", v)
@@ -223,8 +223,8 @@ func renderNotes(opts *options, results []*implResult, took time.Duration) strin
 			r    *loadResult
 		}{{"GET /leader", r.http}, {"GET /leader with SSE clients", r.httpSSE}} {
 			if l.r != nil {
-				fmt.Fprintf(&b, "- %s: %d requests in %v, %d failed; the server used %.2f cores, the load generator %.2f\n",
-					l.name, l.r.requests, l.r.elapsed.Round(time.Millisecond), l.r.errors, l.r.serverCores, l.r.clientCores)
+				fmt.Fprintf(&b, "- %s: %d requests in %v, %d failed; CPU: the server %.2f cores, the load generator %.2f, other processes %.2f\n",
+					l.name, l.r.requests, l.r.elapsed.Round(time.Millisecond), l.r.errors, l.r.serverCores, l.r.clientCores, l.r.otherCores)
 			}
 		}
 	}

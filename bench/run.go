@@ -38,6 +38,10 @@ type impl struct {
 // each implementation in turn and prints the table.
 func run(ctx context.Context, opts *options) error {
 	began := time.Now()
+	busy0, err := machineBusyTicks()
+	if err != nil {
+		return err
+	}
 	work, err := os.MkdirTemp("", "leader-elector-bench-")
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
@@ -98,7 +102,13 @@ func run(ctx context.Context, opts *options) error {
 	}
 
 	table := renderTable(opts, results[0], results[1])
-	notes := renderNotes(opts, results, time.Since(began)) + fmt.Sprintf("\nCode: %s, %s.\n", describe(ctx, root), machine())
+	busy1, err := machineBusyTicks()
+	if err != nil {
+		return err
+	}
+	took := time.Since(began)
+	busyCores := float64(busy1-busy0) / clockTicksPerSecond / took.Seconds()
+	notes := renderNotes(opts, results, took, busyCores) + fmt.Sprintf("\nCode: %s, %s.\n", describe(ctx, root), machine())
 	fmt.Println()
 	fmt.Print(table)
 	fmt.Println()
