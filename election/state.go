@@ -101,6 +101,9 @@ type tracker struct {
 	revision  uint64
 	changed   chan struct{}
 	timer     clock.Timer
+	// timerAt is when timer fires; a read that computes the same moment
+	// leaves the timer alone, so reads do not churn timers.
+	timerAt time.Time
 }
 
 func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline time.Duration) *tracker {
@@ -207,10 +210,14 @@ func (t *tracker) armTimerLocked(now time.Time, v view) {
 	case v.holder != "":
 		next = t.observedAt.Add(t.observedDurationLocked())
 	}
+	if t.timer != nil && next.Equal(t.timerAt) {
+		return
+	}
 	if t.timer != nil {
 		t.timer.Stop()
 		t.timer = nil
 	}
+	t.timerAt = next
 	if next.IsZero() {
 		return
 	}
@@ -221,6 +228,9 @@ func (t *tracker) armTimerLocked(now time.Time, v view) {
 func (t *tracker) refresh() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// This timer has fired: the next one must be armed even for the same
+	// moment (a clock that fires early must not leave watchers unwoken).
+	t.timer = nil
 	t.publishLocked(t.clock.Now())
 }
 
