@@ -241,7 +241,7 @@ func (o *options) Validate() error {
 			errs = append(errs, fmt.Errorf("--%s %q: %w", a.name, a.value, err))
 		}
 	}
-	if o.HTTPAddress == o.ProbeAddress {
+	if o.HTTPAddress == o.ProbeAddress && !strings.HasSuffix(o.HTTPAddress, ":0") {
 		errs = append(errs, fmt.Errorf("--http-address and --probe-address are both %q; the application API and the probes need separate listeners", o.HTTPAddress))
 	}
 	switch httpapi.Readiness(o.Readiness) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -234,6 +235,43 @@ func TestBadRequests(t *testing.T) {
 			}
 			if tc.allow != "" && header.Get("Allow") != tc.allow {
 				t.Errorf("Allow = %q, want %q", header.Get("Allow"), tc.allow)
+			}
+		})
+	}
+}
+
+// TestRuntimeErrorsExitOne: a configuration that parses but cannot work
+// exits 1 with the reason logged: no usable client configuration, a port
+// already in use.
+func TestRuntimeErrorsExitOne(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no client configuration", []string{"--lease-name=a", "--http-address=127.0.0.1:0", "--probe-address=127.0.0.1:0"}, "no usable client configuration"},
+		{"missing kubeconfig file", []string{"--lease-name=a", "--kubeconfig=/nonexistent/kubeconfig"}, "no usable client configuration"},
+		{"port in use", []string{"--lease-name=a", "--kubeconfig=" + controlPlane.AdminKubeconfig(), "--http-address=" + busy.Addr().String(), "--probe-address=127.0.0.1:0"}, "address already in use"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary, tc.args...)
+			// Outside a pod: no in-cluster configuration, no KUBECONFIG.
+			cmd.Env = append(cleanEnv(), "GORACE=atexit_sleep_ms=0")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			exit, ok := err.(*exec.ExitError)
+			if !ok || exit.ExitCode() != 1 {
+				t.Fatalf("exit: %v, want code 1; stderr %q", err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr does not mention %q: %q", tc.want, stderr.String())
 			}
 		})
 	}
