@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -25,10 +27,12 @@ import (
 
 var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 
+var leasesGVR = coordinationv1.SchemeGroupVersion.WithResource("leases")
+
 // newLease returns the test Lease naming holder.
 func newLease(holder string, transitions int32, renew time.Time) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testName, ResourceVersion: "1"},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(holder),
 			LeaseDurationSeconds: ptr.To[int32](15),
@@ -41,11 +45,47 @@ func newLease(holder string, transitions int32, renew time.Time) *coordinationv1
 
 // newFakeClient returns a fake clientset holding objs that fails the test on
 // any call other than the given verbs on Leases, like the catch-all reactor
-// of client-go's leaderelection_test.go.
+// of client-go's leaderelection_test.go. Unlike the plain fake, it behaves
+// like the API server with resourceVersions: every write gets a new one,
+// and an update based on an old one fails with a conflict.
 func newFakeClient(t *testing.T, verbs []string, objs ...runtime.Object) *fake.Clientset {
 	t.Helper()
 	allowed := sets.New(verbs...)
 	c := fake.NewClientset(objs...)
+	lastRV := 1
+	c.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		var lease *coordinationv1.Lease
+		switch action.GetVerb() {
+		case "create":
+			lease = action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			if _, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name); err == nil {
+				return true, nil, apierrors.NewAlreadyExists(leasesResource, lease.Name)
+			}
+		case "update":
+			lease = action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			current, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			if rv := current.(*coordinationv1.Lease).ResourceVersion; lease.ResourceVersion != rv {
+				return true, nil, apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("resourceVersion %q is not the current %q", lease.ResourceVersion, rv))
+			}
+		default:
+			return false, nil, nil
+		}
+		lastRV++
+		lease.ResourceVersion = strconv.Itoa(lastRV)
+		var err error
+		if action.GetVerb() == "create" {
+			err = c.Tracker().Create(leasesGVR, lease, lease.Namespace)
+		} else {
+			err = c.Tracker().Update(leasesGVR, lease, lease.Namespace)
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		return true, lease.DeepCopy(), nil
+	})
 	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if action.GetResource().GroupResource() == leasesResource && allowed.Has(action.GetVerb()) {
 			return false, nil, nil
@@ -53,7 +93,24 @@ func newFakeClient(t *testing.T, verbs []string, objs ...runtime.Object) *fake.C
 		t.Errorf("unexpected action: %s %s", action.GetVerb(), action.GetResource())
 		return true, nil, fmt.Errorf("unexpected action %s %s", action.GetVerb(), action.GetResource())
 	})
+	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if action.GetResource().GroupResource() == leasesResource && allowed.Has("watch") {
+			return false, nil, nil
+		}
+		t.Errorf("unexpected watch: %s", action.GetResource())
+		return true, nil, fmt.Errorf("unexpected watch %s", action.GetResource())
+	})
 	return c
+}
+
+// getLease reads the Lease as the API server holds it.
+func getLease(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
+	t.Helper()
+	obj, err := client.Tracker().Get(leasesGVR, testNamespace, testName)
+	if err != nil {
+		t.Fatalf("get lease: %v", err)
+	}
+	return obj.(*coordinationv1.Lease)
 }
 
 // countActions counts the client's calls with the given verb.
@@ -106,40 +163,87 @@ func ownRecord(transitions int, now time.Time) resourcelock.LeaderElectionRecord
 	}
 }
 
-func TestLockGetDisguisesPreviousIncarnation(t *testing.T) {
+func TestLockGetShowsRecord(t *testing.T) {
 	const disguised = testIdentity + previousIncarnationSuffix
 	for _, tc := range []struct {
 		name string
 		// holder is who the Lease names.
 		holder string
-		// writeFirst makes this process write the Lease before the Get.
-		writeFirst bool
-		// wantHolder is what client-go must see.
-		wantHolder string
+		// before runs before the Get that is checked.
+		before func(t *testing.T, ctx context.Context, l *testLock)
+		// wantShown is the holder client-go must see; wantTracked the
+		// holder the tracker, and so the API, reports.
+		wantShown, wantTracked string
+		wantLeader             bool
 	}{
-		{name: "another holder", holder: "pod-b", wantHolder: "pod-b"},
-		{name: "released lease", holder: "", wantHolder: ""},
-		{name: "own identity before our first write", holder: testIdentity, wantHolder: disguised},
-		{name: "own identity after our first write", holder: testIdentity, writeFirst: true, wantHolder: testIdentity},
+		{name: "another holder", holder: "pod-b", wantShown: "pod-b", wantTracked: "pod-b"},
+		{name: "released lease", holder: "", wantShown: "", wantTracked: ""},
+		{
+			name: "another holder just before expiry",
+			// Renewed at the fake clock's start; read now and a little
+			// before a lease duration later.
+			holder: "pod-b",
+			before: func(t *testing.T, ctx context.Context, l *testLock) {
+				getOrFail(t, ctx, l)
+				l.clock.Step(15*time.Second - time.Nanosecond)
+			},
+			wantShown:   "pod-b",
+			wantTracked: "pod-b",
+		},
+		{
+			// client-go would measure the expiry again from its own first
+			// read; the lock shows the Lease as free the moment this pod has
+			// seen it unchanged for a lease duration.
+			name:   "another holder after a lease duration without change",
+			holder: "pod-b",
+			before: func(t *testing.T, ctx context.Context, l *testLock) {
+				getOrFail(t, ctx, l)
+				l.clock.Step(15 * time.Second)
+			},
+			wantShown:   "",
+			wantTracked: "",
+		},
+		{name: "own identity before our first write", holder: testIdentity, wantShown: disguised, wantTracked: testIdentity},
+		{
+			name:   "own identity before our first write, expired",
+			holder: testIdentity,
+			before: func(t *testing.T, ctx context.Context, l *testLock) {
+				getOrFail(t, ctx, l)
+				l.clock.Step(15 * time.Second)
+			},
+			wantShown:   "",
+			wantTracked: "",
+		},
+		{
+			name:   "own identity after our first write",
+			holder: testIdentity,
+			before: func(t *testing.T, ctx context.Context, l *testLock) {
+				// The previous incarnation's term expires; this process
+				// starts its own.
+				getOrFail(t, ctx, l)
+				l.clock.Step(15 * time.Second)
+				if err := l.Update(ctx, ownRecord(8, l.clock.Now())); err != nil {
+					t.Fatalf("Update: %v", err)
+				}
+			},
+			wantShown:   testIdentity,
+			wantTracked: testIdentity,
+			wantLeader:  true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			l := newTestLock(t, []string{"get", "update"}, newLease(tc.holder, 7, t0))
-			if tc.writeFirst {
-				if _, _, err := l.Get(ctx); err != nil {
-					t.Fatalf("Get: %v", err)
-				}
-				if err := l.Update(ctx, ownRecord(8, l.clock.Now())); err != nil {
-					t.Fatalf("Update: %v", err)
-				}
+			if tc.before != nil {
+				tc.before(t, ctx, l)
 			}
 
 			rec, raw, err := l.Get(ctx)
 			if err != nil {
 				t.Fatalf("Get: %v", err)
 			}
-			if rec.HolderIdentity != tc.wantHolder {
-				t.Errorf("record holder = %q, want %q", rec.HolderIdentity, tc.wantHolder)
+			if rec.HolderIdentity != tc.wantShown {
+				t.Errorf("record holder = %q, want %q", rec.HolderIdentity, tc.wantShown)
 			}
 			// client-go compares the raw record to notice changes and keeps
 			// the decoded one: they must agree.
@@ -147,20 +251,18 @@ func TestLockGetDisguisesPreviousIncarnation(t *testing.T) {
 			if err := json.Unmarshal(raw, &decoded); err != nil {
 				t.Fatalf("raw record: %v", err)
 			}
-			if decoded.HolderIdentity != tc.wantHolder {
-				t.Errorf("raw record holder = %q, want %q", decoded.HolderIdentity, tc.wantHolder)
+			if decoded.HolderIdentity != tc.wantShown {
+				t.Errorf("raw record holder = %q, want %q", decoded.HolderIdentity, tc.wantShown)
 			}
-			// The tracker, and so the API, sees the Lease as it is.
 			s := l.tracker.Snapshot()
-			wantTracked := tc.holder
-			if s.Holder != wantTracked {
-				t.Errorf("tracked holder = %q, want %q", s.Holder, wantTracked)
+			if s.Holder != tc.wantTracked {
+				t.Errorf("tracked holder = %q, want %q", s.Holder, tc.wantTracked)
 			}
-			if wantLeader := tc.writeFirst; s.IsLeader != wantLeader {
-				t.Errorf("IsLeader = %v, want %v", s.IsLeader, wantLeader)
+			if s.IsLeader != tc.wantLeader {
+				t.Errorf("IsLeader = %v, want %v", s.IsLeader, tc.wantLeader)
 			}
-			// Disguised or not, the same read gives the same raw record, so
-			// client-go does not take an unchanged Lease for a renewal.
+			// The same read gives the same raw record, so client-go does
+			// not take an unchanged Lease for a renewal.
 			_, raw2, err := l.Get(ctx)
 			if err != nil {
 				t.Fatalf("second Get: %v", err)
@@ -172,30 +274,113 @@ func TestLockGetDisguisesPreviousIncarnation(t *testing.T) {
 	}
 }
 
-func TestLockFailedWriteKeepsDisguise(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	l := newTestLock(t, []string{"get", "update"}, newLease(testIdentity, 7, t0))
-	l.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewConflict(leasesResource, testName, errors.New("changed"))
-	})
+func getOrFail(t *testing.T, ctx context.Context, l *testLock) {
+	t.Helper()
 	if _, _, err := l.Get(ctx); err != nil {
 		t.Fatalf("Get: %v", err)
 	}
+}
+
+// TestLockUpdateWaitsForExpiry: no acquisition is sent before this pod has
+// seen the holder's Lease unchanged for a whole lease duration, whatever
+// client-go decided from its one-second-precision comparison.
+func TestLockUpdateWaitsForExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		holder  string
+		after   time.Duration
+		wantErr error
+	}{
+		{name: "held by another pod", holder: "pod-b", after: 15*time.Second - time.Nanosecond, wantErr: errNotExpired},
+		{name: "expired", holder: "pod-b", after: 15 * time.Second},
+		{name: "previous incarnation's term", holder: testIdentity, after: time.Second, wantErr: errNotExpired},
+		{name: "previous incarnation's term, expired", holder: testIdentity, after: 15 * time.Second},
+		{name: "released", holder: "", after: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			verbs := []string{"get"}
+			if tc.wantErr == nil {
+				verbs = append(verbs, "update")
+			}
+			l := newTestLock(t, verbs, newLease(tc.holder, 7, t0))
+			getOrFail(t, ctx, l)
+			l.clock.Step(tc.after)
+			err := l.Update(ctx, ownRecord(8, l.clock.Now()))
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Update error = %v, want %v", err, tc.wantErr)
+			}
+			lease := getLease(t, l.client)
+			wantHolder := tc.holder
+			if tc.wantErr == nil {
+				wantHolder = testIdentity
+			}
+			if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != wantHolder {
+				t.Errorf("Lease holder = %q, want %q", got, wantHolder)
+			}
+			if s := l.tracker.Snapshot(); s.IsLeader != (tc.wantErr == nil) {
+				t.Errorf("IsLeader = %v, want %v", s.IsLeader, tc.wantErr == nil)
+			}
+		})
+	}
+}
+
+func TestLockFailedWrite(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l := newTestLock(t, []string{"get", "update"}, newLease("", 7, t0))
+	l.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(leasesResource, testName, errors.New("changed"))
+	})
+	getOrFail(t, ctx, l)
 	if err := l.Update(ctx, ownRecord(8, l.clock.Now())); !apierrors.IsConflict(err) {
 		t.Fatalf("Update error = %v, want the conflict", err)
 	}
-	rec, _, err := l.Get(ctx)
-	if err != nil {
-		t.Fatalf("Get: %v", err)
+	if l.wroteOnce {
+		t.Error("wroteOnce set by a failed write: a previous incarnation's term would no longer be recognised")
 	}
-	if want := testIdentity + previousIncarnationSuffix; rec.HolderIdentity != want {
-		t.Errorf("holder after a failed write = %q, want %q", rec.HolderIdentity, want)
-	}
-	if s := l.tracker.Snapshot(); s.IsLeader {
-		t.Error("IsLeader = true after a failed write")
+	if s := l.tracker.Snapshot(); s.IsLeader || s.Holder != "" || s.FencingToken != 7 {
+		t.Errorf("isLeader, holder, token = %v, %q, %d after a failed write; want false, \"\", 7", s.IsLeader, s.Holder, s.FencingToken)
 	}
 	if _, ok := l.tracker.ownTerm(); ok {
 		t.Error("ownTerm() set by a failed write")
+	}
+}
+
+// TestLockCreateContinuesToken: a Lease that was deleted is created again
+// with a fencing token above the last one this pod saw, never from 0.
+func TestLockCreateContinuesToken(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// seen is the token this pod observed before the Lease went away;
+		// -1 for none.
+		seen      int64
+		create    int
+		wantToken int32
+	}{
+		{name: "never seen", seen: -1, create: 0, wantToken: 0},
+		{name: "seen before deletion", seen: 5, create: 0, wantToken: 6},
+		{name: "client-go already above", seen: 5, create: 9, wantToken: 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, []string{"get", "create"})
+			if tc.seen >= 0 {
+				l.tracker.observeRead(other("pod-b", tc.seen, t0))
+				l.tracker.observeDeleted()
+			}
+			if _, _, err := l.Get(ctx); !apierrors.IsNotFound(err) {
+				t.Fatalf("Get error = %v, want NotFound", err)
+			}
+			if err := l.Create(ctx, ownRecord(tc.create, l.clock.Now())); err != nil {
+				t.Fatalf("Create: %v", err)
+			}
+			if got := ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, -1); got != tc.wantToken {
+				t.Errorf("created Lease transitions = %d, want %d", got, tc.wantToken)
+			}
+			if s := l.tracker.Snapshot(); !s.IsLeader || s.FencingToken != int64(tc.wantToken) {
+				t.Errorf("isLeader, token = %v, %d; want true, %d", s.IsLeader, s.FencingToken, tc.wantToken)
+			}
+		})
 	}
 }
 
@@ -259,11 +444,7 @@ func TestLockWriteUpdatesTracker(t *testing.T) {
 			if !l.wroteOnce {
 				t.Error("wroteOnce not set after a successful write")
 			}
-			lease, err := l.client.CoordinationV1().Leases(testNamespace).Get(ctx, testName, metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("get lease: %v", err)
-			}
-			if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != testIdentity {
+			if got := ptr.Deref(getLease(t, l.client).Spec.HolderIdentity, ""); got != testIdentity {
 				t.Errorf("Lease holder = %q, want %q", got, testIdentity)
 			}
 			// The claim ends renewDeadline after the start of the request,
@@ -441,7 +622,8 @@ func TestConfigValidate(t *testing.T) {
 		{name: "zero retry period", modify: func(c *Config) { c.RetryPeriod = 0 }, wantErr: true},
 		{name: "fractional lease duration", modify: func(c *Config) { c.LeaseDuration = 15500 * time.Millisecond }, wantErr: true},
 		{name: "lease duration equal to renew deadline", modify: func(c *Config) { c.LeaseDuration = testRenewDeadline }, wantErr: true},
-		{name: "renew deadline equal to retry period × 1.2", modify: func(c *Config) { c.RetryPeriod = testRenewDeadline * 10 / 12 }, wantErr: true},
+		{name: "renew deadline equal to retry period × 1.2", modify: func(c *Config) { c.RenewDeadline, c.RetryPeriod = 12*time.Second, 10*time.Second }, wantErr: true},
+		{name: "renew deadline just above retry period × 1.2", modify: func(c *Config) { c.RenewDeadline, c.RetryPeriod = 12*time.Second+time.Millisecond, 10*time.Second }},
 		{name: "no client", modify: func(c *Config) { c.Client = nil }, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -501,12 +683,16 @@ func TestElectorGuardedRelease(t *testing.T) {
 		// ownTerm arranges for this process to have written ownToken.
 		ownTerm bool
 		lease   *coordinationv1.Lease
+		// cached, if set, is what the Lease cache holds: a version the API
+		// server has moved on from.
+		cached *coordinationv1.Lease
 		// conflicts is how many updates fail with a conflict first.
 		conflicts   int
 		verbs       []string
 		wantErr     bool
-		wantGets    int
 		wantUpdates int
+		// wantCleared: the Lease's holder is cleared; else it is unchanged.
+		wantCleared bool
 		wantHolder  string
 		wantToken   int64
 	}{
@@ -515,8 +701,8 @@ func TestElectorGuardedRelease(t *testing.T) {
 			ownTerm:     true,
 			lease:       newLease(testIdentity, ownToken, t0),
 			verbs:       []string{"get", "update"},
-			wantGets:    1,
 			wantUpdates: 1,
+			wantCleared: true,
 			wantHolder:  "",
 			wantToken:   ownToken,
 		},
@@ -525,7 +711,6 @@ func TestElectorGuardedRelease(t *testing.T) {
 			ownTerm:    true,
 			lease:      newLease("pod-b", ownToken+1, t0),
 			verbs:      []string{"get"},
-			wantGets:   1,
 			wantHolder: "pod-b",
 			wantToken:  ownToken + 1,
 		},
@@ -534,7 +719,6 @@ func TestElectorGuardedRelease(t *testing.T) {
 			ownTerm:    true,
 			lease:      newLease(testIdentity, ownToken+1, t0),
 			verbs:      []string{"get"},
-			wantGets:   1,
 			wantHolder: testIdentity,
 			wantToken:  ownToken + 1,
 		},
@@ -543,15 +727,13 @@ func TestElectorGuardedRelease(t *testing.T) {
 			ownTerm:    true,
 			lease:      newLease("", ownToken, t0),
 			verbs:      []string{"get"},
-			wantGets:   1,
 			wantHolder: "",
 			wantToken:  ownToken,
 		},
 		{
-			name:     "missing lease",
-			ownTerm:  true,
-			verbs:    []string{"get"},
-			wantGets: 1,
+			name:    "missing lease",
+			ownTerm: true,
+			verbs:   []string{"get"},
 			// The tracker keeps what it last knew.
 			wantHolder: testIdentity,
 			wantToken:  ownToken,
@@ -567,8 +749,8 @@ func TestElectorGuardedRelease(t *testing.T) {
 			lease:       newLease(testIdentity, ownToken, t0),
 			conflicts:   1,
 			verbs:       []string{"get", "update"},
-			wantGets:    2,
 			wantUpdates: 2,
+			wantCleared: true,
 			wantHolder:  "",
 			wantToken:   ownToken,
 		},
@@ -579,13 +761,32 @@ func TestElectorGuardedRelease(t *testing.T) {
 			conflicts:   100,
 			verbs:       []string{"get", "update"},
 			wantErr:     true,
-			wantGets:    3,
 			wantUpdates: 3,
 			wantHolder:  testIdentity,
 			wantToken:   ownToken,
 		},
+		{
+			// The cache still shows this pod's term, but pod-b has taken
+			// the Lease since: the write, conditional on the cached
+			// resourceVersion, fails; the fresh read shows pod-b.
+			name:    "stale cache naming our term",
+			ownTerm: true,
+			lease: func() *coordinationv1.Lease {
+				l := newLease("pod-b", ownToken+1, t0)
+				l.ResourceVersion = "100"
+				return l
+			}(),
+			cached:      newLease(testIdentity, ownToken, t0),
+			verbs:       []string{"get", "update"},
+			wantUpdates: 1,
+			wantHolder:  "pod-b",
+			wantToken:   ownToken + 1,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The Lease cache is not running: its first read waits for it
+			// for a second before reading directly.
+			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			var objs []runtime.Object
 			if tc.lease != nil {
@@ -612,16 +813,19 @@ func TestElectorGuardedRelease(t *testing.T) {
 				// The round has ended; the tracker no longer claims.
 				e.tracker.setClaiming(false)
 			}
+			if tc.cached != nil {
+				primeCache(e.cache, tc.cached)
+			}
 
 			err = e.release(ctx)
 			if (err != nil) != tc.wantErr {
 				t.Errorf("release error = %v, want error: %v", err, tc.wantErr)
 			}
-			if got := countActions(client, "get"); got != tc.wantGets {
-				t.Errorf("%d gets, want %d", got, tc.wantGets)
-			}
 			if got := countActions(client, "update"); got != tc.wantUpdates {
 				t.Errorf("%d updates, want %d", got, tc.wantUpdates)
+			}
+			if !tc.ownTerm && len(client.Actions()) > 0 {
+				t.Errorf("%d requests without an own term, want none", len(client.Actions()))
 			}
 			s := e.Snapshot()
 			if s.Holder != tc.wantHolder || s.FencingToken != tc.wantToken || s.IsLeader {
@@ -630,13 +834,9 @@ func TestElectorGuardedRelease(t *testing.T) {
 			if tc.lease == nil {
 				return
 			}
-			lease, err := client.Tracker().Get(schema.GroupVersionResource{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}, testNamespace, testName)
-			if err != nil {
-				t.Fatalf("get lease: %v", err)
-			}
-			got := lease.(*coordinationv1.Lease)
+			got := getLease(t, client)
 			wantLeaseHolder := ptr.Deref(tc.lease.Spec.HolderIdentity, "")
-			if tc.wantUpdates > 0 && !tc.wantErr {
+			if tc.wantCleared {
 				wantLeaseHolder = ""
 				if d := ptr.Deref(got.Spec.LeaseDurationSeconds, 0); d != 1 {
 					t.Errorf("released Lease duration = %d, want 1", d)
@@ -652,22 +852,38 @@ func TestElectorGuardedRelease(t *testing.T) {
 	}
 }
 
-// runElector runs e until the test ends and returns a channel with Run's
-// result.
-func runElector(t *testing.T, ctx context.Context, e *Elector) (cancel context.CancelFunc, done <-chan error) {
+// primeCache makes c hold lease as if its watch had delivered it.
+func primeCache(c *leaseCache, lease *coordinationv1.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.latest = lease.DeepCopy()
+	c.synced = true
+	c.waited = true
+}
+
+// runElector runs e until the test ends. stop ends Run and returns its
+// result; it may be called more than once.
+func runElector(t *testing.T, ctx context.Context, e *Elector) (stop func() error) {
 	t.Helper()
-	ctx, cancel = context.WithCancel(ctx)
-	ch := make(chan error, 1)
-	go func() { ch <- e.Run(ctx) }()
-	t.Cleanup(func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = e.Run(ctx)
+	}()
+	stop = func() error {
 		cancel()
 		select {
-		case <-ch:
+		case <-done:
+			return err
 		case <-time.After(wait.ForeverTestTimeout):
 			t.Error("Run did not return after its context ended")
+			return nil
 		}
-	})
-	return cancel, ch
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
 }
 
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
@@ -690,14 +906,14 @@ func fastConfig(client *fake.Clientset) Config {
 	return cfg
 }
 
-func leaseHolder(t *testing.T, ctx context.Context, client *fake.Clientset) (string, int32) {
+func leaseHolder(t *testing.T, client *fake.Clientset) (string, int32) {
 	t.Helper()
-	lease, err := client.CoordinationV1().Leases(testNamespace).Get(ctx, testName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("get lease: %v", err)
-	}
+	lease := getLease(t, client)
 	return ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, -1)
 }
+
+// electorVerbs are the requests a running elector makes.
+var electorVerbs = []string{"get", "create", "update", "list", "watch"}
 
 func TestElectorRunReleaseAndShutdown(t *testing.T) {
 	for _, tc := range []struct {
@@ -710,7 +926,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			client := newFakeClient(t, []string{"get", "create", "update"})
+			client := newFakeClient(t, electorVerbs)
 			cfg := fastConfig(client)
 			cfg.ReleaseOnShutdown = tc.releaseOnShutdown
 			e, err := New(cfg)
@@ -720,7 +936,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 			if err := e.Candidate(); err == nil {
 				t.Error("Candidate() = nil before Run")
 			}
-			cancel, done := runElector(t, ctx, e)
+			stop := runElector(t, ctx, e)
 			waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
 			if err := e.Candidate(); err != nil {
 				t.Errorf("Candidate() = %v while running", err)
@@ -728,23 +944,17 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 			if err := e.Healthy(); err != nil {
 				t.Errorf("Healthy() = %v while leading", err)
 			}
-			if holder, _ := leaseHolder(t, ctx, client); holder != testIdentity {
+			if holder, _ := leaseHolder(t, client); holder != testIdentity {
 				t.Errorf("Lease holder = %q, want %q", holder, testIdentity)
 			}
 
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run: %v", err)
-				}
-			case <-time.After(wait.ForeverTestTimeout):
-				t.Fatal("Run did not return")
+			if err := stop(); err != nil {
+				t.Errorf("Run: %v", err)
 			}
 			if e.Snapshot().IsLeader {
 				t.Error("IsLeader = true after Run returned")
 			}
-			if holder, _ := leaseHolder(t, ctx, client); holder != tc.wantHolderAfter {
+			if holder, _ := leaseHolder(t, client); holder != tc.wantHolderAfter {
 				t.Errorf("Lease holder after shutdown = %q, want %q", holder, tc.wantHolderAfter)
 			}
 			if err := e.Candidate(); err == nil {
@@ -756,14 +966,14 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 
 func TestElectorRunReleaseOnRequest(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	client := newFakeClient(t, []string{"get", "create", "update"})
+	client := newFakeClient(t, electorVerbs)
 	e, err := New(fastConfig(client))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
-	_, token := leaseHolder(t, ctx, client)
+	_, token := leaseHolder(t, client)
 
 	s, err := e.Release(ctx)
 	if err != nil {
@@ -772,7 +982,7 @@ func TestElectorRunReleaseOnRequest(t *testing.T) {
 	if s.IsLeader || s.Holder != "" || s.FencingToken != int64(token) {
 		t.Errorf("state after Release: isLeader, holder, token = %v, %q, %d; want false, \"\", %d", s.IsLeader, s.Holder, s.FencingToken, token)
 	}
-	if holder, transitions := leaseHolder(t, ctx, client); holder != "" || transitions != token {
+	if holder, transitions := leaseHolder(t, client); holder != "" || transitions != token {
 		t.Errorf("Lease after Release: holder %q, transitions %d; want \"\", %d", holder, transitions, token)
 	}
 	// Sitting out: a second release finds no leader.
@@ -788,7 +998,7 @@ func TestElectorPreviousIncarnation(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	lease := newLease(testIdentity, 7, time.Now())
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](2)
-	client := newFakeClient(t, []string{"get", "create", "update"}, lease)
+	client := newFakeClient(t, electorVerbs, lease)
 	e, err := New(fastConfig(client))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -825,7 +1035,7 @@ func TestElectorPreviousIncarnation(t *testing.T) {
 	if s := e.Snapshot(); s.FencingToken != 8 {
 		t.Errorf("FencingToken = %d, want 8 (a new term)", s.FencingToken)
 	}
-	if holder, transitions := leaseHolder(t, ctx, client); holder != testIdentity || transitions != 8 {
+	if holder, transitions := leaseHolder(t, client); holder != testIdentity || transitions != 8 {
 		t.Errorf("Lease holder, transitions = %q, %d; want %q, 8", holder, transitions, testIdentity)
 	}
 	mu.Lock()

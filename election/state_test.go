@@ -694,3 +694,242 @@ func TestMetrics(t *testing.T) {
 		})
 	}
 }
+
+func TestTrackerMayAcquire(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setUp func(tr *tracker, clk asyncClock)
+		want  bool
+		// wantExpired: another holder has not renewed for its lease
+		// duration.
+		wantExpired bool
+	}{
+		{name: "nothing observed", setUp: func(*tracker, asyncClock) {}, want: true},
+		{
+			name:  "released lease",
+			setUp: func(tr *tracker, _ asyncClock) { tr.observeRead(record{transitions: 4, durationSeconds: 1}) },
+			want:  true,
+		},
+		{
+			name:  "another holder, just renewed",
+			setUp: func(tr *tracker, clk asyncClock) { tr.observeRead(other("pod-b", 4, clk.Now())) },
+			want:  false,
+		},
+		{
+			name: "another holder, just before expiry",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				clk.Step(15*time.Second - time.Nanosecond)
+			},
+			want: false,
+		},
+		{
+			name: "another holder, expired",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				clk.Step(15 * time.Second)
+			},
+			want:        true,
+			wantExpired: true,
+		},
+		{
+			name: "another holder that keeps renewing",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				clk.Step(10 * time.Second)
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				clk.Step(10 * time.Second)
+			},
+			want: false,
+		},
+		{
+			name:  "a previous incarnation's term",
+			setUp: func(tr *tracker, clk asyncClock) { tr.observeRead(own(4, clk.Now())) },
+			want:  false,
+		},
+		{
+			name:  "holding",
+			setUp: func(tr *tracker, clk asyncClock) { tr.observeWrite(clk.Now(), own(4, clk.Now())) },
+			want:  true,
+		},
+		{
+			name: "own term after the round stopped",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeWrite(clk.Now(), own(4, clk.Now()))
+				tr.stoppedLeading()
+			},
+			want: true,
+		},
+		{
+			name: "deleted",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				tr.observeDeleted()
+			},
+			want: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, clk := newTestTracker(t)
+			tc.setUp(tr, clk)
+			if got := tr.mayAcquire(); got != tc.want {
+				t.Errorf("mayAcquire() = %v, want %v", got, tc.want)
+			}
+			if got := tr.holderExpired(); got != tc.wantExpired {
+				t.Errorf("holderExpired() = %v, want %v", got, tc.wantExpired)
+			}
+		})
+	}
+}
+
+func TestTrackerNextAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		setUp  func(tr *tracker, clk asyncClock)
+		wantAt time.Time
+		wantOK bool
+	}{
+		{name: "nothing observed", setUp: func(*tracker, asyncClock) {}},
+		{
+			name: "released lease: at once",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(record{transitions: 4, durationSeconds: 1})
+				clk.Step(time.Second)
+			},
+			wantAt: t0.Add(time.Second),
+			wantOK: true,
+		},
+		{
+			name: "another holder: when its lease runs out",
+			setUp: func(tr *tracker, clk asyncClock) {
+				clk.Step(time.Second)
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				clk.Step(time.Second)
+			},
+			wantAt: t0.Add(16 * time.Second),
+			wantOK: true,
+		},
+		{
+			name: "deleted: at once",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				clk.Step(time.Second)
+				tr.observeDeleted()
+			},
+			wantAt: t0.Add(time.Second),
+			wantOK: true,
+		},
+		{
+			name:  "holding",
+			setUp: func(tr *tracker, clk asyncClock) { tr.observeWrite(clk.Now(), own(4, clk.Now())) },
+		},
+		{
+			name: "not claiming",
+			setUp: func(tr *tracker, _ asyncClock) {
+				tr.observeRead(record{transitions: 4, durationSeconds: 1})
+				tr.setClaiming(false)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, clk := newTestTracker(t)
+			tc.setUp(tr, clk)
+			at, ok := tr.nextAttempt()
+			if ok != tc.wantOK || !at.Equal(tc.wantAt) {
+				t.Errorf("nextAttempt() = %v, %v; want %v, %v", at, ok, tc.wantAt, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestTrackerObserveDeleted(t *testing.T) {
+	tr, clk := newTestTracker(t)
+	if _, ok := tr.lastToken(); ok {
+		t.Error("lastToken() reports a token before anything was observed")
+	}
+	tr.observeWrite(clk.Now(), own(5, clk.Now()))
+	if !tr.holdingLease() {
+		t.Error("holdingLease() = false after a write")
+	}
+	_, changed := tr.Watch()
+	tr.observeDeleted()
+	if !isClosed(changed) {
+		t.Error("observeDeleted did not wake watchers")
+	}
+	s := tr.Snapshot()
+	if s.IsLeader || s.Holder != "" || s.FencingToken != 5 {
+		t.Errorf("isLeader, holder, token = %v, %q, %d; want false, \"\", 5 (kept)", s.IsLeader, s.Holder, s.FencingToken)
+	}
+	if tr.holdingLease() {
+		t.Error("holdingLease() = true after the Lease was deleted")
+	}
+	if token, ok := tr.lastToken(); !ok || token != 5 {
+		t.Errorf("lastToken() = %d, %v; want 5, true", token, ok)
+	}
+}
+
+// TestTrackerTimers: exactly one timer is pending while the state will
+// change by itself, and reads do not add any.
+func TestTrackerTimers(t *testing.T) {
+	tr, clk := newTestTracker(t)
+	steps := []struct {
+		name string
+		do   func(t *testing.T)
+		want int
+	}{
+		{name: "nothing known", do: func(*testing.T) { tr.Snapshot() }, want: 0},
+		{name: "leading", do: func(*testing.T) { tr.observeWrite(clk.Now(), own(1, clk.Now())) }, want: 1},
+		{
+			name: "many reads",
+			do: func(*testing.T) {
+				for range 10 {
+					tr.Snapshot()
+					tr.Watch()
+				}
+			},
+			want: 1,
+		},
+		{
+			name: "renewal",
+			do: func(*testing.T) {
+				clk.Step(2 * time.Second)
+				tr.observeWrite(clk.Now(), own(1, clk.Now()))
+			},
+			want: 1,
+		},
+		{
+			name: "claim lapses: the Lease's expiry is next",
+			do: func(t *testing.T) {
+				_, changed := tr.Watch()
+				clk.Step(testRenewDeadline + time.Millisecond)
+				waitClosed(t, changed, "end of the claim")
+				tr.Snapshot()
+			},
+			want: 1,
+		},
+		{
+			name: "Lease expires: nothing is next",
+			do: func(t *testing.T) {
+				_, changed := tr.Watch()
+				clk.Step(15 * time.Second)
+				waitClosed(t, changed, "expiry")
+				tr.Snapshot()
+			},
+			want: 0,
+		},
+		{
+			name: "another holder",
+			do:   func(*testing.T) { tr.observeRead(other("pod-b", 2, clk.Now())) },
+			want: 1,
+		},
+		{name: "stopped", do: func(*testing.T) { tr.stop() }, want: 0},
+	}
+	for _, step := range steps {
+		t.Run(step.name, func(t *testing.T) {
+			step.do(t)
+			if got := clk.Waiters(); got != step.want {
+				t.Errorf("%d timers pending, want %d", got, step.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,903 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// fakeElection is an Election whose state the test sets.
+type fakeElection struct {
+	mu      sync.Mutex
+	state   election.State
+	changed chan struct{}
+	// watched receives a value on every Watch call, if set; it needs room
+	// for all of them.
+	watched chan struct{}
+
+	release      func(ctx context.Context) (election.State, error)
+	candidateErr error
+	healthyErr   error
+}
+
+func newFakeElection(s election.State) *fakeElection {
+	return &fakeElection{state: s, changed: make(chan struct{})}
+}
+
+func (f *fakeElection) Snapshot() election.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state
+}
+
+func (f *fakeElection) Watch() (election.State, <-chan struct{}) {
+	f.mu.Lock()
+	s, ch, watched := f.state, f.changed, f.watched
+	f.mu.Unlock()
+	if watched != nil {
+		watched <- struct{}{}
+	}
+	return s, ch
+}
+
+func (f *fakeElection) Release(ctx context.Context) (election.State, error) {
+	if f.release == nil {
+		return f.Snapshot(), election.ErrNotLeader
+	}
+	return f.release(ctx)
+}
+
+func (f *fakeElection) Candidate() error { return f.candidateErr }
+func (f *fakeElection) Healthy() error   { return f.healthyErr }
+
+// set changes the state, bumps the revision and wakes watchers, as the
+// tracker does. It never blocks.
+func (f *fakeElection) set(change func(s *election.State)) election.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(&f.state)
+	f.state.Revision++
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return f.state
+}
+
+var (
+	renewTime   = time.Date(2026, 11, 29, 8, 0, 0, 123456789, time.UTC)
+	leaderSince = time.Date(2026, 11, 29, 7, 58, 1, 0, time.UTC)
+	validUntil  = time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
+)
+
+func followerState() election.State {
+	return election.State{
+		Namespace:            "default",
+		Name:                 "my-app",
+		Identity:             "my-app-7d9f-abcde",
+		Holder:               "my-app-7d9f-xyz12",
+		FencingToken:         7,
+		LeaseDurationSeconds: 15,
+		RenewTime:            renewTime,
+		Revision:             12,
+	}
+}
+
+func leaderState() election.State {
+	s := followerState()
+	s.Holder = s.Identity
+	s.IsLeader = true
+	s.LeaderSince = leaderSince
+	s.ValidUntil = validUntil
+	return s
+}
+
+func newRequest(t *testing.T, method, target string) *http.Request {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	return httptest.NewRequestWithContext(ctx, method, target, nil)
+}
+
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func decodeJSON(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+		t.Fatalf("body %q is not a JSON object: %v", w.Body.String(), err)
+	}
+	return m
+}
+
+// checkJSONError checks an error answer: status, JSON content type, an
+// "error" field and nothing else.
+func checkJSONError(t *testing.T, w *httptest.ResponseRecorder, status int) string {
+	t.Helper()
+	if w.Code != status {
+		t.Errorf("status = %d, want %d (body %q)", w.Code, status, w.Body.String())
+	}
+	m := decodeJSON(t, w)
+	msg, ok := m["error"].(string)
+	if !ok || msg == "" || len(m) != 1 {
+		t.Errorf("body = %s, want {\"error\": \"...\"}", w.Body.String())
+	}
+	return msg
+}
+
+func TestLeaderJSON(t *testing.T) {
+	inParis := time.FixedZone("CET", 3600)
+	for _, tc := range []struct {
+		name  string
+		state election.State
+		want  string
+	}{
+		{
+			name:  "leader",
+			state: leaderState(),
+			want: `{
+				"lease": {"namespace": "default", "name": "my-app"},
+				"identity": "my-app-7d9f-abcde",
+				"holder": "my-app-7d9f-abcde",
+				"isLeader": true,
+				"fencingToken": 7,
+				"leaseDurationSeconds": 15,
+				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"leaderSince": "2026-11-29T07:58:01.000000Z",
+				"validUntil": "2026-11-29T08:00:10.123456Z",
+				"revision": 12
+			}`,
+		},
+		{
+			name:  "follower: no leaderSince, no validUntil",
+			state: followerState(),
+			want: `{
+				"lease": {"namespace": "default", "name": "my-app"},
+				"identity": "my-app-7d9f-abcde",
+				"holder": "my-app-7d9f-xyz12",
+				"isLeader": false,
+				"fencingToken": 7,
+				"leaseDurationSeconds": 15,
+				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"revision": 12
+			}`,
+		},
+		{
+			name:  "nothing known: empty holder, no times",
+			state: election.State{Namespace: "ns", Name: "n", Identity: "me"},
+			want: `{
+				"lease": {"namespace": "ns", "name": "n"},
+				"identity": "me",
+				"holder": "",
+				"isLeader": false,
+				"fencingToken": 0,
+				"leaseDurationSeconds": 0,
+				"revision": 0
+			}`,
+		},
+		{
+			name: "times in another zone are given in UTC",
+			state: func() election.State {
+				s := leaderState()
+				s.RenewTime = renewTime.In(inParis)
+				s.LeaderSince = leaderSince.In(inParis)
+				s.ValidUntil = validUntil.In(inParis)
+				return s
+			}(),
+			want: `{
+				"lease": {"namespace": "default", "name": "my-app"},
+				"identity": "my-app-7d9f-abcde",
+				"holder": "my-app-7d9f-abcde",
+				"isLeader": true,
+				"fencingToken": 7,
+				"leaseDurationSeconds": 15,
+				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"leaderSince": "2026-11-29T07:58:01.000000Z",
+				"validUntil": "2026-11-29T08:00:10.123456Z",
+				"revision": 12
+			}`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewAPIHandler(newFakeElection(tc.state), APIOptions{})
+			w := serve(h, newRequest(t, http.MethodGet, "/leader"))
+			if w.Code != http.StatusOK {
+				t.Fatalf("status = %d, want 200", w.Code)
+			}
+			got := decodeJSON(t, w)
+			var want map[string]any
+			if err := json.Unmarshal([]byte(tc.want), &want); err != nil {
+				t.Fatalf("bad test: %v", err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("GET /leader =\n%v\nwant\n%v", got, want)
+			}
+			if !strings.HasSuffix(w.Body.String(), "}\n") {
+				t.Errorf("body %q does not end with a newline", w.Body.String())
+			}
+		})
+	}
+}
+
+func TestLeaderAccept(t *testing.T) {
+	const holder = "my-app-7d9f-xyz12"
+	for _, tc := range []struct {
+		name   string
+		accept []string
+		// wantPlain: text/plain; else JSON; wantStatus 406 for neither.
+		wantPlain  bool
+		wantStatus int
+	}{
+		{name: "no Accept", wantStatus: http.StatusOK},
+		{name: "JSON", accept: []string{"application/json"}, wantStatus: http.StatusOK},
+		{name: "anything", accept: []string{"*/*"}, wantStatus: http.StatusOK},
+		{name: "application/*", accept: []string{"application/*"}, wantStatus: http.StatusOK},
+		{name: "text/plain", accept: []string{"text/plain"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "text/plain with charset", accept: []string{"text/plain; charset=utf-8"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "text/*", accept: []string{"text/*"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "upper case", accept: []string{"Text/Plain"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "plain first at equal q", accept: []string{"text/plain, application/json"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "JSON first at equal q", accept: []string{"application/json, text/plain"}, wantStatus: http.StatusOK},
+		{name: "plain preferred by q", accept: []string{"application/json;q=0.5, text/plain"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "JSON preferred by q", accept: []string{"text/plain;q=0.5, application/json;q=0.9"}, wantStatus: http.StatusOK},
+		{name: "curl default", accept: []string{"*/*"}, wantStatus: http.StatusOK},
+		{name: "browser", accept: []string{"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}, wantStatus: http.StatusOK},
+		{name: "several headers", accept: []string{"text/html", "text/plain;q=0.4"}, wantPlain: true, wantStatus: http.StatusOK},
+		{name: "plain refused, anything else accepted", accept: []string{"text/plain;q=0, */*"}, wantStatus: http.StatusOK},
+		{name: "HTML only", accept: []string{"text/html"}, wantStatus: http.StatusNotAcceptable},
+		{name: "everything refused", accept: []string{"text/plain;q=0, application/json;q=0"}, wantStatus: http.StatusNotAcceptable},
+		{name: "XML only", accept: []string{"application/xml"}, wantStatus: http.StatusNotAcceptable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewAPIHandler(newFakeElection(followerState()), APIOptions{})
+			r := newRequest(t, http.MethodGet, "/leader")
+			for _, a := range tc.accept {
+				r.Header.Add("Accept", a)
+			}
+			w := serve(h, r)
+			switch {
+			case tc.wantStatus == http.StatusNotAcceptable:
+				checkJSONError(t, w, http.StatusNotAcceptable)
+			case tc.wantPlain:
+				if w.Code != http.StatusOK {
+					t.Errorf("status = %d, want 200", w.Code)
+				}
+				if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+					t.Errorf("Content-Type = %q, want text/plain", ct)
+				}
+				if got := w.Body.String(); got != holder+"\n" {
+					t.Errorf("body = %q, want %q", got, holder+"\n")
+				}
+			default:
+				if w.Code != http.StatusOK {
+					t.Errorf("status = %d, want 200", w.Code)
+				}
+				if got := decodeJSON(t, w)["holder"]; got != holder {
+					t.Errorf("holder = %v, want %q", got, holder)
+				}
+			}
+		})
+	}
+
+	t.Run("no holder", func(t *testing.T) {
+		h := NewAPIHandler(newFakeElection(election.State{Name: "n", Namespace: "ns"}), APIOptions{})
+		r := newRequest(t, http.MethodGet, "/leader")
+		r.Header.Set("Accept", "text/plain")
+		if got := serve(h, r).Body.String(); got != "\n" {
+			t.Errorf("body = %q, want a bare newline", got)
+		}
+	})
+}
+
+func TestParseLeaderQuery(t *testing.T) {
+	for _, tc := range []struct {
+		query   string
+		want    leaderQuery
+		wantErr bool
+	}{
+		{query: "", want: leaderQuery{}},
+		{query: "wait=30s", want: leaderQuery{wait: 30 * time.Second}},
+		{query: "wait=1m30s&revision=12", want: leaderQuery{wait: 90 * time.Second, revision: 12, hasRevision: true}},
+		{query: "wait=5m", want: leaderQuery{wait: 5 * time.Minute}},
+		{query: "wait=10m", want: leaderQuery{wait: 5 * time.Minute}},
+		{query: "wait=1000h", want: leaderQuery{wait: 5 * time.Minute}},
+		{query: "wait=0s", want: leaderQuery{}},
+		{query: "revision=0", want: leaderQuery{hasRevision: true}},
+		{query: "revision=18446744073709551615", want: leaderQuery{revision: 1<<64 - 1, hasRevision: true}},
+		{query: "wait=-1s", wantErr: true},
+		{query: "wait=30", wantErr: true},
+		{query: "wait=soon", wantErr: true},
+		{query: "wait=", wantErr: true},
+		{query: "revision=-1", wantErr: true},
+		{query: "revision=abc", wantErr: true},
+		{query: "revision=", wantErr: true},
+		{query: "revision=18446744073709551616", wantErr: true},
+		{query: "timeout=30s", wantErr: true},
+		{query: "wait=1s&wait=2s", wantErr: true},
+		{query: "revision=1&revision=2", wantErr: true},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			v, err := url.ParseQuery(tc.query)
+			if err != nil {
+				t.Fatalf("bad test: %v", err)
+			}
+			got, err := parseLeaderQuery(v)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseLeaderQuery(%q) error = %v, want error: %v", tc.query, err, tc.wantErr)
+			}
+			if err == nil && got != tc.want {
+				t.Errorf("parseLeaderQuery(%q) = %+v, want %+v", tc.query, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLeaderBadQuery(t *testing.T) {
+	for _, query := range []string{"wait=soon", "wait=-5s", "revision=x", "revision=-1", "foo=bar", "wait=1s&wait=1s"} {
+		t.Run(query, func(t *testing.T) {
+			h := NewAPIHandler(newFakeElection(followerState()), APIOptions{})
+			w := serve(h, newRequest(t, http.MethodGet, "/leader?"+query))
+			checkJSONError(t, w, http.StatusBadRequest)
+		})
+	}
+}
+
+// longPoll starts GET target on h and returns a channel with the response.
+func longPoll(ctx context.Context, h http.Handler, target string, accept string) <-chan *httptest.ResponseRecorder {
+	done := make(chan *httptest.ResponseRecorder, 1)
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if accept != "" {
+		r.Header.Set("Accept", accept)
+	}
+	go func() { done <- serve(h, r) }()
+	return done
+}
+
+func receive(t *testing.T, done <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+	t.Helper()
+	select {
+	case w := <-done:
+		return w
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("no response")
+		return nil
+	}
+}
+
+func responseRevision(t *testing.T, w *httptest.ResponseRecorder) uint64 {
+	t.Helper()
+	if w.Code != http.StatusOK {
+		t.Fatalf("status = %d, want 200 (body %q)", w.Code, w.Body.String())
+	}
+	rev, ok := decodeJSON(t, w)["revision"].(float64)
+	if !ok {
+		t.Fatalf("no revision in %s", w.Body.String())
+	}
+	return uint64(rev)
+}
+
+func TestLeaderLongPoll(t *testing.T) {
+	t.Run("returns at once when the revision differs", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		el := newFakeElection(followerState()) // revision 12
+		h := NewAPIHandler(el, APIOptions{})
+		for _, rev := range []string{"0", "11", "13"} {
+			w := receive(t, longPoll(ctx, h, "/leader?wait=5m&revision="+rev, ""))
+			if got := responseRevision(t, w); got != 12 {
+				t.Errorf("revision=%s: got revision %d, want 12", rev, got)
+			}
+		}
+	})
+
+	for _, tc := range []struct {
+		name   string
+		target string
+		accept string
+	}{
+		{name: "with the current revision", target: "/leader?wait=5m&revision=12"},
+		{name: "without a revision", target: "/leader?wait=5m"},
+		{name: "as text", target: "/leader?wait=5m&revision=12", accept: "text/plain"},
+	} {
+		t.Run("waits for a change "+tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			el := newFakeElection(followerState())
+			el.watched = make(chan struct{}, 100)
+			h := NewAPIHandler(el, APIOptions{})
+			done := longPoll(ctx, h, tc.target, tc.accept)
+			select {
+			case <-el.watched:
+			case <-time.After(wait.ForeverTestTimeout):
+				t.Fatal("handler never watched the state")
+			}
+			select {
+			case w := <-done:
+				t.Fatalf("answered before any change: %d %s", w.Code, w.Body.String())
+			default:
+			}
+			el.set(func(s *election.State) { s.Holder = "pod-new" })
+			w := receive(t, done)
+			if tc.accept == "text/plain" {
+				if got := w.Body.String(); got != "pod-new\n" {
+					t.Errorf("body = %q, want %q", got, "pod-new\n")
+				}
+				return
+			}
+			if got := responseRevision(t, w); got != 13 {
+				t.Errorf("revision = %d, want 13", got)
+			}
+		})
+	}
+
+	t.Run("returns the current state when the wait runs out", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		el := newFakeElection(followerState())
+		h := NewAPIHandler(el, APIOptions{})
+		w := receive(t, longPoll(ctx, h, "/leader?wait=10ms&revision=12", ""))
+		if got := responseRevision(t, w); got != 12 {
+			t.Errorf("revision = %d, want 12", got)
+		}
+	})
+
+	t.Run("returns when the client goes away", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		el := newFakeElection(followerState())
+		el.watched = make(chan struct{}, 100)
+		h := NewAPIHandler(el, APIOptions{})
+		done := longPoll(ctx, h, "/leader?wait=5m&revision=12", "")
+		<-el.watched
+		cancel()
+		receive(t, done)
+	})
+}
+
+func TestCompat(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		holder string
+	}{
+		{name: "held", holder: "my-app-7d9f-xyz12"},
+		{name: "not held", holder: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := followerState()
+			s.Holder = tc.holder
+			w := serve(NewAPIHandler(newFakeElection(s), APIOptions{}), newRequest(t, http.MethodGet, "/"))
+			if w.Code != http.StatusOK {
+				t.Errorf("status = %d, want 200", w.Code)
+			}
+			got := decodeJSON(t, w)
+			if len(got) != 1 || got["name"] != tc.holder {
+				t.Errorf("GET / = %s, want {\"name\": %q}", w.Body.String(), tc.holder)
+			}
+		})
+	}
+	t.Run("query", func(t *testing.T) {
+		w := serve(NewAPIHandler(newFakeElection(followerState()), APIOptions{}), newRequest(t, http.MethodGet, "/?x=1"))
+		checkJSONError(t, w, http.StatusBadRequest)
+	})
+}
+
+func TestRelease(t *testing.T) {
+	released := followerState()
+	released.Holder = ""
+	released.Revision = 13
+	for _, tc := range []struct {
+		name       string
+		target     string
+		release    func(ctx context.Context) (election.State, error)
+		wantStatus int
+	}{
+		{
+			name:       "leader steps down",
+			target:     "/release",
+			release:    func(context.Context) (election.State, error) { return released, nil },
+			wantStatus: http.StatusOK,
+		},
+		{
+			name:       "not the leader",
+			target:     "/release",
+			release:    func(context.Context) (election.State, error) { return followerState(), election.ErrNotLeader },
+			wantStatus: http.StatusConflict,
+		},
+		{
+			name:   "not the leader, wrapped",
+			target: "/release",
+			release: func(context.Context) (election.State, error) {
+				return followerState(), fmt.Errorf("release: %w", election.ErrNotLeader)
+			},
+			wantStatus: http.StatusConflict,
+		},
+		{
+			name:   "the lease could not be cleared",
+			target: "/release",
+			release: func(context.Context) (election.State, error) {
+				return released, errors.New("update lease default/my-app: connection refused")
+			},
+			wantStatus: http.StatusBadGateway,
+		},
+		{
+			name:   "query",
+			target: "/release?now=1",
+			release: func(context.Context) (election.State, error) {
+				t.Error("Release called despite a bad query")
+				return released, nil
+			},
+			wantStatus: http.StatusBadRequest,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			el := newFakeElection(leaderState())
+			el.release = tc.release
+			w := serve(NewAPIHandler(el, APIOptions{}), newRequest(t, http.MethodPost, tc.target))
+			if tc.wantStatus != http.StatusOK {
+				msg := checkJSONError(t, w, tc.wantStatus)
+				if tc.wantStatus == http.StatusBadGateway && !strings.Contains(msg, "connection refused") {
+					t.Errorf("error %q does not give the cause", msg)
+				}
+				return
+			}
+			if w.Code != http.StatusOK {
+				t.Fatalf("status = %d, want 200", w.Code)
+			}
+			got := decodeJSON(t, w)
+			if got["holder"] != "" || got["isLeader"] != false || got["revision"] != float64(13) {
+				t.Errorf("POST /release = %s, want the state after the release", w.Body.String())
+			}
+		})
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	for _, tc := range []struct {
+		method, target string
+		wantStatus     int
+		wantAllow      string
+	}{
+		{method: http.MethodGet, target: "/nope", wantStatus: http.StatusNotFound},
+		{method: http.MethodGet, target: "/leader/", wantStatus: http.StatusNotFound},
+		{method: http.MethodGet, target: "/readyz", wantStatus: http.StatusNotFound},
+		{method: http.MethodPost, target: "/leader", wantStatus: http.StatusMethodNotAllowed, wantAllow: "GET"},
+		{method: http.MethodDelete, target: "/", wantStatus: http.StatusMethodNotAllowed, wantAllow: "GET"},
+		{method: http.MethodPut, target: "/events", wantStatus: http.StatusMethodNotAllowed, wantAllow: "GET"},
+		{method: http.MethodGet, target: "/release", wantStatus: http.StatusMethodNotAllowed, wantAllow: "POST"},
+	} {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			w := serve(NewAPIHandler(newFakeElection(followerState()), APIOptions{}), newRequest(t, tc.method, tc.target))
+			checkJSONError(t, w, tc.wantStatus)
+			if got := w.Header().Get("Allow"); got != tc.wantAllow {
+				t.Errorf("Allow = %q, want %q", got, tc.wantAllow)
+			}
+		})
+	}
+}
+
+// SSE
+
+type sseEvent struct {
+	id, event, data string
+	comment         bool
+}
+
+// sseReader reads server-sent events from a stream.
+type sseReader struct {
+	t  *testing.T
+	br *bufio.Reader
+}
+
+// next returns the next event or comment block.
+func (r *sseReader) next() sseEvent {
+	r.t.Helper()
+	var ev sseEvent
+	for {
+		line, err := r.br.ReadString('\n')
+		if err != nil {
+			r.t.Fatalf("reading the stream: %v (partial line %q)", err, line)
+		}
+		line = strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			return ev
+		case strings.HasPrefix(line, ":"):
+			ev.comment = true
+		case strings.HasPrefix(line, "id: "):
+			ev.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			ev.event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			if ev.data != "" {
+				r.t.Fatalf("more than one data line: the JSON must be on one line")
+			}
+			ev.data = strings.TrimPrefix(line, "data: ")
+		default:
+			r.t.Fatalf("unexpected line %q", line)
+		}
+	}
+}
+
+// nextEvent skips keep-alive comments and checks the event.
+func (r *sseReader) nextEvent() (sseEvent, map[string]any) {
+	r.t.Helper()
+	for {
+		ev := r.next()
+		if ev.comment && ev.event == "" && ev.data == "" {
+			continue
+		}
+		if ev.event != "leader" {
+			r.t.Fatalf("event = %q, want leader", ev.event)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(ev.data), &m); err != nil {
+			r.t.Fatalf("event data %q: %v", ev.data, err)
+		}
+		if rev := strconv.FormatFloat(m["revision"].(float64), 'f', -1, 64); ev.id != rev {
+			r.t.Errorf("id = %q, want the revision %s", ev.id, rev)
+		}
+		return ev, m
+	}
+}
+
+// sseServer serves h on real connections with small send buffers, so that a
+// client that does not read stalls its handler soon. It reports every
+// finished request on handled, and whether the handler of the request made
+// by each client (the X-Client header) is in a write.
+type sseServer struct {
+	*httptest.Server
+	handled chan string
+	writing sync.Map // client name -> *atomic.Bool
+}
+
+// smallBufferListener shrinks the send buffer of accepted connections.
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(16 << 10)
+	}
+	return c, err
+}
+
+// trackingWriter records whether a write or flush is under way.
+type trackingWriter struct {
+	http.ResponseWriter
+	busy *atomic.Bool
+}
+
+func (w trackingWriter) Write(p []byte) (int, error) {
+	w.busy.Store(true)
+	defer w.busy.Store(false)
+	return w.ResponseWriter.Write(p)
+}
+
+func (w trackingWriter) FlushError() error {
+	w.busy.Store(true)
+	defer w.busy.Store(false)
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w trackingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func newSSEServer(t *testing.T, h http.Handler) *sseServer {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	s := &sseServer{handled: make(chan string, 100)}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() { s.handled <- r.URL.Path }()
+		busy, _ := s.writing.LoadOrStore(r.Header.Get("X-Client"), new(atomic.Bool))
+		h.ServeHTTP(trackingWriter{ResponseWriter: w, busy: busy.(*atomic.Bool)}, r)
+	}))
+	s.Listener = smallBufferListener{s.Listener}
+	s.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// busy reports whether the handler of client's request is in a write.
+func (s *sseServer) busy(client string) bool {
+	b, ok := s.writing.Load(client)
+	return ok && b.(*atomic.Bool).Load()
+}
+
+// connect opens /events as client; the stream ends when cancel is called.
+func (s *sseServer) connect(t *testing.T, client string) (*http.Response, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Client", client)
+	// One connection per client; a client that will not read gets a small
+	// receive buffer.
+	transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if tc, ok := c.(*net.TCPConn); ok && client == "slow" {
+			_ = tc.SetReadBuffer(4 << 10)
+		}
+		return c, err
+	}}
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("GET /events: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		transport.CloseIdleConnections()
+	})
+	return resp, cancel
+}
+
+func TestEvents(t *testing.T) {
+	el := newFakeElection(followerState())
+	srv := newSSEServer(t, NewAPIHandler(el, APIOptions{KeepAlive: time.Hour}))
+	resp, cancel := srv.connect(t, "client")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status = %d, want 200", resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type = %q, want text/event-stream", ct)
+	}
+	if cc := resp.Header.Get("Cache-Control"); cc != "no-cache" {
+		t.Errorf("Cache-Control = %q, want no-cache", cc)
+	}
+	r := &sseReader{t: t, br: bufio.NewReader(resp.Body)}
+
+	// The current state at connect time.
+	_, first := r.nextEvent()
+	if first["revision"] != float64(12) || first["holder"] != "my-app-7d9f-xyz12" {
+		t.Errorf("first event = %v, want the current state", first)
+	}
+
+	// One event per change.
+	for i, holder := range []string{"pod-1", "", "my-app-7d9f-abcde"} {
+		want := el.set(func(s *election.State) { s.Holder = holder })
+		_, got := r.nextEvent()
+		if got["revision"] != float64(want.Revision) || got["holder"] != holder {
+			t.Errorf("event after change %d = %v, want revision %d, holder %q", i, got, want.Revision, holder)
+		}
+	}
+
+	// The stream ends, and its handler returns, when the client goes away.
+	cancel()
+	select {
+	case path := <-srv.handled:
+		if path != "/events" {
+			t.Errorf("finished %q, want /events", path)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the SSE handler did not return after the client went away")
+	}
+}
+
+func TestEventsKeepAlive(t *testing.T) {
+	el := newFakeElection(followerState())
+	srv := newSSEServer(t, NewAPIHandler(el, APIOptions{KeepAlive: 10 * time.Millisecond}))
+	resp, _ := srv.connect(t, "client")
+	r := &sseReader{t: t, br: bufio.NewReader(resp.Body)}
+	if ev := r.next(); ev.event != "leader" {
+		t.Fatalf("first block = %+v, want the leader event", ev)
+	}
+	for i := range 3 {
+		if ev := r.next(); !ev.comment || ev.event != "" || ev.data != "" {
+			t.Fatalf("block %d = %+v, want a keep-alive comment", i, ev)
+		}
+	}
+	// Keep-alives do not repeat the state.
+	want := el.set(func(s *election.State) { s.Holder = "pod-2" })
+	_, got := r.nextEvent()
+	if got["revision"] != float64(want.Revision) {
+		t.Errorf("event = %v, want revision %d", got, want.Revision)
+	}
+}
+
+// TestEventsSlowClient: a client that never reads must not hold up another
+// client. Each event is larger than the stalled connection's buffers, so its
+// handler blocks in a write at once.
+func TestEventsSlowClient(t *testing.T) {
+	base := followerState()
+	base.Identity = strings.Repeat("x", 64<<10)
+	el := newFakeElection(base)
+	srv := newSSEServer(t, NewAPIHandler(el, APIOptions{KeepAlive: time.Hour}))
+
+	_, stopSlow := srv.connect(t, "slow") // never read
+	fast, _ := srv.connect(t, "fast")
+	r := &sseReader{t: t, br: bufio.NewReaderSize(fast.Body, 128<<10)}
+	r.nextEvent()
+	for i := range 8 {
+		holder := fmt.Sprintf("pod-%d", i)
+		// The publisher (the tracker closes a channel) never waits for
+		// a client.
+		want := el.set(func(s *election.State) { s.Holder = holder })
+		_, got := r.nextEvent()
+		if got["revision"] != float64(want.Revision) || got["holder"] != holder {
+			t.Fatalf("event %d = revision %v holder %v, want %d %q", i, got["revision"], got["holder"], want.Revision, holder)
+		}
+	}
+	// Make sure the test tested something: the slow client's handler is
+	// stuck in a write.
+	if !srv.busy("slow") {
+		t.Error("the slow client's handler is not blocked in a write; the test proves nothing")
+	}
+	// Let the stalled handler fail its write and return before the server
+	// closes.
+	stopSlow()
+	select {
+	case <-srv.handled:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the stalled SSE handler did not return after its client went away")
+	}
+}
+
+func TestServerLifecycle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	el := newFakeElection(followerState())
+	s, err := Listen(ctx, "127.0.0.1:0", NewAPIHandler(el, APIOptions{KeepAlive: time.Hour}))
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+
+	// A second server on the same address fails at once.
+	if _, err := Listen(ctx, s.Addr(), http.NotFoundHandler()); err == nil {
+		t.Error("Listen on an address in use succeeded")
+	}
+
+	resp, err := http.Get("http://" + s.Addr() + "/")
+	if err != nil {
+		t.Fatalf("GET /: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != `{"name":"my-app-7d9f-xyz12"}` {
+		t.Errorf("GET / = %d %s", resp.StatusCode, body)
+	}
+
+	// An open stream does not hold up the shutdown.
+	streamResp, err := http.Get("http://" + s.Addr() + "/events")
+	if err != nil {
+		t.Fatalf("GET /events: %v", err)
+	}
+	defer streamResp.Body.Close()
+	(&sseReader{t: t, br: bufio.NewReader(streamResp.Body)}).nextEvent()
+
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), wait.ForeverTestTimeout)
+	defer cancel()
+	if err := s.Shutdown(shutdownCtx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve after Shutdown = %v, want nil", err)
+		}
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("Serve did not return after Shutdown")
+	}
+}

@@ -1,0 +1,868 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// fakeEnv is the surroundings parseOptions sees in a test.
+type fakeEnv struct {
+	vars     map[string]string
+	files    map[string]string
+	hostname string
+	hostErr  error
+}
+
+func (f fakeEnv) environment() environment {
+	return environment{
+		lookupEnv: func(name string) (string, bool) {
+			v, ok := f.vars[name]
+			return v, ok
+		},
+		readFile: func(path string) ([]byte, error) {
+			if c, ok := f.files[path]; ok {
+				return []byte(c), nil
+			}
+			return nil, fs.ErrNotExist
+		},
+		hostname: func() (string, error) {
+			if f.hostErr != nil {
+				return "", f.hostErr
+			}
+			return f.hostname, nil
+		},
+	}
+}
+
+// plainEnv has a hostname and nothing else.
+var plainEnv = fakeEnv{hostname: "host-1"}
+
+// errorCount is the number of errors joined in err.
+func errorCount(err error) int {
+	if err == nil {
+		return 0
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return len(j.Unwrap())
+	}
+	return 1
+}
+
+func TestParseOptionsDefaults(t *testing.T) {
+	o, _, err := parseOptions([]string{"--lease-name=my-app"}, plainEnv.environment())
+	if err != nil {
+		t.Fatalf("parseOptions: %v", err)
+	}
+	want := &options{
+		LeaseName:         "my-app",
+		LeaseNamespace:    "default",
+		Identity:          "host-1",
+		LeaseDuration:     15 * time.Second,
+		RenewDeadline:     10 * time.Second,
+		RetryPeriod:       2 * time.Second,
+		HTTPAddress:       "127.0.0.1:4040",
+		ProbeAddress:      ":8080",
+		Readiness:         "leader",
+		ReleaseOnShutdown: true,
+		LogFormat:         "text",
+	}
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("parseOptions() =\n%+v\nwant\n%+v", o, want)
+	}
+	wantCfg := election.Config{
+		Namespace:         "default",
+		Name:              "my-app",
+		Identity:          "host-1",
+		LeaseDuration:     15 * time.Second,
+		RenewDeadline:     10 * time.Second,
+		RetryPeriod:       2 * time.Second,
+		ReleaseOnShutdown: true,
+	}
+	if got := o.electionConfig(); !reflect.DeepEqual(got, wantCfg) {
+		t.Errorf("electionConfig() = %+v, want %+v", got, wantCfg)
+	}
+}
+
+func TestParseOptionsFlags(t *testing.T) {
+	args := []string{
+		"--lease-name=my-app",
+		"--lease-namespace=team-a",
+		"--identity=pod-a",
+		"--lease-duration=20s",
+		"--renew-deadline=12s",
+		"--retry-period=3s",
+		"--http-address=127.0.0.1:5050",
+		"--probe-address=:9090",
+		"--readiness=candidate",
+		"--release-on-shutdown=false",
+		"--kubeconfig=/tmp/kubeconfig",
+		"--kube-api-qps=7.5",
+		"--kube-api-burst=15",
+		"--log-format=json",
+	}
+	o, _, err := parseOptions(args, plainEnv.environment())
+	if err != nil {
+		t.Fatalf("parseOptions: %v", err)
+	}
+	want := &options{
+		LeaseName:         "my-app",
+		LeaseNamespace:    "team-a",
+		Identity:          "pod-a",
+		LeaseDuration:     20 * time.Second,
+		RenewDeadline:     12 * time.Second,
+		RetryPeriod:       3 * time.Second,
+		HTTPAddress:       "127.0.0.1:5050",
+		ProbeAddress:      ":9090",
+		Readiness:         "candidate",
+		ReleaseOnShutdown: false,
+		Kubeconfig:        "/tmp/kubeconfig",
+		KubeAPIQPS:        7.5,
+		KubeAPIBurst:      15,
+		LogFormat:         "json",
+	}
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("parseOptions() =\n%+v\nwant\n%+v", o, want)
+	}
+}
+
+func TestParseOptionsVerbosity(t *testing.T) {
+	// -v is klog's global verbosity: put it back afterwards.
+	t.Cleanup(func() {
+		if _, _, err := parseOptions([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()); err != nil {
+			t.Errorf("resetting -v: %v", err)
+		}
+	})
+	_, fs, err := parseOptions([]string{"-v=3", "--lease-name=my-app"}, plainEnv.environment())
+	if err != nil {
+		t.Fatalf("parseOptions: %v", err)
+	}
+	if got := verbosity(fs); got != 3 {
+		t.Errorf("verbosity = %d, want 3", got)
+	}
+	// klog's other flags are not part of the contract.
+	for _, name := range []string{"logtostderr", "log_file", "alsologtostderr", "skip_headers"} {
+		if fs.Lookup(name) != nil {
+			t.Errorf("klog flag --%s is exposed", name)
+		}
+	}
+}
+
+func TestParseOptionsValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  fakeEnv
+		// wantErr are substrings of the error; each case breaks exactly
+		// one rule unless it says so.
+		wantErr   []string
+		wantCount int
+	}{
+		{name: "missing lease name", args: []string{}, wantErr: []string{"--lease-name is required"}},
+		{name: "empty lease name", args: []string{"--lease-name="}, wantErr: []string{"--lease-name is required"}},
+		{name: "upper case lease name", args: []string{"--lease-name=MyApp"}, wantErr: []string{`--lease-name "MyApp" is not a valid DNS-1123 subdomain`}},
+		{name: "lease name with underscore", args: []string{"--lease-name=my_app"}, wantErr: []string{"DNS-1123 subdomain"}},
+		{name: "lease name too long", args: []string{"--lease-name=" + strings.Repeat("a", 254)}, wantErr: []string{"DNS-1123 subdomain"}},
+		{name: "invalid namespace", args: []string{"--lease-name=my-app", "--lease-namespace=Team_A"}, wantErr: []string{`--lease-namespace "Team_A" is not a valid namespace`}},
+		{name: "dotted namespace", args: []string{"--lease-name=my-app", "--lease-namespace=team.a"}, wantErr: []string{"--lease-namespace"}},
+		{name: "invalid namespace from the environment", args: []string{"--lease-name=my-app"}, env: fakeEnv{hostname: "h", vars: map[string]string{"POD_NAMESPACE": "Bad"}}, wantErr: []string{`--lease-namespace "Bad"`}},
+		{name: "blank identity", args: []string{"--lease-name=my-app", "--identity= "}, wantErr: []string{"--identity is empty"}},
+		{name: "no identity available", args: []string{"--lease-name=my-app"}, env: fakeEnv{hostErr: errors.New("no hostname")}, wantErr: []string{"--identity is empty"}},
+		{name: "lease duration equal to renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=10s"}, wantErr: []string{"--lease-duration (10s) must be greater than --renew-deadline (10s)"}},
+		{name: "lease duration below renew deadline", args: []string{"--lease-name=my-app", "--renew-deadline=20s"}, wantErr: []string{"must be greater than --renew-deadline"}},
+		{name: "renew deadline equal to retry period × 1.2", args: []string{"--lease-name=my-app", "--renew-deadline=12s", "--retry-period=10s"}, wantErr: []string{"--renew-deadline (12s) must be greater than --retry-period × 1.2"}},
+		{name: "renew deadline below retry period × 1.2", args: []string{"--lease-name=my-app", "--retry-period=9s"}, wantErr: []string{"--retry-period × 1.2"}},
+		{name: "zero lease duration", args: []string{"--lease-name=my-app", "--lease-duration=0"}, wantErr: []string{"--lease-duration must be positive"}},
+		{name: "negative renew deadline", args: []string{"--lease-name=my-app", "--renew-deadline=-1s"}, wantErr: []string{"--renew-deadline must be positive"}},
+		{name: "zero retry period", args: []string{"--lease-name=my-app", "--retry-period=0s"}, wantErr: []string{"--retry-period must be positive"}},
+		{name: "fractional lease duration", args: []string{"--lease-name=my-app", "--lease-duration=15500ms"}, wantErr: []string{"--lease-duration 15.5s is not a whole number of seconds"}},
+		{name: "sub-second lease duration", args: []string{"--lease-name=my-app", "--lease-duration=20s1ns"}, wantErr: []string{"not a whole number of seconds"}},
+		{name: "http address without port", args: []string{"--lease-name=my-app", "--http-address=localhost"}, wantErr: []string{`--http-address "localhost"`}},
+		{name: "http address with named port", args: []string{"--lease-name=my-app", "--http-address=localhost:http"}, wantErr: []string{`--http-address "localhost:http": invalid port`}},
+		{name: "http address with port out of range", args: []string{"--lease-name=my-app", "--http-address=:65536"}, wantErr: []string{"invalid port"}},
+		{name: "http address with a URL", args: []string{"--lease-name=my-app", "--http-address=http://localhost:4040"}, wantErr: []string{"--http-address"}},
+		{name: "probe address empty", args: []string{"--lease-name=my-app", "--probe-address="}, wantErr: []string{`--probe-address ""`}},
+		{name: "probe address with a path", args: []string{"--lease-name=my-app", "--probe-address=/tmp/sock:1"}, wantErr: []string{"invalid host"}},
+		{name: "same http and probe address", args: []string{"--lease-name=my-app", "--http-address=:8080"}, wantErr: []string{`--http-address and --probe-address are both ":8080"`}},
+		{name: "unknown readiness", args: []string{"--lease-name=my-app", "--readiness=always"}, wantErr: []string{`--readiness "always" is unknown`}},
+		{name: "unknown log format", args: []string{"--lease-name=my-app", "--log-format=xml"}, wantErr: []string{`--log-format "xml" is unknown`}},
+		{name: "negative qps", args: []string{"--lease-name=my-app", "--kube-api-qps=-1"}, wantErr: []string{"--kube-api-qps must not be negative"}},
+		{name: "negative burst", args: []string{"--lease-name=my-app", "--kube-api-burst=-1"}, wantErr: []string{"--kube-api-burst must not be negative"}},
+		{name: "unknown flag", args: []string{"--lease-name=my-app", "--lease=x"}, wantErr: []string{"unknown flag: --lease"}},
+		{name: "unknown shorthand", args: []string{"--lease-name=my-app", "-x"}, wantErr: []string{"unknown shorthand flag"}},
+		{name: "unparsable duration", args: []string{"--lease-name=my-app", "--retry-period=2"}, wantErr: []string{`"--retry-period"`}},
+		{name: "unparsable bool", args: []string{"--lease-name=my-app", "--release-on-shutdown=maybe"}, wantErr: []string{"--release-on-shutdown"}},
+		{name: "stray argument", args: []string{"--lease-name=my-app", "my-other-app"}, wantErr: []string{"unexpected arguments: my-other-app"}},
+		{name: "stray arguments after --", args: []string{"--lease-name=my-app", "--", "a", "b"}, wantErr: []string{"unexpected arguments: a b"}},
+		{
+			name:      "all failures reported together",
+			args:      []string{"--lease-name=My_App", "--lease-duration=1500ms", "--readiness=x", "--log-format=x", "--kube-api-qps=-1", "--kube-api-burst=-1"},
+			wantErr:   []string{"DNS-1123", "whole number", "--renew-deadline", "--readiness", "--log-format", "--kube-api-qps", "--kube-api-burst"},
+			wantCount: 7,
+		},
+		{
+			name:      "relations skipped when a duration is not positive",
+			args:      []string{"--lease-name=my-app", "--lease-duration=0", "--renew-deadline=0", "--retry-period=0"},
+			wantErr:   []string{"--lease-duration must be positive", "--renew-deadline must be positive", "--retry-period must be positive"},
+			wantCount: 3,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tc.env
+			if env.vars == nil && env.hostname == "" && env.hostErr == nil {
+				env = plainEnv
+			}
+			o, _, err := parseOptions(tc.args, env.environment())
+			if err == nil {
+				t.Fatalf("parseOptions(%q) = %+v, want an error", tc.args, o)
+			}
+			if o != nil {
+				t.Errorf("parseOptions returned options along with the error")
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			wantCount := tc.wantCount
+			if wantCount == 0 {
+				wantCount = 1
+			}
+			if got := errorCount(err); got != wantCount {
+				t.Errorf("%d errors, want %d: %v", got, wantCount, err)
+			}
+		})
+	}
+}
+
+func TestParseOptionsValidEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{name: "renew deadline just above retry period × 1.2", args: []string{"--renew-deadline=12001ms", "--retry-period=10s", "--lease-duration=13s"}},
+		{name: "lease duration just above renew deadline", args: []string{"--lease-duration=11s", "--renew-deadline=10999ms"}},
+		{name: "IPv6 address", args: []string{"--http-address=[::1]:4040"}},
+		{name: "port 0", args: []string{"--http-address=127.0.0.1:0", "--probe-address=:0"}},
+		{name: "zero qps and burst", args: []string{"--kube-api-qps=0", "--kube-api-burst=0"}},
+		{name: "dotted lease name", args: []string{"--lease-name=my-app.example.com"}},
+		{name: "json logs", args: []string{"--log-format=json"}},
+		{name: "candidate readiness", args: []string{"--readiness=candidate"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--lease-name=my-app"}, tc.args...)
+			if _, _, err := parseOptions(args, plainEnv.environment()); err != nil {
+				t.Errorf("parseOptions(%q): %v", args, err)
+			}
+		})
+	}
+}
+
+func TestParseOptionsEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		vars    map[string]string
+		check   func(t *testing.T, o *options)
+		wantErr string
+	}{
+		{
+			name: "every flag from the environment",
+			vars: map[string]string{
+				"LEADER_ELECTOR_LEASE_NAME":          "env-app",
+				"LEADER_ELECTOR_LEASE_NAMESPACE":     "env-ns",
+				"LEADER_ELECTOR_IDENTITY":            "env-pod",
+				"LEADER_ELECTOR_LEASE_DURATION":      "30s",
+				"LEADER_ELECTOR_RENEW_DEADLINE":      "20s",
+				"LEADER_ELECTOR_RETRY_PERIOD":        "5s",
+				"LEADER_ELECTOR_HTTP_ADDRESS":        "127.0.0.1:1111",
+				"LEADER_ELECTOR_PROBE_ADDRESS":       ":2222",
+				"LEADER_ELECTOR_READINESS":           "candidate",
+				"LEADER_ELECTOR_RELEASE_ON_SHUTDOWN": "false",
+				"LEADER_ELECTOR_KUBECONFIG":          "/env/kubeconfig",
+				"LEADER_ELECTOR_KUBE_API_QPS":        "50",
+				"LEADER_ELECTOR_KUBE_API_BURST":      "100",
+				"LEADER_ELECTOR_LOG_FORMAT":          "json",
+			},
+			check: func(t *testing.T, o *options) {
+				want := &options{
+					LeaseName:         "env-app",
+					LeaseNamespace:    "env-ns",
+					Identity:          "env-pod",
+					LeaseDuration:     30 * time.Second,
+					RenewDeadline:     20 * time.Second,
+					RetryPeriod:       5 * time.Second,
+					HTTPAddress:       "127.0.0.1:1111",
+					ProbeAddress:      ":2222",
+					Readiness:         "candidate",
+					ReleaseOnShutdown: false,
+					Kubeconfig:        "/env/kubeconfig",
+					KubeAPIQPS:        50,
+					KubeAPIBurst:      100,
+					LogFormat:         "json",
+				}
+				if !reflect.DeepEqual(o, want) {
+					t.Errorf("got\n%+v\nwant\n%+v", o, want)
+				}
+			},
+		},
+		{
+			name: "command line wins",
+			args: []string{"--lease-name=cli-app", "--lease-duration=20s", "--release-on-shutdown=true"},
+			vars: map[string]string{
+				"LEADER_ELECTOR_LEASE_NAME":          "env-app",
+				"LEADER_ELECTOR_LEASE_DURATION":      "not a duration",
+				"LEADER_ELECTOR_RELEASE_ON_SHUTDOWN": "false",
+			},
+			check: func(t *testing.T, o *options) {
+				if o.LeaseName != "cli-app" || o.LeaseDuration != 20*time.Second || !o.ReleaseOnShutdown {
+					t.Errorf("lease name, duration, release = %q, %v, %v; want the command line's", o.LeaseName, o.LeaseDuration, o.ReleaseOnShutdown)
+				}
+			},
+		},
+		{
+			name:    "invalid duration names the variable",
+			args:    []string{"--lease-name=my-app"},
+			vars:    map[string]string{"LEADER_ELECTOR_LEASE_DURATION": "15"},
+			wantErr: `invalid LEADER_ELECTOR_LEASE_DURATION="15"`,
+		},
+		{
+			name:    "invalid bool names the variable",
+			args:    []string{"--lease-name=my-app"},
+			vars:    map[string]string{"LEADER_ELECTOR_RELEASE_ON_SHUTDOWN": "yes please"},
+			wantErr: "LEADER_ELECTOR_RELEASE_ON_SHUTDOWN",
+		},
+		{
+			name:    "invalid number names the variable",
+			args:    []string{"--lease-name=my-app"},
+			vars:    map[string]string{"LEADER_ELECTOR_KUBE_API_BURST": "lots"},
+			wantErr: "LEADER_ELECTOR_KUBE_API_BURST",
+		},
+		{
+			name:    "valid syntax, invalid value",
+			vars:    map[string]string{"LEADER_ELECTOR_LEASE_NAME": "Not_Valid"},
+			wantErr: "--lease-name",
+		},
+		{
+			name: "deprecated alias from the environment",
+			vars: map[string]string{"LEADER_ELECTOR_ELECTION": "old-app"},
+			check: func(t *testing.T, o *options) {
+				if o.LeaseName != "old-app" {
+					t.Errorf("LeaseName = %q, want old-app", o.LeaseName)
+				}
+				if !reflect.DeepEqual(o.deprecated, []string{"election"}) {
+					t.Errorf("deprecated = %q, want [election]", o.deprecated)
+				}
+			},
+		},
+		{
+			name: "unrelated variables are ignored",
+			args: []string{"--lease-name=my-app"},
+			vars: map[string]string{"LEADER_ELECTOR_NO_SUCH_FLAG": "x", "LEASE_NAME": "other"},
+			check: func(t *testing.T, o *options) {
+				if o.LeaseName != "my-app" {
+					t.Errorf("LeaseName = %q, want my-app", o.LeaseName)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := fakeEnv{vars: tc.vars, hostname: "host-1"}
+			o, _, err := parseOptions(tc.args, env.environment())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseOptions: %v", err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
+
+func TestParseOptionsEnvironmentDefaults(t *testing.T) {
+	const nsFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		env            fakeEnv
+		wantNamespace  string
+		wantIdentity   string
+		wantKubeconfig string
+	}{
+		{
+			name:          "nothing available",
+			env:           fakeEnv{hostname: "host-1"},
+			wantNamespace: "default",
+			wantIdentity:  "host-1",
+		},
+		{
+			name: "pod environment",
+			env: fakeEnv{
+				vars:     map[string]string{"POD_NAMESPACE": "team-a", "POD_NAME": "my-app-7d9f-abcde"},
+				files:    map[string]string{nsFile: "team-b"},
+				hostname: "host-1",
+			},
+			wantNamespace: "team-a",
+			wantIdentity:  "my-app-7d9f-abcde",
+		},
+		{
+			name: "service account namespace file",
+			env: fakeEnv{
+				files:    map[string]string{nsFile: "team-b\n"},
+				hostname: "host-1",
+			},
+			wantNamespace: "team-b",
+			wantIdentity:  "host-1",
+		},
+		{
+			name: "empty POD_NAMESPACE and POD_NAME are ignored",
+			env: fakeEnv{
+				vars:     map[string]string{"POD_NAMESPACE": "", "POD_NAME": ""},
+				files:    map[string]string{nsFile: "team-b"},
+				hostname: "host-1",
+			},
+			wantNamespace: "team-b",
+			wantIdentity:  "host-1",
+		},
+		{
+			name: "blank namespace file",
+			env: fakeEnv{
+				files:    map[string]string{nsFile: " \n"},
+				hostname: "host-1",
+			},
+			wantNamespace: "default",
+			wantIdentity:  "host-1",
+		},
+		{
+			name: "flags win over the pod environment",
+			args: []string{"--lease-namespace=flag-ns", "--identity=flag-id", "--kubeconfig=/flag/kubeconfig"},
+			env: fakeEnv{
+				vars:     map[string]string{"POD_NAMESPACE": "team-a", "POD_NAME": "pod", "KUBECONFIG": "/env/kubeconfig"},
+				files:    map[string]string{nsFile: "team-b"},
+				hostname: "host-1",
+			},
+			wantNamespace:  "flag-ns",
+			wantIdentity:   "flag-id",
+			wantKubeconfig: "/flag/kubeconfig",
+		},
+		{
+			name: "LEADER_ELECTOR_ variables win over the pod environment",
+			env: fakeEnv{
+				vars: map[string]string{
+					"POD_NAMESPACE": "team-a", "POD_NAME": "pod", "KUBECONFIG": "/env/kubeconfig",
+					"LEADER_ELECTOR_LEASE_NAMESPACE": "le-ns", "LEADER_ELECTOR_IDENTITY": "le-id", "LEADER_ELECTOR_KUBECONFIG": "/le/kubeconfig",
+				},
+				hostname: "host-1",
+			},
+			wantNamespace:  "le-ns",
+			wantIdentity:   "le-id",
+			wantKubeconfig: "/le/kubeconfig",
+		},
+		{
+			name: "KUBECONFIG",
+			env: fakeEnv{
+				vars:     map[string]string{"KUBECONFIG": "/home/me/.kube/config"},
+				hostname: "host-1",
+			},
+			wantNamespace:  "default",
+			wantIdentity:   "host-1",
+			wantKubeconfig: "/home/me/.kube/config",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--lease-name=my-app"}, tc.args...)
+			o, _, err := parseOptions(args, tc.env.environment())
+			if err != nil {
+				t.Fatalf("parseOptions: %v", err)
+			}
+			if o.LeaseNamespace != tc.wantNamespace || o.Identity != tc.wantIdentity || o.Kubeconfig != tc.wantKubeconfig {
+				t.Errorf("namespace, identity, kubeconfig = %q, %q, %q; want %q, %q, %q",
+					o.LeaseNamespace, o.Identity, o.Kubeconfig, tc.wantNamespace, tc.wantIdentity, tc.wantKubeconfig)
+			}
+		})
+	}
+}
+
+func TestParseOptionsDeprecatedAliases(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		args           []string
+		want           func(o *options) bool
+		wantDeprecated []string
+		wantErr        []string
+	}{
+		{
+			name:           "--election",
+			args:           []string{"--election=my-app"},
+			want:           func(o *options) bool { return o.LeaseName == "my-app" },
+			wantDeprecated: []string{"election"},
+		},
+		{
+			name:           "--election-namespace",
+			args:           []string{"--lease-name=my-app", "--election-namespace=team-a"},
+			want:           func(o *options) bool { return o.LeaseNamespace == "team-a" },
+			wantDeprecated: []string{"election-namespace"},
+		},
+		{
+			name:           "--id",
+			args:           []string{"--lease-name=my-app", "--id=pod-a"},
+			want:           func(o *options) bool { return o.Identity == "pod-a" },
+			wantDeprecated: []string{"id"},
+		},
+		{
+			name:           "--http with host and port",
+			args:           []string{"--lease-name=my-app", "--http=0.0.0.0:4040"},
+			want:           func(o *options) bool { return o.HTTPAddress == "0.0.0.0:4040" },
+			wantDeprecated: []string{"http"},
+		},
+		{
+			name:           "--http with a bare port",
+			args:           []string{"--lease-name=my-app", "--http=:4040"},
+			want:           func(o *options) bool { return o.HTTPAddress == ":4040" },
+			wantDeprecated: []string{"http"},
+		},
+		{
+			name: "all of the retired image's flags",
+			args: []string{"--election=my-app", "--election-namespace=team-a", "--id=pod-a", "--http=localhost:4040"},
+			want: func(o *options) bool {
+				return o.LeaseName == "my-app" && o.LeaseNamespace == "team-a" && o.Identity == "pod-a" && o.HTTPAddress == "localhost:4040"
+			},
+			wantDeprecated: []string{"election", "election-namespace", "id", "http"},
+		},
+		{
+			name:           "alias and flag agree",
+			args:           []string{"--election=my-app", "--lease-name=my-app"},
+			want:           func(o *options) bool { return o.LeaseName == "my-app" },
+			wantDeprecated: []string{"election"},
+		},
+		{
+			name:    "alias and flag disagree",
+			args:    []string{"--election=old-app", "--lease-name=new-app"},
+			wantErr: []string{`--lease-name and its deprecated alias --election disagree ("new-app", "old-app")`},
+		},
+		{
+			name:    "several disagreements",
+			args:    []string{"--lease-name=my-app", "--id=a", "--identity=b", "--http=:1", "--http-address=:2"},
+			wantErr: []string{"--identity and its deprecated alias --id", "--http-address and its deprecated alias --http"},
+		},
+		{
+			name:    "alias value is validated",
+			args:    []string{"--election=Not_Valid"},
+			wantErr: []string{"--lease-name"},
+		},
+		{
+			name:    "alias address is validated",
+			args:    []string{"--lease-name=my-app", "--http=4040"},
+			wantErr: []string{"--http-address"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, err := parseOptions(tc.args, plainEnv.environment())
+			if len(tc.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("parseOptions(%q) succeeded, want an error", tc.args)
+				}
+				for _, want := range tc.wantErr {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("error %q does not contain %q", err, want)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseOptions(%q): %v", tc.args, err)
+			}
+			if !tc.want(o) {
+				t.Errorf("parseOptions(%q) = %+v", tc.args, o)
+			}
+			if !reflect.DeepEqual(o.deprecated, tc.wantDeprecated) {
+				t.Errorf("deprecated = %q, want %q", o.deprecated, tc.wantDeprecated)
+			}
+			for _, alias := range o.deprecated {
+				if _, ok := deprecatedAliases[alias]; !ok {
+					t.Errorf("deprecated alias %q has no replacement", alias)
+				}
+			}
+		})
+	}
+}
+
+func TestParseOptionsVersionAndHelp(t *testing.T) {
+	t.Run("version needs no other flag", func(t *testing.T) {
+		o, _, err := parseOptions([]string{"--version"}, fakeEnv{hostErr: errors.New("none")}.environment())
+		if err != nil {
+			t.Fatalf("parseOptions: %v", err)
+		}
+		if !o.Version {
+			t.Error("Version = false")
+		}
+	})
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"--lease-name=my-app", "--help"}, {"--lease-name=Not_Valid", "-h"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			_, fs, err := parseOptions(args, plainEnv.environment())
+			if !errors.Is(err, pflag.ErrHelp) {
+				t.Errorf("error = %v, want pflag.ErrHelp", err)
+			}
+			if fs == nil || fs.Lookup("lease-name") == nil {
+				t.Error("no flag set returned for the usage")
+			}
+		})
+	}
+}
+
+func TestExecute(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		env        map[string]string
+		wantCode   int
+		wantStdout string // prefix
+		wantStderr []string
+	}{
+		{
+			name:       "version",
+			args:       []string{"--version"},
+			wantCode:   0,
+			wantStdout: "leader-elector dev\n",
+		},
+		{
+			name:       "help",
+			args:       []string{"--help"},
+			wantCode:   0,
+			wantStdout: "Usage of leader-elector:\n",
+		},
+		{
+			name:       "-h",
+			args:       []string{"-h"},
+			wantCode:   0,
+			wantStdout: "Usage of leader-elector:\n",
+		},
+		{
+			name:       "unknown flag",
+			args:       []string{"--lease-name=my-app", "--bogus"},
+			wantCode:   2,
+			wantStderr: []string{"unknown flag: --bogus"},
+		},
+		{
+			name:       "several invalid options",
+			args:       []string{"--lease-name=My_App", "--lease-duration=1500ms", "--readiness=sometimes"},
+			wantCode:   2,
+			wantStderr: []string{"DNS-1123", "whole number", `--readiness "sometimes"`},
+		},
+		{
+			name:       "argument with a newline",
+			args:       []string{"--lease-name=my-app", "one\ntwo"},
+			wantCode:   2,
+			wantStderr: []string{"unexpected arguments: one"},
+		},
+		{
+			name:       "invalid environment variable",
+			args:       []string{"--lease-name=my-app"},
+			env:        map[string]string{"LEADER_ELECTOR_RETRY_PERIOD": "often"},
+			wantCode:   2,
+			wantStderr: []string{"LEADER_ELECTOR_RETRY_PERIOD"},
+		},
+		{
+			name:       "durations out of order",
+			args:       []string{"--lease-name=my-app", "--lease-duration=5s"},
+			wantCode:   2,
+			wantStderr: []string{"--lease-duration (5s) must be greater than --renew-deadline (10s)"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			code := execute(tc.args, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit code = %d, want %d (stderr %q)", code, tc.wantCode, stderr.String())
+			}
+			if tc.wantCode == 0 {
+				if !strings.HasPrefix(stdout.String(), tc.wantStdout) {
+					t.Errorf("stdout = %q, want it to start with %q", stdout.String(), tc.wantStdout)
+				}
+				if stderr.Len() != 0 {
+					t.Errorf("stderr = %q, want nothing", stderr.String())
+				}
+				if tc.wantStdout == "Usage of leader-elector:\n" {
+					for _, flag := range []string{"--lease-name", "--lease-namespace", "--identity", "--release-on-shutdown", "--version", "-v, --v"} {
+						if !strings.Contains(stdout.String(), flag) {
+							t.Errorf("usage does not mention %s", flag)
+						}
+					}
+					for _, alias := range []string{"--election", "--id "} {
+						if strings.Contains(stdout.String(), alias) {
+							t.Errorf("usage lists the deprecated %s", alias)
+						}
+					}
+				}
+				return
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout = %q, want nothing", stdout.String())
+			}
+			got := stderr.String()
+			if n := strings.Count(got, "\n"); n != 1 || !strings.HasSuffix(got, "\n") {
+				t.Errorf("stderr has %d newlines, want exactly one line: %q", n, got)
+			}
+			if !strings.HasPrefix(got, "leader-elector: invalid configuration: ") {
+				t.Errorf("stderr = %q, want the invalid configuration prefix", got)
+			}
+			for _, want := range tc.wantStderr {
+				if !strings.Contains(got, want) {
+					t.Errorf("stderr %q does not contain %q", got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestOneLine(t *testing.T) {
+	err := errors.Join(errors.New("first"), errors.New("second\nthird"))
+	if got, want := oneLine(err), "first; second; third"; got != want {
+		t.Errorf("oneLine() = %q, want %q", got, want)
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for a server nobody listens on.
+func writeKubeconfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	const kubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:1
+contexts:
+- name: c
+  context:
+    cluster: c
+    user: u
+current-context: c
+users:
+- name: u
+  user:
+    token: t
+`
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestClientConfig(t *testing.T) {
+	kubeconfig := writeKubeconfig(t)
+	for _, tc := range []struct {
+		name      string
+		opts      options
+		wantErr   bool
+		wantQPS   float32
+		wantBurst int
+	}{
+		{name: "client-go defaults", opts: options{Kubeconfig: kubeconfig}},
+		{name: "rate limits", opts: options{Kubeconfig: kubeconfig, KubeAPIQPS: 20, KubeAPIBurst: 40}, wantQPS: 20, wantBurst: 40},
+		{name: "missing kubeconfig", opts: options{Kubeconfig: filepath.Join(t.TempDir(), "missing")}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := clientConfig(&tc.opts)
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "no usable client configuration") {
+					t.Errorf("error = %v, want no usable client configuration", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("clientConfig: %v", err)
+			}
+			if cfg.Host != "https://127.0.0.1:1" || cfg.QPS != tc.wantQPS || cfg.Burst != tc.wantBurst {
+				t.Errorf("host, qps, burst = %q, %v, %d; want https://127.0.0.1:1, %v, %d", cfg.Host, cfg.QPS, cfg.Burst, tc.wantQPS, tc.wantBurst)
+			}
+		})
+	}
+}
+
+// TestExecuteRuntimeErrors: a configuration that passes validation but
+// cannot run exits 1.
+func TestExecuteRuntimeErrors(t *testing.T) {
+	kubeconfig := writeKubeconfig(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{name: "no usable client configuration", args: []string{"--kubeconfig=" + filepath.Join(t.TempDir(), "missing")}},
+		{name: "application API address in use", args: []string{"--kubeconfig=" + kubeconfig, "--http-address=" + busy.Addr().String(), "--probe-address=127.0.0.1:0"}},
+		{name: "probe address in use", args: []string{"--kubeconfig=" + kubeconfig, "--http-address=127.0.0.1:0", "--probe-address=" + busy.Addr().String()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--lease-name=my-app", "--lease-namespace=default", "--identity=pod-a"}, tc.args...)
+			var stdout, stderr bytes.Buffer
+			if code := execute(args, &stdout, &stderr); code != 1 {
+				t.Errorf("exit code = %d, want 1", code)
+			}
+		})
+	}
+}
+
+func TestSetUpLoggingJSON(t *testing.T) {
+	o, fs, err := parseOptions([]string{"--lease-name=my-app", "--log-format=json", "-v=1"}, plainEnv.environment())
+	if err != nil {
+		t.Fatalf("parseOptions: %v", err)
+	}
+	// -v is klog's global verbosity and the logger is global: put both
+	// back afterwards.
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		if _, _, err := parseOptions([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()); err != nil {
+			t.Errorf("resetting -v: %v", err)
+		}
+	})
+	var buf bytes.Buffer
+	setUpLogging(o.LogFormat, verbosity(fs), &buf)
+	logger := klog.Background()
+	logger.Info("Shown", "key", "value")
+	logger.V(1).Info("Also shown")
+	logger.V(2).Info("Hidden")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("got %d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	var first map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatalf("not JSON: %q: %v", lines[0], err)
+	}
+	if first["msg"] != "Shown" || first["key"] != "value" {
+		t.Errorf("first line = %v", first)
+	}
+}
+
+func TestSetUpLoggingText(t *testing.T) {
+	var buf bytes.Buffer
+	setUpLogging("text", 0, &buf)
+	if buf.Len() != 0 {
+		t.Errorf("text logging wrote %q", buf.String())
+	}
+}
