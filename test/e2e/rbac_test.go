@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// shippedRBAC reads the Role, RoleBinding and ServiceAccount from the
+// shippedRBAC reads the ServiceAccount, Role, RoleBinding and Lease from the
 // kustomize base users apply.
-func shippedRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+func shippedRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding, *coordinationv1.Lease) {
 	t.Helper()
 	dir := filepath.Join(repoRoot, "manifests", "base")
 	var k struct {
@@ -35,6 +35,7 @@ func shippedRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.Ro
 		sa      *corev1.ServiceAccount
 		role    *rbacv1.Role
 		binding *rbacv1.RoleBinding
+		lease   *coordinationv1.Lease
 	)
 	for _, res := range k.Resources {
 		path := filepath.Join(dir, res)
@@ -50,14 +51,17 @@ func shippedRBAC(t *testing.T) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.Ro
 		case "RoleBinding":
 			binding = &rbacv1.RoleBinding{}
 			readYAML(t, path, binding)
+		case "Lease":
+			lease = &coordinationv1.Lease{}
+			readYAML(t, path, lease)
 		default:
 			t.Fatalf("%s: unexpected kind %q in the RBAC base", path, meta.Kind)
 		}
 	}
-	if sa == nil || role == nil || binding == nil {
-		t.Fatalf("manifests/base lacks a ServiceAccount, Role or RoleBinding")
+	if sa == nil || role == nil || binding == nil || lease == nil {
+		t.Fatalf("manifests/base lacks a ServiceAccount, Role, RoleBinding or Lease")
 	}
-	return sa, role, binding
+	return sa, role, binding, lease
 }
 
 func readYAML(t *testing.T, path string, into any) {
@@ -72,12 +76,14 @@ func readYAML(t *testing.T, path string, into any) {
 }
 
 // applyRBAC creates the namespace and the shipped objects in it, with the
-// Role's rules replaced by rules when rules is not nil.
-func applyRBAC(t *testing.T, namespace string, rules []rbacv1.PolicyRule) string {
+// Role's rules replaced by rules when rules is not nil, and without the
+// shipped Lease when withoutLease. It returns a kubeconfig with the
+// ServiceAccount's token and the shipped Lease's name.
+func applyRBAC(t *testing.T, namespace string, rules []rbacv1.PolicyRule, withoutLease bool) (kubeconfig, lease string) {
 	t.Helper()
 	ctx := context.Background()
 	cs := controlPlane.AdminClient()
-	sa, role, binding := shippedRBAC(t)
+	sa, role, binding, shippedLease := shippedRBAC(t)
 	if rules != nil {
 		role.Rules = rules
 	}
@@ -97,21 +103,27 @@ func applyRBAC(t *testing.T, namespace string, rules []rbacv1.PolicyRule) string
 	if _, err := cs.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	if !withoutLease {
+		if _, err := cs.CoordinationV1().Leases(namespace).Create(ctx, shippedLease, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	kubeconfig, err := controlPlane.ServiceAccountKubeconfig(ctx, namespace, sa.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kubeconfig
+	return kubeconfig, shippedLease.Name
 }
 
 // TestShippedRBAC: candidates running with the ServiceAccount token bound
-// only by the shipped Role elect a leader, hand over on SIGTERM (release is
-// an update) — so the Role is enough — and that token can do nothing else —
-// so it is no more than needed.
+// only by the shipped Role, on the shipped Lease, elect a leader, hand over
+// on SIGTERM (release is an update) — so the Role is enough — and that token
+// can do nothing else, not even on another Lease — so it is no more than
+// needed.
 func TestShippedRBAC(t *testing.T) {
 	const namespace = "rbac-shipped"
-	kubeconfig := applyRBAC(t, namespace, nil)
-	g := newGroup(t, 2, candidateOptions{namespace: namespace, kubeconfig: kubeconfig})
+	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
+	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
 	leader := g.waitLeader(30 * time.Second)
 	leader.signal(syscall.SIGTERM)
 	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
@@ -135,33 +147,35 @@ func TestShippedRBAC(t *testing.T) {
 	cfg.QPS, cfg.Burst = 500, 500 // a hundred access reviews, not a rate-limit test
 	sa := kubernetes.NewForConfigOrDie(cfg)
 	type access struct {
-		namespace, group, resource, verb string
+		namespace, group, resource, name, verb string
 	}
 	var allowed []access
 	for _, ns := range []string{namespace, "default"} {
 		for _, res := range []struct{ group, resource string }{
 			{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "secrets"}, {"", "configmaps"}, {"", "events"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
 		} {
-			for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
-				review, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
-					Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-						Namespace: ns, Group: res.group, Resource: res.resource, Verb: verb,
-					}},
-				}, metav1.CreateOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if review.Status.Allowed {
-					allowed = append(allowed, access{ns, res.group, res.resource, verb})
+			// No name (create, a list of all), the shipped Lease, another one.
+			for _, name := range []string{"", lease, "another-lease"} {
+				for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+					review, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+						Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+							Namespace: ns, Group: res.group, Resource: res.resource, Name: name, Verb: verb,
+						}},
+					}, metav1.CreateOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if review.Status.Allowed {
+						allowed = append(allowed, access{ns, res.group, res.resource, name, verb})
+					}
 				}
 			}
 		}
 	}
 	want := []access{
-		{namespace, "coordination.k8s.io", "leases", "get"},
-		{namespace, "coordination.k8s.io", "leases", "watch"},
-		{namespace, "coordination.k8s.io", "leases", "create"},
-		{namespace, "coordination.k8s.io", "leases", "update"},
+		{namespace, "coordination.k8s.io", "leases", lease, "get"},
+		{namespace, "coordination.k8s.io", "leases", lease, "watch"},
+		{namespace, "coordination.k8s.io", "leases", lease, "update"},
 	}
 	if !slices.Equal(allowed, want) {
 		t.Errorf("the shipped RBAC allows %v, want exactly %v", allowed, want)
@@ -173,39 +187,35 @@ func TestShippedRBAC(t *testing.T) {
 
 // TestEveryShippedVerbIsNeeded: reading needs get or watch (watch makes
 // idle candidates free, get is the fallback while the watch is not synced);
-// a Role missing both, or create, or update leaves the candidate unable to
-// lead (for update: to take a Lease that exists). Each candidate reports the
-// refusal and keeps running.
+// a Role missing both, or update, leaves the candidate unable to lead, and
+// so does a namespace without the shipped Lease (the Role may not create
+// it). Each candidate reports the refusal and keeps running.
 func TestEveryShippedVerbIsNeeded(t *testing.T) {
-	_, role, _ := shippedRBAC(t)
+	_, role, _, _ := shippedRBAC(t)
 	if len(role.Rules) != 1 {
 		t.Fatalf("expected one rule in the shipped Role, got %d", len(role.Rules))
 	}
-	// Whether the candidate can still lead without the verb.
-	leadsWithout := map[string]bool{"get": true, "watch": true, "get+watch": false, "create": false, "update": false}
+	// Whether the candidate can still lead without the verb ("lease": with
+	// the shipped Role but without the shipped Lease).
+	leadsWithout := map[string]bool{"get": true, "watch": true, "get+watch": false, "update": false, "lease": false}
 	for _, verb := range role.Rules[0].Verbs {
 		if _, known := leadsWithout[verb]; !known {
 			t.Fatalf("the shipped Role has verb %q that this test does not know", verb)
 		}
 	}
-	for _, verb := range []string{"get", "watch", "get+watch", "create", "update"} {
+	for _, verb := range []string{"get", "watch", "get+watch", "update", "lease"} {
 		leads := leadsWithout[verb]
 		t.Run("without "+verb, func(t *testing.T) {
 			namespace := "rbac-no-" + strings.ReplaceAll(verb, "+", "-")
-			rule := role.Rules[0]
-			rule.Verbs = slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return slices.Contains(strings.Split(verb, "+"), v) })
-			kubeconfig := applyRBAC(t, namespace, []rbacv1.PolicyRule{rule})
-			lease := "no-" + strings.ReplaceAll(verb, "+", "-")
-			if verb == "update" {
-				// Create succeeds on a missing Lease without update; make
-				// the Lease exist (released) so taking it needs an update.
-				holder := ""
-				duration := int32(1)
-				_, err := controlPlane.AdminClient().CoordinationV1().Leases(namespace).Create(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: lease}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration}}, metav1.CreateOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
+			var rules []rbacv1.PolicyRule
+			if verb != "lease" {
+				rule := role.Rules[0]
+				rule.Verbs = slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return slices.Contains(strings.Split(verb, "+"), v) })
+				rules = []rbacv1.PolicyRule{rule}
 			}
+			// The shipped Lease exists (without a holder) unless the case
+			// is its absence, so taking it needs an update.
+			kubeconfig, lease := applyRBAC(t, namespace, rules, verb == "lease")
 			c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
 			if verb == "get" {
 				// With the watch working, get is not even tried.

@@ -1,0 +1,267 @@
+{{/*
+Every template here takes this chart's context: `.` inside this chart, and
+`(index .Subcharts "leader-elector")` in a chart that depends on this one
+(the alias, if the dependency has one).
+*/}}
+
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "leader-elector.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+A default fully qualified name, truncated to 63 characters (DNS-1123
+labels). A release name that contains the chart name is used as is.
+*/}}
+{{- define "leader-elector.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version for the helm.sh/chart label.
+*/}}
+{{- define "leader-elector.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "leader-elector.labels" -}}
+helm.sh/chart: {{ include "leader-elector.chart" . }}
+{{ include "leader-elector.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels.
+*/}}
+{{- define "leader-elector.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "leader-elector.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The ServiceAccount the sidecars run as.
+*/}}
+{{- define "leader-elector.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "leader-elector.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The Lease the candidates elect on.
+*/}}
+{{- define "leader-elector.leaseName" -}}
+{{- default (include "leader-elector.fullname" .) .Values.lease.name }}
+{{- end }}
+
+{{/*
+The sidecar image reference.
+*/}}
+{{- define "leader-elector.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A number of seconds as a Go duration flag value: 15 → 15s, 0.5 → 0.5s.
+*/}}
+{{- define "leader-elector.seconds" -}}
+{{- printf "%vs" (float64 .) }}
+{{- end }}
+
+{{/*
+The sidecar container, as one item of a container list. Put it under
+initContainers when sidecar.native is true (it then has restartPolicy:
+Always), under containers otherwise; leader-elector.initContainers and
+leader-elector.containers do that choice for you.
+
+Mount leader-elector.volumes in the pod, and set
+automountServiceAccountToken: false on it so that only the sidecar gets the
+ServiceAccount's token.
+*/}}
+{{- define "leader-elector.sidecar" -}}
+{{- include "leader-elector.validate" . -}}
+- name: leader-elector
+  image: {{ include "leader-elector.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  {{- if .Values.sidecar.native }}
+  restartPolicy: Always
+  {{- end }}
+  args:
+    - --lease-name={{ include "leader-elector.leaseName" . }}
+    - --lease-duration={{ include "leader-elector.seconds" .Values.election.leaseDurationSeconds }}
+    - --renew-deadline={{ include "leader-elector.seconds" .Values.election.renewDeadlineSeconds }}
+    - --retry-period={{ include "leader-elector.seconds" .Values.election.retryPeriodSeconds }}
+    - --readiness={{ .Values.election.readiness }}
+    - --release-on-shutdown={{ .Values.election.releaseOnShutdown }}
+    - --http-address=127.0.0.1:{{ .Values.sidecar.httpPort }}
+    - --probe-address=:{{ .Values.sidecar.probePort }}
+    - --log-format={{ .Values.sidecar.logFormat }}
+    - -v={{ .Values.sidecar.logVerbosity }}
+    {{- with .Values.sidecar.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    {{- if dig "limits" "memory" "" .Values.sidecar.resources }}
+    - name: GOMEMLIMIT
+      valueFrom:
+        resourceFieldRef:
+          containerName: leader-elector
+          resource: limits.memory
+    {{- end }}
+    {{- with .Values.sidecar.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: le-probes
+      containerPort: {{ .Values.sidecar.probePort }}
+  readinessProbe:
+    httpGet:
+      path: /readyz
+      port: le-probes
+    {{- toYaml .Values.sidecar.readinessProbe | nindent 4 }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: le-probes
+    {{- toYaml .Values.sidecar.livenessProbe | nindent 4 }}
+  {{- with .Values.sidecar.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.sidecar.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  volumeMounts:
+    - name: leader-elector-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+{{- end }}
+
+{{/*
+The sidecar when it is a native sidecar (sidecar.native), else nothing: for
+a pod's initContainers.
+*/}}
+{{- define "leader-elector.initContainers" -}}
+{{- if .Values.sidecar.native }}
+{{- include "leader-elector.sidecar" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar when it is an ordinary container (sidecar.native false), else
+nothing: for a pod's containers.
+*/}}
+{{- define "leader-elector.containers" -}}
+{{- if not .Values.sidecar.native }}
+{{- include "leader-elector.sidecar" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The sidecar's ServiceAccount token, CA and namespace, as one item of a pod's
+volumes: what the kubelet mounts into every container with
+automountServiceAccountToken, here for the sidecar alone.
+*/}}
+{{- define "leader-elector.volumes" -}}
+- name: leader-elector-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3607
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                fieldPath: metadata.namespace
+{{- end }}
+
+{{/*
+A Deployment strategy that does not deadlock. With readiness leader only the
+leader is ever Ready, so a rolling update that waits for new pods to become
+available never ends; maxUnavailable 100% replaces all pods at once and the
+new ones take over when the old leader releases. With readiness candidate a
+normal one-by-one rolling update works.
+*/}}
+{{- define "leader-elector.strategy" -}}
+{{- if eq .Values.election.readiness "leader" -}}
+type: RollingUpdate
+rollingUpdate:
+  maxSurge: 0
+  maxUnavailable: 100%
+{{- else -}}
+type: RollingUpdate
+rollingUpdate:
+  maxSurge: 1
+  maxUnavailable: 0
+{{- end }}
+{{- end }}
+
+{{/*
+Refuse values the sidecar would refuse at start (it exits 2 on them), or
+that cannot work.
+*/}}
+{{- define "leader-elector.validate" -}}
+{{- $e := .Values.election }}
+{{- $lease := float64 $e.leaseDurationSeconds }}
+{{- $renew := float64 $e.renewDeadlineSeconds }}
+{{- $retry := float64 $e.retryPeriodSeconds }}
+{{- if ne $lease (floor $lease) }}
+{{- fail (printf "election.leaseDurationSeconds must be whole seconds (the Lease stores seconds), got %v" $e.leaseDurationSeconds) }}
+{{- end }}
+{{- if or (le $lease 0.0) (le $renew 0.0) (le $retry 0.0) }}
+{{- fail "election.leaseDurationSeconds, renewDeadlineSeconds and retryPeriodSeconds must be positive" }}
+{{- end }}
+{{- if le $lease $renew }}
+{{- fail (printf "election.leaseDurationSeconds (%v) must be greater than election.renewDeadlineSeconds (%v)" $e.leaseDurationSeconds $e.renewDeadlineSeconds) }}
+{{- end }}
+{{- if le $renew (mulf $retry 1.2) }}
+{{- fail (printf "election.renewDeadlineSeconds (%v) must be greater than 1.2 × election.retryPeriodSeconds (%v)" $e.renewDeadlineSeconds $e.retryPeriodSeconds) }}
+{{- end }}
+{{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
+{{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
+{{- end }}
+{{- if and .Values.sidecar.native (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
+{{- end }}
+{{- end }}
