@@ -65,22 +65,39 @@ func machineBusyTicks() (uint64, error) {
 	return busy, nil
 }
 
-// residentBytes is the process's VmRSS.
-func residentBytes(pid int) (uint64, error) {
+// memory is a process's resident memory from /proc/<pid>/status, in bytes:
+// VmRSS, and its parts RssAnon (heap, stacks) and RssFile (the mapped
+// binary's pages).
+type memory struct {
+	rss, anon, file uint64
+}
+
+func residentMemory(pid int) (memory, error) {
+	var m memory
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, fmt.Errorf("read resident memory: %w", err)
+		return m, fmt.Errorf("read resident memory: %w", err)
 	}
+	fields := map[string]*uint64{"VmRSS:": &m.rss, "RssAnon:": &m.anon, "RssFile:": &m.file}
+	found := 0
 	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		for prefix, dst := range fields {
+			rest, ok := strings.CutPrefix(line, prefix)
+			if !ok {
+				continue
+			}
 			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("read resident memory: %q: %w", line, err)
+				return m, fmt.Errorf("read resident memory: %q: %w", line, err)
 			}
-			return kb << 10, nil
+			*dst = kb << 10
+			found++
 		}
 	}
-	return 0, fmt.Errorf("read resident memory: no VmRSS in /proc/%d/status", pid)
+	if found != len(fields) {
+		return m, fmt.Errorf("read resident memory: /proc/%d/status lacks VmRSS, RssAnon or RssFile", pid)
+	}
+	return m, nil
 }
 
 // leaseRequestTotal sums apiserver_request_total over every series with

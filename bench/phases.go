@@ -131,9 +131,9 @@ type idleResult struct {
 	from, to  time.Time
 	leader    *candidate
 	followers []*candidate
-	// cpu is in millicores over the window; rss in bytes at its end.
+	// cpu is in millicores over the window; mem at its end.
 	cpu map[*candidate]float64
-	rss map[*candidate]uint64
+	mem map[*candidate]memory
 	// leaseMetric is the growth of apiserver_request_total{resource="leases"}
 	// over the window: every client's Lease requests, the API server's own
 	// included.
@@ -191,7 +191,7 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 	if err != nil {
 		return err
 	}
-	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, rss: map[*candidate]uint64{},
+	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, mem: map[*candidate]memory{},
 		machineCores: float64(busy1-busy0) / clockTicksPerSecond / to.Sub(from).Seconds()}
 	for _, c := range members {
 		ticks, err := cpuTicks(c.pid())
@@ -199,7 +199,7 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 			return err
 		}
 		r.cpu[c] = float64(ticks-ticks0[c]) / clockTicksPerSecond / to.Sub(from).Seconds() * 1000
-		if r.rss[c], err = residentBytes(c.pid()); err != nil {
+		if r.mem[c], err = residentMemory(c.pid()); err != nil {
 			return err
 		}
 	}

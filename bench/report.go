@@ -46,7 +46,7 @@ func (r *implResult) followerCPU() float64 {
 	return r.followerMax(func(c *candidate) float64 { return r.idle.cpu[c] })
 }
 func (r *implResult) followerRSS() float64 {
-	return r.followerMax(func(c *candidate) float64 { return float64(r.idle.rss[c]) })
+	return r.followerMax(func(c *candidate) float64 { return float64(r.idle.mem[c].rss) })
 }
 
 // row is one line of the table.
@@ -140,9 +140,9 @@ func renderTable(opts *options, base, le *implResult) string {
 		},
 		row{
 			figure: "resident memory (VmRSS), leader",
-			base:   mib(float64(base.idle.rss[base.idle.leader])), le: mib(float64(le.idle.rss[le.idle.leader])),
-			ratio:  ratio(float64(le.idle.rss[le.idle.leader]), float64(base.idle.rss[base.idle.leader])),
-			target: "≤ 20 MiB", result: verdict(le.idle.rss[le.idle.leader] <= 20<<20),
+			base:   mib(float64(base.idle.mem[base.idle.leader].rss)), le: mib(float64(le.idle.mem[le.idle.leader].rss)),
+			ratio:  ratio(float64(le.idle.mem[le.idle.leader].rss), float64(base.idle.mem[base.idle.leader].rss)),
+			target: "≤ 20 MiB", result: verdict(le.idle.mem[le.idle.leader].rss <= 20<<20),
 		},
 		row{
 			figure: fmt.Sprintf("CPU, idle follower (utime+stime over %v)", window),
@@ -206,8 +206,8 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 			if len(verbs) == 0 {
 				verbs = []string{"none"}
 			}
-			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); %s, %s\n", role, c.name, n, in.seconds(), strings.Join(verbs, ", "),
-				mib(float64(in.rss[c])), millicores(in.cpu[c]))
+			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s\n", role, c.name, n, in.seconds(), strings.Join(verbs, ", "),
+				mib(float64(in.mem[c].rss)), mib(float64(in.mem[c].anon)), mib(float64(in.mem[c].file)), millicores(in.cpu[c]))
 		}
 		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",
 			in.leaseMetric, audited, in.machineCores)

@@ -118,14 +118,12 @@ func run(ctx context.Context, opts *options) error {
 			return fmt.Errorf("write %s: %w", opts.Output, err)
 		}
 	}
-	var unsafe []string
-	for _, r := range results {
-		if n := r.safetyViolations(); n > 0 {
-			unsafe = append(unsafe, fmt.Sprintf("%s: %d", r.impl.key, n))
-		}
-	}
-	if len(unsafe) > 0 {
-		return fmt.Errorf("safety violations (%s); see the notes above", strings.Join(unsafe, ", "))
+	// Only leader-elector's safety fails the run: the baseline's findings
+	// are reported, not ours to fix (client-go compares Lease records at
+	// one-second precision, so with a sub-second retry period a follower can
+	// take an abandoned Lease up to a second early).
+	if n := results[1].safetyViolations(); n > 0 {
+		return fmt.Errorf("leader-elector: %d safety violations; see the notes above", n)
 	}
 	return nil
 }
