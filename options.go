@@ -121,11 +121,15 @@ var deprecatedAliases = map[string]string{
 }
 
 // applyEnvironment sets every flag not given on the command line from its
-// LEADER_ELECTOR_* variable.
+// LEADER_ELECTOR_* variable. A deprecated alias is not taken from the
+// environment when its flag was given on the command line.
 func applyEnvironment(fs *pflag.FlagSet, env environment) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || f.Name == "help" {
+		if f.Changed || f.Name == "help" || f.Name == "version" {
+			return
+		}
+		if target, isAlias := deprecatedAliases[f.Name]; isAlias && fs.Changed(target) {
 			return
 		}
 		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
@@ -140,35 +144,10 @@ func applyEnvironment(fs *pflag.FlagSet, env environment) error {
 	return errors.Join(errs...)
 }
 
-// complete resolves the aliases and the defaults that depend on the
-// environment. It runs after the flags and the environment are applied.
+// complete fills in the defaults that depend on the environment. It runs
+// after the flags, the aliases and the environment are applied.
 func (o *options) complete(fs *pflag.FlagSet, env environment) error {
 	var errs []error
-	aliases := map[string]*string{
-		"election":           &o.election,
-		"election-namespace": &o.electionNamespace,
-		"id":                 &o.id,
-		"http":               &o.http,
-	}
-	targets := map[string]*string{
-		"lease-name":      &o.LeaseName,
-		"lease-namespace": &o.LeaseNamespace,
-		"identity":        &o.Identity,
-		"http-address":    &o.HTTPAddress,
-	}
-	for _, alias := range []string{"election", "election-namespace", "id", "http"} {
-		if !fs.Changed(alias) {
-			continue
-		}
-		target := deprecatedAliases[alias]
-		o.deprecated = append(o.deprecated, alias)
-		if fs.Changed(target) && *targets[target] != *aliases[alias] {
-			errs = append(errs, fmt.Errorf("--%s and its deprecated alias --%s disagree (%q, %q); give only --%s", target, alias, *targets[target], *aliases[alias], target))
-			continue
-		}
-		*targets[target] = *aliases[alias]
-	}
-
 	if o.LeaseNamespace == "" {
 		o.LeaseNamespace = defaultNamespace(env)
 	}
@@ -181,6 +160,34 @@ func (o *options) complete(fs *pflag.FlagSet, env environment) error {
 	}
 	if o.Kubeconfig == "" {
 		o.Kubeconfig, _ = env.lookupEnv("KUBECONFIG")
+	}
+	return errors.Join(errs...)
+}
+
+// resolveAliases copies each deprecated alias that was set, and not yet
+// copied, into its flag. It runs once for the command line and once for the
+// environment, so that the command line wins over the environment whether
+// either uses the alias or the flag; an alias and its flag that disagree at
+// the same level are an error.
+func (o *options) resolveAliases(fs *pflag.FlagSet, done map[string]bool) error {
+	var errs []error
+	for _, alias := range []string{"election", "election-namespace", "id", "http"} {
+		if done[alias] || !fs.Changed(alias) {
+			continue
+		}
+		done[alias] = true
+		target := deprecatedAliases[alias]
+		o.deprecated = append(o.deprecated, alias)
+		value := fs.Lookup(alias).Value.String()
+		if fs.Changed(target) {
+			if current := fs.Lookup(target).Value.String(); current != value {
+				errs = append(errs, fmt.Errorf("--%s and its deprecated alias --%s disagree (%q, %q); give only --%s", target, alias, current, value, target))
+			}
+			continue
+		}
+		if err := fs.Set(target, value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", alias, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -241,8 +248,8 @@ func (o *options) Validate() error {
 			errs = append(errs, fmt.Errorf("--%s %q: %w", a.name, a.value, err))
 		}
 	}
-	if o.HTTPAddress == o.ProbeAddress && !strings.HasSuffix(o.HTTPAddress, ":0") {
-		errs = append(errs, fmt.Errorf("--http-address and --probe-address are both %q; the application API and the probes need separate listeners", o.HTTPAddress))
+	if overlapping(o.HTTPAddress, o.ProbeAddress) {
+		errs = append(errs, fmt.Errorf("--http-address %q and --probe-address %q would listen on the same port; the application API and the probes need separate listeners", o.HTTPAddress, o.ProbeAddress))
 	}
 	switch httpapi.Readiness(o.Readiness) {
 	case httpapi.ReadyWhenLeader, httpapi.ReadyWhenCandidate:
@@ -279,6 +286,18 @@ func validateAddress(addr string) error {
 	return nil
 }
 
+// overlapping reports whether two listen addresses would clash: the same
+// fixed port on the same host, or on hosts of which one is a wildcard.
+func overlapping(a, b string) bool {
+	hostA, portA, errA := net.SplitHostPort(a)
+	hostB, portB, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || portA != portB || portA == "0" {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return hostA == hostB || wildcard(hostA) || wildcard(hostB)
+}
+
 // electionConfig is the part of the options the elector takes.
 func (o *options) electionConfig() election.Config {
 	return election.Config{
@@ -307,11 +326,18 @@ func parseOptions(args []string, env environment) (*options, *pflag.FlagSet, err
 	if fs.NArg() > 0 {
 		return nil, fs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	if o.Version {
+		return o, fs, nil
+	}
+	resolved := map[string]bool{}
+	if err := o.resolveAliases(fs, resolved); err != nil {
+		return nil, fs, err
+	}
 	if err := applyEnvironment(fs, env); err != nil {
 		return nil, fs, err
 	}
-	if o.Version {
-		return o, fs, nil
+	if err := o.resolveAliases(fs, resolved); err != nil {
+		return nil, fs, err
 	}
 	if err := o.complete(fs, env); err != nil {
 		return nil, fs, err

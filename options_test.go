@@ -196,7 +196,8 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "http address with a URL", args: []string{"--lease-name=my-app", "--http-address=http://localhost:4040"}, wantErr: []string{"--http-address"}},
 		{name: "probe address empty", args: []string{"--lease-name=my-app", "--probe-address="}, wantErr: []string{`--probe-address ""`}},
 		{name: "probe address with a path", args: []string{"--lease-name=my-app", "--probe-address=/tmp/sock:1"}, wantErr: []string{"invalid host"}},
-		{name: "same http and probe address", args: []string{"--lease-name=my-app", "--http-address=:8080"}, wantErr: []string{`--http-address and --probe-address are both ":8080"`}},
+		{name: "same http and probe address", args: []string{"--lease-name=my-app", "--http-address=:8080"}, wantErr: []string{`would listen on the same port`}},
+		{name: "probe port overlaps a wildcard", args: []string{"--lease-name=my-app", "--http-address=127.0.0.1:8080"}, wantErr: []string{`would listen on the same port`}},
 		{name: "unknown readiness", args: []string{"--lease-name=my-app", "--readiness=always"}, wantErr: []string{`--readiness "always" is unknown`}},
 		{name: "unknown log format", args: []string{"--lease-name=my-app", "--log-format=xml"}, wantErr: []string{`--log-format "xml" is unknown`}},
 		{name: "negative qps", args: []string{"--lease-name=my-app", "--kube-api-qps=-1"}, wantErr: []string{"--kube-api-qps must not be negative"}},
@@ -864,5 +865,41 @@ func TestSetUpLoggingText(t *testing.T) {
 	setUpLogging("text", 0, &buf)
 	if buf.Len() != 0 {
 		t.Errorf("text logging wrote %q", buf.String())
+	}
+}
+
+func TestCommandLineAliasWinsOverEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		vars map[string]string
+		want func(o *options) bool
+	}{
+		{"alias on the command line, flag in the environment", []string{"--election=cli-app"},
+			map[string]string{"LEADER_ELECTOR_LEASE_NAME": "env-app"}, func(o *options) bool { return o.LeaseName == "cli-app" }},
+		{"flag on the command line, alias in the environment", []string{"--lease-name=cli-app"},
+			map[string]string{"LEADER_ELECTOR_ELECTION": "env-app"}, func(o *options) bool { return o.LeaseName == "cli-app" }},
+		{"--http on the command line, --http-address in the environment", []string{"--lease-name=x", "--http=:5050"},
+			map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": "127.0.0.1:4041"}, func(o *options) bool { return o.HTTPAddress == ":5050" }},
+		{"alias only in the environment", nil,
+			map[string]string{"LEADER_ELECTOR_ELECTION": "env-app"}, func(o *options) bool { return o.LeaseName == "env-app" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, err := parseOptions(tc.args, fakeEnv{vars: tc.vars, hostname: "host-1"}.environment())
+			if err != nil {
+				t.Fatalf("parseOptions: %v", err)
+			}
+			if !tc.want(o) {
+				t.Errorf("the command line did not win: %+v", o)
+			}
+		})
+	}
+}
+
+func TestVersionIgnoresInvalidEnvironment(t *testing.T) {
+	t.Setenv("LEADER_ELECTOR_RETRY_PERIOD", "often")
+	var stdout, stderr bytes.Buffer
+	if code := execute([]string{"--version"}, &stdout, &stderr); code != 0 {
+		t.Errorf("exit code = %d, want 0 (stderr %q)", code, stderr.String())
 	}
 }

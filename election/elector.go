@@ -63,7 +63,9 @@ type Config struct {
 	// WatchClient watches the Lease; it must not have a request timeout
 	// (a watch is one long request). Nil means Client.
 	WatchClient kubernetes.Interface
-	// Clock is for tests; nil means the real clock.
+	// Clock is for tests; nil means the real clock. Its AfterFunc must run
+	// the function on a goroutine of its own, as the real clock does
+	// (k8s.io/utils' FakeClock runs it while holding its own lock).
 	Clock clock.WithDelayedExecution
 }
 
@@ -122,6 +124,8 @@ type Elector struct {
 	metrics *metrics
 	lock    *observingLock
 	cache   *leaseCache
+	// writing is held by the lock for the whole of every Lease write.
+	writing sync.Mutex
 	healthz *leaderelection.HealthzAdaptor
 
 	mu sync.Mutex
@@ -170,6 +174,7 @@ func New(cfg Config) (*Elector, error) {
 		tracker: t,
 		metrics: e.metrics,
 		onLapse: e.stopRound,
+		writing: &e.writing,
 	}
 	return e, nil
 }
@@ -256,7 +261,12 @@ func (e *Elector) scheduleAttempt() {
 	e.attempt = e.clock.AfterFunc(d, e.attemptNow)
 }
 
+// attemptNow restarts the round so that client-go tries at once. It waits
+// for a write on its way to finish first: that write may be the acquisition
+// itself, and cutting its round short would undo a success.
 func (e *Elector) attemptNow() {
+	e.writing.Lock()
+	defer e.writing.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.releasing != nil || e.cancelRun == nil || e.tracker.holdingLease() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,6 +48,9 @@ type observingLock struct {
 	onLapse func()
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
+	// writing is held for the whole of every write, so that a round is never
+	// cut short while a write is on its way (see Elector.attemptNow).
+	writing *sync.Mutex
 }
 
 var _ resourcelock.Interface = (*observingLock)(nil)
@@ -115,6 +119,17 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	// The claim is measured from before the request is sent: the API server
 	// may apply the write at any moment until the answer arrives, and other
 	// candidates start their lease-duration wait no earlier than that.
+	l.writing.Lock()
+	defer l.writing.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Once sent, a write is seen through even if the round is cancelled:
+	// the API server may apply it whether or not the answer is awaited, and
+	// a write applied but not recorded would leave the Lease naming this pod
+	// while it does not know it leads (the client's request timeout still
+	// bounds it).
+	ctx = context.WithoutCancel(ctx)
 	start := l.tracker.clock.Now()
 	if err := do(ctx, ler); err != nil {
 		return err

@@ -148,6 +148,7 @@ func newTestLock(t *testing.T, verbs []string, objs ...runtime.Object) *testLock
 		tracker: tr,
 		metrics: newMetrics(tr),
 		onLapse: func() { tl.lapses++ },
+		writing: &sync.Mutex{},
 	}
 	return tl
 }

@@ -173,6 +173,10 @@ func parseLeaderQuery(v url.Values) (leaderQuery, error) {
 // state, so a slow client delays no one but itself; a write blocked for
 // longer than writeGrace ends the stream.
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "GET /events takes no query parameters")
+		return
+	}
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
