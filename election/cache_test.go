@@ -1,0 +1,214 @@
+package election
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+// listWatchFake is a fake clientset that serves list and watch but refuses
+// streaming watch-lists (it cannot send their closing bookmark), so that
+// the reflector falls back to list and watch.
+func listWatchFake(objs ...runtime.Object) *fake.Clientset {
+	cs := fake.NewClientset(objs...)
+	cs.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
+			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
+		}
+		return false, nil, nil
+	})
+	return cs
+}
+
+func testLease(holder string, transitions int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testName},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(holder),
+			LeaseDurationSeconds: ptr.To[int32](15),
+			LeaseTransitions:     ptr.To(transitions),
+		},
+	}
+}
+
+// startCache runs a cache until the test ends and waits for it to sync.
+func startCache(t *testing.T, requests, watches *fake.Clientset) (*leaseCache, *changes) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	seen := &changes{}
+	c := newLeaseCache(testNamespace, testName, requests, watches, seen.add)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	select {
+	case <-c.syncedCh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("cache did not sync")
+	}
+	return c, seen
+}
+
+type changes struct {
+	mu     sync.Mutex
+	leases []*coordinationv1.Lease
+}
+
+func (c *changes) add(l *coordinationv1.Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leases = append(c.leases, l)
+}
+
+func (c *changes) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.leases)
+}
+
+func TestCacheServesReadsWithoutRequests(t *testing.T) {
+	requests := fake.NewClientset()
+	watches := listWatchFake(testLease("pod-a", 2))
+	c, seen := startCache(t, requests, watches)
+	for range 5 {
+		l, err := c.Leases(testNamespace).Get(context.Background(), testName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *l.Spec.HolderIdentity != "pod-a" {
+			t.Fatalf("holder %q", *l.Spec.HolderIdentity)
+		}
+		// A copy: client-go's LeaseLock writes into what it reads.
+		l.Spec.HolderIdentity = ptr.To("mutated")
+	}
+	if n := len(requests.Actions()); n != 0 {
+		t.Errorf("reads sent %d requests: %v", n, requests.Actions())
+	}
+	if seen.count() != 1 {
+		t.Errorf("onChange called %d times, want 1", seen.count())
+	}
+}
+
+func TestCacheFollowsTheWatch(t *testing.T) {
+	first := testLease("pod-a", 2)
+	first.ResourceVersion = "5"
+	watches := listWatchFake(first)
+	c, seen := startCache(t, fake.NewClientset(), watches)
+	// The fake keeps whatever resourceVersion it is given; the API server
+	// would issue a higher one.
+	updated := testLease("pod-b", 3)
+	updated.ResourceVersion = "6"
+	if _, err := watches.CoordinationV1().Leases(testNamespace).Update(context.Background(), updated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for seen.count() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	l, err := c.get(context.Background())
+	if err != nil || *l.Spec.HolderIdentity != "pod-b" {
+		t.Fatalf("after the watch event: %v %v", l, err)
+	}
+	if err := watches.CoordinationV1().Leases(testNamespace).Delete(context.Background(), testName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for seen.count() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := c.get(context.Background()); !apierrors.IsNotFound(err) {
+		t.Errorf("after deletion: %v, want NotFound", err)
+	}
+}
+
+func TestCacheKeepsTheNewestVersion(t *testing.T) {
+	c := newLeaseCache(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), nil)
+	v := func(rv string) *coordinationv1.Lease {
+		l := testLease("pod-a", 1)
+		l.ResourceVersion = rv
+		return l
+	}
+	for _, tc := range []struct {
+		rv   string
+		kept bool
+	}{{"10", true}, {"9", false}, {"10", false}, {"11", true}, {"x", true}} {
+		if got := c.remember(v(tc.rv)); got != tc.kept {
+			t.Errorf("remember(rv %s) = %v, want %v", tc.rv, got, tc.kept)
+		}
+	}
+}
+
+func TestCacheReadsFromTheServerUntilSynced(t *testing.T) {
+	requests := fake.NewClientset(testLease("pod-a", 2))
+	// A watch that is refused outright: the cache never syncs.
+	watches := fake.NewClientset()
+	watches.PrependWatchReactor("*", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), testName, nil)
+	})
+	watches.PrependReactor("list", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(coordinationv1.Resource("leases"), testName, nil)
+	})
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := newLeaseCache(testNamespace, testName, requests, watches, nil)
+	go c.run(ctx)
+	for range 3 {
+		l, err := c.get(ctx)
+		if err != nil || *l.Spec.HolderIdentity != "pod-a" {
+			t.Fatalf("get: %v %v", l, err)
+		}
+	}
+	gets := 0
+	for _, a := range requests.Actions() {
+		if a.GetVerb() == "get" {
+			gets++
+		}
+	}
+	if gets != 3 {
+		t.Errorf("%d GETs to the API server, want 3 (one per read without a watch)", gets)
+	}
+}
+
+func TestCachedUpdates(t *testing.T) {
+	requests := fake.NewClientset(testLease("pod-a", 2))
+	c := newLeaseCache(testNamespace, testName, requests, fake.NewClientset(), nil)
+	leases := c.Leases(testNamespace)
+
+	noVersion := testLease("me", 3)
+	if _, err := leases.Update(context.Background(), noVersion, metav1.UpdateOptions{}); err == nil {
+		t.Errorf("an update without a resourceVersion was sent")
+	}
+
+	// A conflict refreshes the cache from the server.
+	requests.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), testName, nil)
+	})
+	stale := testLease("", 1)
+	stale.ResourceVersion = "1"
+	if _, err := leases.Update(context.Background(), stale, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
+		t.Fatalf("update: %v, want the conflict", err)
+	}
+	c.mu.Lock()
+	latest := c.latest
+	c.mu.Unlock()
+	if latest == nil || *latest.Spec.HolderIdentity != "pod-a" {
+		t.Errorf("after a conflict the cache holds %v, want the server's Lease", latest)
+	}
+}
