@@ -146,17 +146,17 @@ ServiceAccount's token.
     {{- toYaml . | nindent 4 }}
     {{- end }}
   ports:
-    - name: le-probes
+    - name: elector-probes
       containerPort: {{ .Values.sidecar.probePort }}
   readinessProbe:
     httpGet:
       path: /readyz
-      port: le-probes
+      port: elector-probes
     {{- toYaml .Values.sidecar.readinessProbe | nindent 4 }}
   livenessProbe:
     httpGet:
       path: /healthz
-      port: le-probes
+      port: elector-probes
     {{- toYaml .Values.sidecar.livenessProbe | nindent 4 }}
   {{- with .Values.sidecar.resources }}
   resources:

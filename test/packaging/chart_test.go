@@ -1,0 +1,499 @@
+package packaging
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	release   = "r"
+	namespace = "ns"
+)
+
+func helmTemplate(t *testing.T, extra ...string) Objects {
+	t.Helper()
+	objs, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// baseRole is the Role of manifests/base: the chart must grant the same.
+func baseRole(t *testing.T) rbacv1.Role {
+	t.Helper()
+	var role rbacv1.Role
+	b, err := os.ReadFile(filepath.Join(ManifestsDir("base"), "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, &role); err != nil {
+		t.Fatal(err)
+	}
+	if len(role.Rules) != 1 {
+		t.Fatalf("manifests/base/role.yaml: want one rule, got %d", len(role.Rules))
+	}
+	return role
+}
+
+// leaseRule is the one rule a sidecar needs, on the named Lease, with the
+// verbs of manifests/base (get, watch, update).
+func leaseRule(t *testing.T, lease string) rbacv1.PolicyRule {
+	t.Helper()
+	rule := baseRole(t).Rules[0]
+	rule.ResourceNames = []string{lease}
+	return rule
+}
+
+func asJSON(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
+// TestChartRBAC checks the rendered RBAC rules exactly, and that the chart
+// creates nothing cluster-scoped and nothing outside the release namespace.
+func TestChartRBAC(t *testing.T) {
+	full := release + "-leader-elector"
+	cases := []struct {
+		name      string
+		set       []string
+		kinds     []string // every object, Kind/name, in any order
+		rules     func(t *testing.T) []rbacv1.PolicyRule
+		subject   string
+		leaseName string
+	}{
+		{
+			name:    "defaults: the Lease is created, the Role names it and cannot create",
+			kinds:   []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full, "Lease/" + full},
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, full)} },
+			subject: full, leaseName: full,
+		},
+		{
+			name:  "lease.create=false: the sidecars create it, so the Role may create any Lease",
+			set:   []string{"--set", "lease.create=false"},
+			kinds: []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full},
+			rules: func(t *testing.T) []rbacv1.PolicyRule {
+				return []rbacv1.PolicyRule{leaseRule(t, full), {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}}
+			},
+			subject: full,
+		},
+		{
+			name:    "lease.name",
+			set:     []string{"--set", "lease.name=my-app"},
+			kinds:   []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full, "Lease/my-app"},
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, "my-app")} },
+			subject: full, leaseName: "my-app",
+		},
+		{
+			name:    "an existing ServiceAccount",
+			set:     []string{"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=existing"},
+			kinds:   []string{"Role/" + full, "RoleBinding/" + full, "Lease/" + full},
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, full)} },
+			subject: "existing", leaseName: full,
+		},
+		{
+			name:      "rbac.create=false",
+			set:       []string{"--set", "rbac.create=false"},
+			kinds:     []string{"ServiceAccount/" + full, "Lease/" + full},
+			leaseName: full,
+		},
+		{
+			name:    "fullnameOverride",
+			set:     []string{"--set", "fullnameOverride=elector"},
+			kinds:   []string{"ServiceAccount/elector", "Role/elector", "RoleBinding/elector", "Lease/elector"},
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, "elector")} },
+			subject: "elector", leaseName: "elector",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := helmTemplate(t, tc.set...)
+			if got := objs.Kinds(); !sameElements(got, tc.kinds) {
+				t.Errorf("objects: %v, want %v", got, tc.kinds)
+			}
+			for _, u := range objs {
+				if u.GetNamespace() != namespace {
+					t.Errorf("%s/%s is in namespace %q, want %q (and nothing cluster-scoped)", u.GetKind(), u.GetName(), u.GetNamespace(), namespace)
+				}
+			}
+			if tc.rules != nil {
+				var role rbacv1.Role
+				if err := objs.OneInto("Role", &role); err != nil {
+					t.Fatal(err)
+				}
+				if want := tc.rules(t); !equality.Semantic.DeepEqual(role.Rules, want) {
+					t.Errorf("Role rules:\n%s\nwant exactly:\n%s", asJSON(role.Rules), asJSON(want))
+				}
+				var binding rbacv1.RoleBinding
+				if err := objs.OneInto("RoleBinding", &binding); err != nil {
+					t.Fatal(err)
+				}
+				wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name}
+				wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: tc.subject, Namespace: namespace}}
+				if binding.RoleRef != wantRef || !equality.Semantic.DeepEqual(binding.Subjects, wantSubjects) {
+					t.Errorf("RoleBinding binds %+v to %+v, want %+v to %+v", binding.Subjects, binding.RoleRef, wantSubjects, wantRef)
+				}
+			}
+			if tc.leaseName != "" {
+				var lease coordinationv1.Lease
+				if err := objs.OneInto("Lease", &lease); err != nil {
+					t.Fatal(err)
+				}
+				if !equality.Semantic.DeepEqual(lease.Spec, coordinationv1.LeaseSpec{}) {
+					t.Errorf("the shipped Lease sets spec fields the sidecars own: %s", asJSON(lease.Spec))
+				}
+			}
+		})
+	}
+}
+
+func sameElements(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// demo renders the chart with the demo workload and returns its Deployment.
+func demo(t *testing.T, extra ...string) (Objects, *appsv1.Deployment) {
+	t.Helper()
+	objs := helmTemplate(t, append([]string{"--set", "demo.enabled=true"}, extra...)...)
+	var d appsv1.Deployment
+	if err := objs.OneInto("Deployment", &d); err != nil {
+		t.Fatal(err)
+	}
+	return objs, &d
+}
+
+// TestChartSidecar checks the sidecar the chart's named templates put into
+// a pod (here the demo's), in each mode.
+func TestChartSidecar(t *testing.T) {
+	cases := []struct {
+		name         string
+		set          []string
+		native       bool
+		wantStrategy appsv1.DeploymentStrategy
+	}{
+		{name: "defaults: native sidecar, readiness leader", native: true, wantStrategy: leaderStrategy},
+		{name: "sidecar.native=false", set: []string{"--set", "sidecar.native=false"}, wantStrategy: leaderStrategy},
+		{name: "readiness candidate", set: []string{"--set", "election.readiness=candidate"}, native: true, wantStrategy: candidateStrategy},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, d := demo(t, tc.set...)
+			for _, err := range CheckSidecarPod(&d.Spec.Template.Spec, tc.native) {
+				t.Error(err)
+			}
+			if !equality.Semantic.DeepEqual(d.Spec.Strategy, tc.wantStrategy) {
+				t.Errorf("strategy %s, want %s", asJSON(d.Spec.Strategy), asJSON(tc.wantStrategy))
+			}
+			checkWiring(t, objs, d)
+			sc, _, _ := Sidecar(&d.Spec.Template.Spec)
+			if !binaryVerdict(t, sc.Args) {
+				t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
+			}
+		})
+	}
+	t.Run("image digest", func(t *testing.T) {
+		digest := "sha256:" + strings.Repeat("ab", 32)
+		_, d := demo(t, "--set", "image.digest="+digest)
+		sc, _, _ := Sidecar(&d.Spec.Template.Spec)
+		if want := "ghcr.io/leader-elector/leader-elector@" + digest; sc.Image != want {
+			t.Errorf("image %q, want %q", sc.Image, want)
+		}
+	})
+}
+
+var (
+	hundredPercent = intstr.FromString("100%")
+	zero           = intstr.FromInt32(0)
+	one            = intstr.FromInt32(1)
+	// With readiness leader, only the leader is ever available: a rollout
+	// must not wait for availability.
+	leaderStrategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &hundredPercent}}
+	// With readiness candidate, every running sidecar is Ready: one by one.
+	candidateStrategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero}}
+)
+
+// checkWiring checks that the workload, its sidecar and the RBAC objects
+// name each other: the pod runs as the ServiceAccount the Role is bound to,
+// the sidecar elects on the Lease the Role names, a Service selects the pods
+// and targets the app's port.
+func checkWiring(t *testing.T, objs Objects, d *appsv1.Deployment) {
+	t.Helper()
+	var (
+		sa    corev1.ServiceAccount
+		role  rbacv1.Role
+		lease coordinationv1.Lease
+	)
+	for kind, into := range map[string]any{"ServiceAccount": &sa, "Role": &role, "Lease": &lease} {
+		if err := objs.OneInto(kind, into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := &d.Spec.Template.Spec
+	if spec.ServiceAccountName != sa.Name {
+		t.Errorf("pod runs as %q, the ServiceAccount is %q", spec.ServiceAccountName, sa.Name)
+	}
+	sc, _, err := Sidecar(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseName, ok := FlagValue(sc.Args, "lease-name")
+	if !ok {
+		leaseName, ok = EnvValue(sc, "LEADER_ELECTOR_LEASE_NAME")
+	}
+	if !ok || leaseName != lease.Name {
+		t.Errorf("sidecar elects on %q, the Lease is %q", leaseName, lease.Name)
+	}
+	if !slices.Equal(role.Rules[0].ResourceNames, []string{lease.Name}) {
+		t.Errorf("the Role names %v, the Lease is %q", role.Rules[0].ResourceNames, lease.Name)
+	}
+	var svc corev1.Service
+	if err := objs.OneInto("Service", &svc); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range svc.Spec.Selector {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %s=%s does not match the pod labels %v", k, v, d.Spec.Template.Labels)
+		}
+	}
+	for _, p := range svc.Spec.Ports {
+		found := false
+		for _, c := range spec.Containers {
+			for _, cp := range c.Ports {
+				found = found || (c.Name != SidecarName && cp.Name == p.TargetPort.String())
+			}
+		}
+		if !found {
+			t.Errorf("Service port %s targets %q, which no app container has", p.Name, p.TargetPort.String())
+		}
+	}
+}
+
+// TestChartGuards: impossible values fail the install with a message that
+// names the value, and the chart's timing rules are exactly the sidecar's:
+// for each set of timings, the chart renders iff leader-elector accepts it.
+func TestChartGuards(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"lease duration not above renew deadline", []string{"--set", "election.renewDeadlineSeconds=15"}, "must be greater than election.renewDeadlineSeconds"},
+		{"renew deadline not above 1.2 × retry period", []string{"--set", "election.retryPeriodSeconds=9"}, "1.2 × election.retryPeriodSeconds"},
+		{"lease duration in fractions", []string{"--set-json", "election.leaseDurationSeconds=15.5"}, "election/leaseDurationSeconds"},
+		{"zero retry period", []string{"--set-json", "election.retryPeriodSeconds=0"}, "election/retryPeriodSeconds"},
+		{"unknown readiness", []string{"--set", "election.readiness=sometimes"}, "election/readiness"},
+		{"unknown log format", []string{"--set", "sidecar.logFormat=xml"}, "sidecar/logFormat"},
+		{"same port twice", []string{"--set", "sidecar.httpPort=8080"}, "sidecar.httpPort and sidecar.probePort must differ"},
+		{"invalid Lease name", []string{"--set", "lease.name=My_Lease"}, "lease/name"},
+		{"a misspelt value", []string{"--set", "election.leaseDuration=30s"}, "leaseDuration"},
+		{"existing ServiceAccount without a name", []string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
+		{"native sidecar before 1.29", []string{"--kube-version", "1.28.9"}, "sidecar.native needs Kubernetes 1.29 or later"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("helm template %v: %v, want an error with %q", tc.args, err, tc.want)
+			}
+		})
+	}
+	t.Run("classic sidecar before 1.29 renders", func(t *testing.T) {
+		if _, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, "--kube-version", "1.28.9", "--set", "sidecar.native=false", "--set", "demo.enabled=true"); err != nil {
+			t.Error(err)
+		}
+	})
+
+	timings := []struct{ lease, renew, retry string }{
+		{"15", "10", "2"}, {"4", "2", "0.5"}, {"15", "15", "2"}, {"10", "15", "2"},
+		{"15", "10", "8"}, {"15", "10", "9"}, {"3", "2", "1"}, {"2", "1.2", "1"}, {"2", "1.3", "1"},
+	}
+	for _, tm := range timings {
+		t.Run(fmt.Sprintf("timings %s/%s/%s", tm.lease, tm.renew, tm.retry), func(t *testing.T) {
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, "--set-json",
+				fmt.Sprintf("election={\"leaseDurationSeconds\":%s,\"renewDeadlineSeconds\":%s,\"retryPeriodSeconds\":%s}", tm.lease, tm.renew, tm.retry))
+			chartAccepts := err == nil
+			binaryAccepts := binaryVerdict(t, []string{"--lease-name=x", "--lease-duration=" + tm.lease + "s", "--renew-deadline=" + tm.renew + "s", "--retry-period=" + tm.retry + "s"})
+			if chartAccepts != binaryAccepts {
+				t.Errorf("the chart accepts: %v (%v); leader-elector accepts: %v", chartAccepts, err, binaryAccepts)
+			}
+		})
+	}
+}
+
+// TestChartLint runs helm lint --strict on the main combinations of values.
+func TestChartLint(t *testing.T) {
+	kv, err := KubeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range [][]string{
+		nil,
+		{"--set", "demo.enabled=true"},
+		{"--set", "demo.enabled=true", "--set", "sidecar.native=false", "--set", "election.readiness=candidate"},
+		{"--set", "lease.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=x"},
+	} {
+		args := append([]string{"lint", "--strict", "--kube-version", kv, ChartDir()}, set...)
+		if out, err := Run(context.Background(), "helm", args...); err != nil {
+			t.Errorf("%v\n%s", err, out)
+		}
+	}
+}
+
+// TestChartAsDependency renders a user's chart (testdata/my-app) that adds
+// the sidecar to its own Deployment with the chart's named templates.
+func TestChartAsDependency(t *testing.T) {
+	dir := t.TempDir()
+	app := filepath.Join(dir, "my-app")
+	if err := os.CopyFS(app, os.DirFS("testdata/my-app")); err != nil {
+		t.Fatal(err)
+	}
+	// What `helm dependency build` does for a file:// dependency.
+	if err := os.CopyFS(filepath.Join(app, "charts", "leader-elector"), os.DirFS(ChartDir())); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		set    []string
+		native bool
+	}{
+		{"native sidecar", nil, true},
+		{"ordinary container", []string{"--set", "leader-elector.sidecar.native=false"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := HelmTemplate(context.Background(), app, "rel", "apps", tc.set...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d appsv1.Deployment
+			if err := objs.OneInto("Deployment", &d); err != nil {
+				t.Fatal(err)
+			}
+			spec := &d.Spec.Template.Spec
+			errs := CheckSidecarPod(spec, tc.native)
+			// The app container is the user's: only the sidecar's own
+			// settings are the chart's business here.
+			for _, err := range errs {
+				if !strings.Contains(err.Error(), "container app:") && !strings.Contains(err.Error(), "container app has") {
+					t.Error(err)
+				}
+			}
+			var role rbacv1.Role
+			if err := objs.OneInto("Role", &role); err != nil {
+				t.Fatal(err)
+			}
+			sc, _, _ := Sidecar(spec)
+			if v, _ := FlagValue(sc.Args, "lease-name"); v != "my-app" || !slices.Equal(role.Rules[0].ResourceNames, []string{"my-app"}) {
+				t.Errorf("sidecar elects on %q, Role names %v; want my-app (the user's value)", v, role.Rules[0].ResourceNames)
+			}
+			if spec.ServiceAccountName != "rel-leader-elector" {
+				t.Errorf("serviceAccountName %q, want rel-leader-elector", spec.ServiceAccountName)
+			}
+			if !equality.Semantic.DeepEqual(d.Spec.Strategy, candidateStrategy) {
+				t.Errorf("strategy %s, want the one for readiness candidate", asJSON(d.Spec.Strategy))
+			}
+		})
+	}
+}
+
+// TestChartValuesDocumented: every value in values.yaml carries a helm-docs
+// `# --` comment (on itself or on the object holding it) and is in
+// values.schema.json.
+func TestChartValuesDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(ChartDir(), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	sb, err := os.ReadFile(filepath.Join(ChartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(sb, &schema); err != nil {
+		t.Fatal(err)
+	}
+	keyLine := regexp.MustCompile(`^( *)([A-Za-z][A-Za-z0-9]*):(.*)$`)
+	type entry struct {
+		indent     int
+		path       string
+		documented bool
+	}
+	var (
+		stack   []entry
+		pending bool // a `# --` comment waits for its key
+		leaves  int
+	)
+	lines := strings.Split(string(b), "\n")
+	for i, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "# --") {
+			pending = true
+			continue
+		}
+		if strings.HasPrefix(trimmed, "#") || trimmed == "" || strings.HasPrefix(trimmed, "- ") {
+			continue
+		}
+		m := keyLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		indent := len(m[1])
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		e := entry{indent: indent, path: m[2], documented: pending}
+		if len(stack) > 0 {
+			parent := stack[len(stack)-1]
+			e.path = parent.path + "." + m[2]
+			e.documented = e.documented || parent.documented
+		}
+		pending = false
+		stack = append(stack, e)
+		// A leaf has a value on its line, or its next key is not nested.
+		value := strings.TrimSpace(m[3])
+		isLeaf := value != ""
+		if !isLeaf {
+			for _, next := range lines[i+1:] {
+				nt := strings.TrimSpace(next)
+				if nt == "" || strings.HasPrefix(nt, "#") {
+					continue
+				}
+				isLeaf = len(next)-len(strings.TrimLeft(next, " ")) <= indent
+				break
+			}
+		}
+		if !isLeaf {
+			continue
+		}
+		leaves++
+		if !e.documented {
+			t.Errorf("values.yaml: %s has no `# --` comment", e.path)
+		}
+		top, _, _ := strings.Cut(e.path, ".")
+		if _, ok := schema.Properties[top]; !ok {
+			t.Errorf("values.schema.json has no property %q", top)
+		}
+	}
+	if leaves < 30 {
+		t.Errorf("found only %d values in values.yaml: the parser is broken", leaves)
+	}
+}

@@ -1,0 +1,203 @@
+package packaging
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// SidecarName is the name of the sidecar container in everything shipped.
+const SidecarName = "leader-elector"
+
+// TokenMountPath is where client-go's in-cluster configuration looks for the
+// ServiceAccount's token, CA and namespace.
+const TokenMountPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// Sidecar finds the sidecar in a pod spec and says whether it is a native
+// sidecar (an init container).
+func Sidecar(spec *corev1.PodSpec) (c *corev1.Container, native bool, err error) {
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name == SidecarName {
+			return &spec.InitContainers[i], true, nil
+		}
+	}
+	for i := range spec.Containers {
+		if spec.Containers[i].Name == SidecarName {
+			return &spec.Containers[i], false, nil
+		}
+	}
+	return nil, false, fmt.Errorf("no container named %q", SidecarName)
+}
+
+// FlagValue returns the value of --name=value in args, and whether it is
+// there.
+func FlagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// EnvValue returns the literal value of an environment variable of c.
+func EnvValue(c *corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom == nil {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// CheckSidecarPod checks a pod template that runs the sidecar against what
+// the project promises a user copying it: a native sidecar (wantNative) or
+// an ordinary container; POD_NAME and POD_NAMESPACE from the downward API;
+// readiness on /readyz and liveness on /healthz, on the probe port the
+// sidecar listens on; the application API on localhost; requests and limits
+// on every container; a restricted securityContext on every container;
+// a termination grace period; the ServiceAccount's token mounted into the
+// sidecar alone. It returns every problem it finds.
+func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	sc, native, err := Sidecar(spec)
+	if err != nil {
+		return []error{err}
+	}
+	switch {
+	case native != wantNative:
+		fail("sidecar is an init container: %v, want %v", native, wantNative)
+	case native && (sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways):
+		fail("native sidecar without restartPolicy: Always")
+	case !native && sc.RestartPolicy != nil:
+		fail("ordinary container with restartPolicy %q", *sc.RestartPolicy)
+	}
+
+	// Identity and namespace from the downward API.
+	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"} {
+		i := slices.IndexFunc(sc.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+		if i < 0 || sc.Env[i].ValueFrom == nil || sc.Env[i].ValueFrom.FieldRef == nil || sc.Env[i].ValueFrom.FieldRef.FieldPath != path {
+			fail("sidecar env %s is not the downward API's %s", name, path)
+		}
+	}
+
+	// Probes on the port the probe server listens on.
+	probeAddr, ok := FlagValue(sc.Args, "probe-address")
+	if !ok {
+		probeAddr = ":8080" // the sidecar's default
+	}
+	_, probePort, err := net.SplitHostPort(probeAddr)
+	if err != nil {
+		fail("--probe-address %q: %v", probeAddr, err)
+	}
+	if v, ok := FlagValue(sc.Args, "http-address"); ok && !strings.HasPrefix(v, "127.0.0.1:") {
+		fail("--http-address %q is not on localhost", v)
+	}
+	checkProbe := func(kind string, p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil {
+			fail("sidecar has no HTTP %s probe", kind)
+			return
+		}
+		if p.HTTPGet.Path != path {
+			fail("%s probe path %q, want %q", kind, p.HTTPGet.Path, path)
+		}
+		port := p.HTTPGet.Port.String()
+		for _, cp := range sc.Ports {
+			if cp.Name == port {
+				port = fmt.Sprint(cp.ContainerPort)
+			}
+		}
+		if port != probePort {
+			fail("%s probe on port %s, but the probe server listens on %s", kind, port, probePort)
+		}
+	}
+	checkProbe("readiness", sc.ReadinessProbe, "/readyz")
+	checkProbe("liveness", sc.LivenessProbe, "/healthz")
+
+	// Every container: resources and a restricted security context.
+	all := append(slices.Clone(spec.InitContainers), spec.Containers...)
+	for _, c := range all {
+		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if _, ok := c.Resources.Requests[res]; !ok {
+				fail("container %s has no %s request", c.Name, res)
+			}
+			if _, ok := c.Resources.Limits[res]; !ok {
+				fail("container %s has no %s limit", c.Name, res)
+			}
+		}
+		csc := c.SecurityContext
+		psc := spec.SecurityContext
+		if csc == nil {
+			csc = &corev1.SecurityContext{}
+		}
+		if psc == nil {
+			psc = &corev1.PodSecurityContext{}
+		}
+		runAsNonRoot := csc.RunAsNonRoot
+		if runAsNonRoot == nil {
+			runAsNonRoot = psc.RunAsNonRoot
+		}
+		if runAsNonRoot == nil || !*runAsNonRoot {
+			fail("container %s: runAsNonRoot is not true", c.Name)
+		}
+		if csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
+			fail("container %s: readOnlyRootFilesystem is not true", c.Name)
+		}
+		if csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+			fail("container %s: allowPrivilegeEscalation is not false", c.Name)
+		}
+		if csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL") || len(csc.Capabilities.Add) > 0 {
+			fail("container %s: capabilities do not drop ALL (or add some)", c.Name)
+		}
+		seccomp := csc.SeccompProfile
+		if seccomp == nil {
+			seccomp = psc.SeccompProfile
+		}
+		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			fail("container %s: seccompProfile is not RuntimeDefault", c.Name)
+		}
+	}
+	if sc.SecurityContext == nil || sc.SecurityContext.RunAsUser == nil || *sc.SecurityContext.RunAsUser == 0 {
+		fail("sidecar: runAsUser is not set to a non-root uid on the container")
+	}
+
+	if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds < 10 {
+		fail("terminationGracePeriodSeconds is not set to at least 10 s (the app stops first, then the sidecar releases)")
+	}
+
+	// The token goes to the sidecar alone.
+	if spec.ServiceAccountName == "" || spec.ServiceAccountName == "default" {
+		fail("serviceAccountName %q: the pod must run as the ServiceAccount the Role is bound to", spec.ServiceAccountName)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		fail("automountServiceAccountToken is not false: every container would get the token")
+	}
+	tokenVolumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				tokenVolumes[v.Name] = true
+			}
+		}
+	}
+	for _, c := range all {
+		mounts := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.MountPath == TokenMountPath && tokenVolumes[m.Name] && m.ReadOnly
+		})
+		if c.Name == SidecarName && !mounts {
+			fail("the sidecar does not mount a ServiceAccount token read-only at %s", TokenMountPath)
+		}
+		if c.Name != SidecarName && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] }) {
+			fail("container %s mounts the ServiceAccount token", c.Name)
+		}
+	}
+	return errs
+}
