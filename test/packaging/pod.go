@@ -185,6 +185,7 @@ func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 		for _, src := range v.Projected.Sources {
 			if src.ServiceAccountToken != nil {
 				tokenVolumes[v.Name] = true
+				errs = append(errs, checkTokenVolume(v.Projected)...)
 			}
 		}
 	}
@@ -198,6 +199,37 @@ func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 		if c.Name != SidecarName && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] }) {
 			fail("container %s mounts the ServiceAccount token", c.Name)
 		}
+	}
+	return errs
+}
+
+// checkTokenVolume checks that a projected volume holds the three files
+// client-go's in-cluster configuration and the sidecar read from
+// TokenMountPath: token, ca.crt and namespace.
+func checkTokenVolume(p *corev1.ProjectedVolumeSource) []error {
+	var token, ca, ns bool
+	for _, src := range p.Sources {
+		if t := src.ServiceAccountToken; t != nil && t.Path == "token" && t.Audience == "" {
+			token = true
+		}
+		if cm := src.ConfigMap; cm != nil && cm.Name == "kube-root-ca.crt" {
+			ca = slices.ContainsFunc(cm.Items, func(k corev1.KeyToPath) bool { return k.Key == "ca.crt" && k.Path == "ca.crt" })
+		}
+		if d := src.DownwardAPI; d != nil {
+			ns = slices.ContainsFunc(d.Items, func(f corev1.DownwardAPIVolumeFile) bool {
+				return f.Path == "namespace" && f.FieldRef != nil && f.FieldRef.FieldPath == "metadata.namespace"
+			})
+		}
+	}
+	var errs []error
+	if !token {
+		errs = append(errs, fmt.Errorf("the token volume has no API server token at path \"token\""))
+	}
+	if !ca {
+		errs = append(errs, fmt.Errorf("the token volume has no ca.crt from ConfigMap kube-root-ca.crt"))
+	}
+	if !ns {
+		errs = append(errs, fmt.Errorf("the token volume has no namespace file from metadata.namespace"))
 	}
 	return errs
 }
