@@ -37,12 +37,12 @@ clean: ## remove build outputs (the tool cache stays)
 
 # Benchmarks (bench/): leader-elector against a plain client-go baseline on a
 # real control plane. `make bench` is the full run whose table the README
-# shows (about 20 minutes); `make bench-smoke` is a short run with small
+# shows (about 12 minutes); `make bench-smoke` is a short run with small
 # counts and timings that only proves the benchmark still works (CI).
 .PHONY: bench bench-smoke
 test: bench-smoke
 
-bench: tools ## benchmarks, full run at the default timings (~20 min); the table also goes to bench.out
+bench: tools ## benchmarks, full run at the default timings (~12 min); the table also goes to bench.out
 	$(GO) run ./bench --output bench.out
 
 bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)

@@ -14,6 +14,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/cluster"
 )
 
 // loadResult is one or more runs of the GET /leader load.
@@ -24,7 +28,8 @@ type loadResult struct {
 	p50, p99 time.Duration
 	// serverCores and clientCores are the CPU used by the server and by
 	// this process (the load generator) while measuring, in cores;
-	// otherCores what every other process on the machine used.
+	// otherCores the rest of the machine's busy time: the kernel's softirq
+	// work for loopback traffic, the control plane, any other process.
 	serverCores, clientCores, otherCores float64
 	hists                                []*histogram
 }
@@ -51,48 +56,83 @@ func combine(runs ...loadResult) loadResult {
 	return out
 }
 
-// httpLoad measures GET /leader on the leader with HTTPConns keep-alive
-// connections; for leader-elector, then again with SSEClients /events
-// streams attached, then once more without them, so that the figure without
-// SSE brackets the one with it in time and drift does not pass for a
-// difference.
-func httpLoad(ctx context.Context, opts *options, g *group, res *implResult) error {
-	leader, _, err := roles(ctx, g)
-	if err != nil {
-		return err
+// sseRounds is how many load runs with SSE clients attached leader-elector
+// gets.
+const sseRounds = 2
+
+// httpLoad measures GET /leader on one lone candidate (a leader) of each
+// implementation, started for this purpose, with HTTPConns keep-alive
+// connections: the implementations take turns, and leader-elector's runs
+// with SSEClients /events streams attached sit between its runs without
+// them, so that every figure comes from the same stretch of time and the
+// drift of a shared machine does not pass for a difference.
+func httpLoad(ctx context.Context, opts *options, cp *cluster.ControlPlane, work string, impls []*impl, results []*implResult) error {
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", work, err)
 	}
-	addr := strings.TrimPrefix(leader.apiURL, "http://")
-	report := func(what string, r loadResult) {
-		logf("%s GET /leader, %s: %.0f req/s, p50 %v, p99 %v, %d errors; server %.2f cores, load generator %.2f, other processes %.2f",
-			g.im.key, what, r.rps(), r.p50, r.p99, r.errors, r.serverCores, r.clientCores, r.otherCores)
+	leaders := make([]*candidate, len(impls))
+	for i, im := range impls {
+		lone := *im
+		lone.prefix += "-http"
+		g := newGroup(opts, cp, &lone, "bench-http-"+im.key, work)
+		defer g.stopAll()
+		c, err := g.start(ctx)
+		if err != nil {
+			return err
+		}
+		err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second+opts.LeaseDuration, true, func(ctx context.Context) (bool, error) {
+			s, err := c.state(ctx)
+			return err == nil && s.IsLeader, nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s did not lead: %w", c.name, err)
+		}
+		leaders[i] = c
 	}
-	before, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
-	if err != nil {
-		return err
-	}
-	report(fmt.Sprintf("%d connections", opts.HTTPConns), before)
-	if !g.im.leaderElector || opts.SSEClients == 0 {
-		res.http = &before
+	measure := func(i int, sse bool) error {
+		im, c, res := impls[i], leaders[i], results[i]
+		what := ""
+		if sse {
+			sseCtx, stopSSE := context.WithCancel(ctx)
+			defer stopSSE()
+			if err := attachSSE(sseCtx, c.apiURL+"/events", opts.SSEClients); err != nil {
+				return err
+			}
+			what = fmt.Sprintf(", %d SSE clients", opts.SSEClients)
+		}
+		r, err := runLoad(ctx, strings.TrimPrefix(c.apiURL, "http://"), c.pid(), opts.HTTPConns, opts.HTTPDuration)
+		if err != nil {
+			return fmt.Errorf("%s: %w", im.key, err)
+		}
+		logf("%s GET /leader, %d connections%s: %.0f req/s, p50 %v, p99 %v, %d errors; CPU: server %.2f cores, load generator %.2f, rest of the machine %.2f",
+			im.key, opts.HTTPConns, what, r.rps(), r.p50, r.p99, r.errors, r.serverCores, r.clientCores, r.otherCores)
+		if sse {
+			res.httpSSERuns = append(res.httpSSERuns, r)
+		} else {
+			res.httpRuns = append(res.httpRuns, r)
+		}
 		return nil
 	}
-	sseCtx, stopSSE := context.WithCancel(ctx)
-	if err := attachSSE(sseCtx, leader.apiURL+"/events", opts.SSEClients); err != nil {
-		stopSSE()
-		return err
+	for round := 0; round <= sseRounds; round++ {
+		for i, im := range impls {
+			if err := measure(i, false); err != nil {
+				return err
+			}
+			if im.leaderElector && opts.SSEClients > 0 && round < sseRounds {
+				if err := measure(i, true); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	withSSE, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
-	stopSSE()
-	if err != nil {
-		return err
+	for _, res := range results {
+		all := combine(res.httpRuns...)
+		res.http = &all
+		if len(res.httpSSERuns) > 0 {
+			all := combine(res.httpSSERuns...)
+			res.httpSSE = &all
+		}
 	}
-	report(fmt.Sprintf("%d connections, %d SSE clients", opts.HTTPConns, opts.SSEClients), withSSE)
-	after, err := runLoad(ctx, addr, leader.pid(), opts.HTTPConns, opts.HTTPDuration)
-	if err != nil {
-		return err
-	}
-	report(fmt.Sprintf("%d connections, again", opts.HTTPConns), after)
-	plain := combine(before, after)
-	res.http, res.httpSSE = &plain, &withSSE
 	return nil
 }
 

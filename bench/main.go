@@ -22,7 +22,7 @@
 // the run fail.
 //
 // Run it with `make bench` (defaults: lease 15s, renew 10s, retry 2s, 3
-// candidates; about 20 minutes) or `make bench-smoke` (short timings and
+// candidates; about 12 minutes) or `make bench-smoke` (short timings and
 // counts, to prove it still works). It is a benchmark, not part of what
 // ships; nothing imports it.
 package main

@@ -25,8 +25,10 @@ type implResult struct {
 	early   []string
 	monitor monitorReport
 	idle    idleResult
-	http    *loadResult
-	httpSSE *loadResult
+	// http and httpSSE combine the load runs without and with SSE clients,
+	// httpRuns and httpSSERuns are each run.
+	http, httpSSE         *loadResult
+	httpRuns, httpSSERuns []loadResult
 }
 
 func (r *implResult) safetyViolations() int { return r.monitor.count() + len(r.early) }
@@ -220,13 +222,25 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 		}
 		for _, l := range []struct {
 			name string
-			r    *loadResult
-		}{{"GET /leader", r.http}, {"GET /leader with SSE clients", r.httpSSE}} {
-			if l.r != nil {
-				fmt.Fprintf(&b, "- %s: %d requests in %v, %d failed; CPU: the server %.2f cores, the load generator %.2f, other processes %.2f\n",
-					l.name, l.r.requests, l.r.elapsed.Round(time.Millisecond), l.r.errors, l.r.serverCores, l.r.clientCores, l.r.otherCores)
+			runs []loadResult
+		}{{"GET /leader", r.httpRuns}, {"GET /leader with SSE clients", r.httpSSERuns}} {
+			for _, run := range l.runs {
+				fmt.Fprintf(&b, "- %s: %.0f req/s (p50 %s, p99 %s, %d failed); CPU: the server %.2f cores, the load generator %.2f, the rest of the machine %.2f\n",
+					l.name, run.rps(), ms(run.p50), ms(run.p99), run.errors, run.serverCores, run.clientCores, run.otherCores)
 			}
 		}
+	}
+	var rest, secs float64
+	for _, r := range results {
+		for _, l := range []*loadResult{r.http, r.httpSSE} {
+			if l != nil {
+				rest += l.otherCores * l.elapsed.Seconds()
+				secs += l.elapsed.Seconds()
+			}
+		}
+	}
+	if secs > 0 && rest/secs > 0.25 {
+		fmt.Fprintf(&b, "\nNote: the rest of the machine kept %.2f cores busy on average during the GET /leader runs (other work on this machine); those figures are lower than on a quiet machine.\n", rest/secs)
 	}
 	return b.String()
 }

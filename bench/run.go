@@ -100,6 +100,10 @@ func run(ctx context.Context, opts *options) error {
 		}
 		results = append(results, res)
 	}
+	logf("=== GET /leader load, the implementations taking turns")
+	if err := httpLoad(ctx, opts, cp, filepath.Join(work, "http"), impls, results); err != nil {
+		return fmt.Errorf("HTTP load: %w", err)
+	}
 
 	table := renderTable(opts, results[0], results[1])
 	busy1, err := machineBusyTicks()
@@ -169,9 +173,6 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 
 	if err := idle(ctx, opts, g, res); err != nil {
 		return nil, fmt.Errorf("idle: %w", err)
-	}
-	if err := httpLoad(ctx, opts, g, res); err != nil {
-		return nil, fmt.Errorf("HTTP load: %w", err)
 	}
 	if err := countRequests(cp, res); err != nil {
 		return nil, err
