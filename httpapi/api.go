@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/leader-elector/leader-elector/election"
@@ -74,14 +75,39 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 type api struct {
 	el        Election
 	keepAlive time.Duration
+	// encoded is the JSON of the last state served: most requests find the
+	// state unchanged and reuse it.
+	encoded atomic.Pointer[encodedState]
+}
+
+type encodedState struct {
+	state election.State
+	body  []byte
+}
+
+// leaderBody returns the JSON of s, with a trailing newline.
+func (a *api) leaderBody(s election.State) ([]byte, error) {
+	if c := a.encoded.Load(); c != nil && c.state == s {
+		return c.body, nil
+	}
+	body, err := marshalJSON(leaderJSON(s))
+	if err != nil {
+		return nil, err
+	}
+	body = append(body, '\n')
+	a.encoded.Store(&encodedState{state: s, body: body})
+	return body, nil
 }
 
 // leader answers GET /leader, optionally as a long-poll.
 func (a *api) leader(w http.ResponseWriter, r *http.Request) {
-	q, err := parseLeaderQuery(r.URL.Query())
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+	var q leaderQuery
+	if r.URL.RawQuery != "" {
+		var err error
+		if q, err = parseLeaderQuery(r.URL.Query()); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
 	}
 	plain, err := wantsPlainText(r.Header.Values("Accept"))
 	if err != nil {
@@ -99,7 +125,12 @@ func (a *api) leader(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, state.Holder)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaderJSON(state))
+	body, err := a.leaderBody(state)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "could not encode the response")
+		return
+	}
+	writeBody(w, http.StatusOK, body)
 }
 
 // waitForChange blocks until the revision differs from the one asked for,

@@ -75,10 +75,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		body = []byte(`{"error":"could not encode the response"}`)
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+	writeBody(w, status, append(body, '\n'))
+}
+
+// Header values set on every JSON answer, shared to save an allocation per
+// request (net/http does not modify them).
+var (
+	jsonContentType = []string{"application/json"}
+	noStore         = []string{"no-store"}
+)
+
+// writeBody writes an encoded JSON answer.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Cache-Control"] = noStore
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
@@ -91,6 +104,9 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 func wantsPlainText(accept []string) (bool, error) {
 	if len(accept) == 0 {
 		return false, nil
+	}
+	if len(accept) == 1 && (accept[0] == "*/*" || accept[0] == "application/json") {
+		return false, nil // what curl and most clients send
 	}
 	type offer struct {
 		q     float64
