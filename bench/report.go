@@ -224,9 +224,14 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 			name string
 			runs []loadResult
 		}{{"GET /leader", r.httpRuns}, {"GET /leader with SSE clients", r.httpSSERuns}} {
+			quiet := len(undisturbed(l.runs)) < len(l.runs)
 			for _, run := range l.runs {
-				fmt.Fprintf(&b, "- %s: %.0f req/s (p50 %s, p99 %s, %d failed); CPU: the server %.2f cores, the load generator %.2f, the rest of the machine %.2f\n",
-					l.name, run.rps(), ms(run.p50), ms(run.p99), run.errors, run.serverCores, run.clientCores, run.otherCores)
+				left := ""
+				if quiet && run.otherCores > disturbedCores {
+					left = " — disturbed by other work, left out of the table"
+				}
+				fmt.Fprintf(&b, "- %s: %.0f req/s (p50 %s, p99 %s, %d failed); CPU: the server %.2f cores, the load generator %.2f, the rest of the machine %.2f%s\n",
+					l.name, run.rps(), ms(run.p50), ms(run.p99), run.errors, run.serverCores, run.clientCores, run.otherCores, left)
 			}
 		}
 	}
@@ -239,7 +244,7 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 			}
 		}
 	}
-	if secs > 0 && rest/secs > 0.25 {
+	if secs > 0 && rest/secs > disturbedCores {
 		fmt.Fprintf(&b, "\nNote: the rest of the machine kept %.2f cores busy on average during the GET /leader runs (other work on this machine); those figures are lower than on a quiet machine.\n", rest/secs)
 	}
 	return b.String()

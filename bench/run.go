@@ -56,6 +56,7 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
+	code := describe(ctx, root)
 	impls := []*impl{
 		{key: "baseline", binary: filepath.Join(work, "bin", "baseline"), prefix: "base"},
 		{key: "leader-elector", binary: filepath.Join(work, "bin", "leader-elector"), prefix: "le", leaderElector: true},
@@ -112,7 +113,7 @@ func run(ctx context.Context, opts *options) error {
 	}
 	took := time.Since(began)
 	busyCores := float64(busy1-busy0) / clockTicksPerSecond / took.Seconds()
-	notes := renderNotes(opts, results, took, busyCores) + fmt.Sprintf("\nCode: %s, %s.\n", describe(ctx, root), machine())
+	notes := renderNotes(opts, results, took, busyCores) + fmt.Sprintf("\nCode: %s, %s.\n", code, machine())
 	fmt.Println()
 	fmt.Print(table)
 	fmt.Println()
@@ -249,7 +250,7 @@ func logf(format string, args ...any) {
 }
 
 // describe names the code measured: the commit, and whether the working tree
-// had changes on top of it.
+// had changes on top of it, when the binaries were built.
 func describe(ctx context.Context, root string) string {
 	cmd := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty")
 	cmd.Dir = root
