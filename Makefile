@@ -57,6 +57,8 @@ bench-smoke: tools ## benchmarks, short run with small counts and timings, to pr
 # reached — then checks the image and runs it in containerd.
 .PHONY: image image-deps image-test chart-test packaging packaging-tools
 test: packaging
+# The e2e suite installs the chart and the manifests too.
+e2e: packaging-tools
 
 IMAGE         ?= localhost/leader-elector:$(VERSION)
 PLATFORMS     ?= linux/amd64,linux/arm64
