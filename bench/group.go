@@ -330,7 +330,7 @@ func (g *group) waitUntil(ctx context.Context, timeout time.Duration, what strin
 	}
 }
 
-// waitLeader waits until a running candidate other than exclude answers
+// waitLeaderAfter waits until a running candidate other than exclude answers
 // isLeader to a request sent after `after`, and returns it with that answer.
 // It needs the pollers running.
 func (g *group) waitLeaderAfter(ctx context.Context, exclude *candidate, after time.Time, timeout time.Duration) (*candidate, observation, error) {
