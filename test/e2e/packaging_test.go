@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,14 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leader-elector/leader-elector/test/packaging"
@@ -36,46 +29,13 @@ import (
 // ServiceAccount. There is no kubelet: pods are checked by the API server's
 // admission (server-side dry run), not run.
 
-const fieldManager = "leader-elector-e2e"
-
-// applyServerSide applies objects with server-side apply and strict field
-// validation (an unknown or duplicate field is an error), namespaces first.
+// applyServerSide applies objects as the admin with server-side apply and
+// strict field validation.
 func applyServerSide(t *testing.T, objs packaging.Objects) {
 	t.Helper()
-	ctx := context.Background()
-	cfg := controlPlane.AdminConfig()
-	dyn := dynamic.NewForConfigOrDie(cfg)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(cfg)))
-	ordered := slices.Clone(objs)
-	slices.SortStableFunc(ordered, func(a, b *unstructured.Unstructured) int {
-		return boolInt(b.GetKind() == "Namespace") - boolInt(a.GetKind() == "Namespace")
-	})
-	for _, u := range ordered {
-		gvk := u.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s/%s: %v", u.GetKind(), u.GetName(), err)
-		}
-		data, err := json.Marshal(u.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-		if u.GetNamespace() != "" {
-			ri = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
-		}
-		force := true
-		if _, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: fieldManager, Force: &force, FieldValidation: "Strict"}); err != nil {
-			t.Fatalf("server-side apply of %s/%s: %v", u.GetKind(), u.GetName(), err)
-		}
+	if err := packaging.Apply(context.Background(), controlPlane.AdminConfig(), objs); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // checkAdmitted creates a pod from the Deployment's template as a
@@ -445,7 +405,9 @@ func TestKustomizeExample(t *testing.T) {
 			t.Fatal(err)
 		}
 		const namespace = "leader-elector-example-pre-129"
-		moveToNamespace(t, objs, namespace)
+		if err := packaging.InNamespace(objs, namespace); err != nil {
+			t.Fatal(err)
+		}
 		applyServerSide(t, objs)
 		var d appsv1.Deployment
 		if err := objs.OneInto("Deployment", &d); err != nil {
@@ -459,27 +421,4 @@ func TestKustomizeExample(t *testing.T) {
 		c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
 		(&group{t: t, candidates: []*candidate{c}}).waitLeader(30 * time.Second)
 	})
-}
-
-// moveToNamespace puts rendered objects into another namespace, as
-// `namespace:` in an overlay would.
-func moveToNamespace(t *testing.T, objs packaging.Objects, namespace string) {
-	t.Helper()
-	for _, u := range objs {
-		switch {
-		case u.GetKind() == "Namespace":
-			u.SetName(namespace)
-		case u.GetNamespace() != "":
-			u.SetNamespace(namespace)
-		}
-		if u.GetKind() == "RoleBinding" {
-			subjects, _, _ := unstructured.NestedSlice(u.Object, "subjects")
-			for _, s := range subjects {
-				s.(map[string]any)["namespace"] = namespace
-			}
-			if err := unstructured.SetNestedSlice(u.Object, subjects, "subjects"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 }
