@@ -8,6 +8,8 @@
 #
 # The build stage runs on the build machine and cross-compiles for the
 # target platform (no emulation). The final stage only copies the binary in.
+# The cache mounts need BuildKit (docker buildx) or buildah; the legacy
+# `docker build` builder does not support them.
 #
 # Build arguments:
 #   VERSION     reported by --version and in the image labels
