@@ -64,7 +64,8 @@ type options struct {
 	SSEClients   int
 	// Output, if set, also receives the table (markdown).
 	Output string
-	// KeepWorkDir keeps logs, kubeconfigs and the audit log after the run.
+	// KeepWorkDir keeps logs, kubeconfigs and the audit log after a
+	// successful run too (a failed run always keeps them).
 	KeepWorkDir bool
 }
 

@@ -36,7 +36,7 @@ type impl struct {
 
 // run builds both implementations, starts the control plane, benchmarks
 // each implementation in turn and prints the table.
-func run(ctx context.Context, opts *options) error {
+func run(ctx context.Context, opts *options) (err error) {
 	began := time.Now()
 	busy0, err := machineBusyTicks()
 	if err != nil {
@@ -46,11 +46,14 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
-	if opts.KeepWorkDir {
-		logf("work dir (kept): %s", work)
-	} else {
-		defer os.RemoveAll(work)
-	}
+	// A failed run keeps its logs (candidates, API server, audit log).
+	defer func() {
+		if opts.KeepWorkDir || err != nil {
+			logf("work dir kept: %s", work)
+			return
+		}
+		os.RemoveAll(work)
+	}()
 
 	root, err := repoRoot(ctx)
 	if err != nil {
