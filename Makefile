@@ -83,12 +83,12 @@ image: image-deps ## build the image for PLATFORMS with buildah, export it to IM
 	buildah $(BUILDAH_FLAGS) rmi --prune >/dev/null 2>&1 || true
 	@echo "image $(IMAGE) ($(PLATFORMS)) in $(IMAGE_ARCHIVE); push with: buildah $(BUILDAH_FLAGS) manifest push --all $(IMAGE) docker://<registry>/leader-elector:$(VERSION)"
 
-image-deps: ## install buildah, containerd and runc with apt-get if any is missing (needs root)
-	@missing=""; for c in buildah containerd ctr runc containerd-shim-runc-v2; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+image-deps: ## install buildah, containerd, runc (and busybox, for the demo app test) with apt-get if any is missing (needs root)
+	@missing=""; for c in buildah containerd ctr runc containerd-shim-runc-v2 busybox; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "image-deps: missing$$missing; installing buildah containerd runc with apt-get"; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah containerd runc >/dev/null; } \
-			|| { echo "image-deps: could not install buildah, containerd and runc (apt-get as root); install them and retry" >&2; exit 1; }; \
+		echo "image-deps: missing$$missing; installing buildah containerd runc busybox with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah containerd runc busybox >/dev/null; } \
+			|| { echo "image-deps: could not install buildah, containerd, runc and busybox (apt-get as root); install them and retry" >&2; exit 1; }; \
 		for c in $$missing; do command -v $$c >/dev/null || { echo "image-deps: $$c still missing after apt-get install" >&2; exit 1; }; done; \
 	fi
 

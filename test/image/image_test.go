@@ -8,6 +8,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,13 +18,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -309,17 +311,16 @@ func TestVersionInContainer(t *testing.T) {
 	t.Logf("checked in a container: `/leader-elector --version` printed %q and exited 0; exec of /bin/sh failed: %s", out, strings.TrimSpace(stderr))
 }
 
-// TestElectsInContainer: a container of the image, configured as a pod
-// would configure it — the ServiceAccount's token, CA and namespace mounted
-// at the in-cluster path, KUBERNETES_SERVICE_HOST/PORT, POD_NAME, no
-// kubeconfig — runs as 65532 with no capabilities on a read-only root
-// filesystem, elects itself with the shipped RBAC (manifests/base) against
-// the real API server, and on SIGTERM releases the Lease and exits 0.
-func TestElectsInContainer(t *testing.T) {
-	platform := hostPlatform(t)
-	ctx := context.Background()
-	const namespace, podName = "image-e2e", "image-pod"
+// podEnv is what a pod's sidecar gets from the cluster: the shipped RBAC and
+// Lease (manifests/base) applied in its namespace, and the ServiceAccount
+// volume — token, CA and namespace — as the kubelet would project it.
+type podEnv struct {
+	namespace, lease, saDir string
+}
 
+func setUpPodEnv(t *testing.T, namespace string) podEnv {
+	t.Helper()
+	ctx := context.Background()
 	cs := controlPlane.AdminClient()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -336,16 +337,13 @@ func TestElectsInContainer(t *testing.T) {
 	}
 	var (
 		sa    corev1.ServiceAccount
-		role  rbacv1.Role
 		lease coordinationv1.Lease
 	)
-	for kind, into := range map[string]any{"ServiceAccount": &sa, "Role": &role, "Lease": &lease} {
+	for kind, into := range map[string]any{"ServiceAccount": &sa, "Lease": &lease} {
 		if err := objs.OneInto(kind, into); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	// The ServiceAccount volume, as the kubelet would project it.
 	ttl := int64(3600)
 	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
 	if err != nil {
@@ -364,79 +362,115 @@ func TestElectsInContainer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return podEnv{namespace: namespace, lease: lease.Name, saDir: saDir}
+}
+
+// sidecarContainer is the image running as a pod's sidecar in containerd:
+// read-only root, the default seccomp profile, the host's network (as a
+// pod's containers share one), the ServiceAccount volume at the in-cluster
+// path, KUBERNETES_SERVICE_HOST/PORT and POD_NAME, no kubeconfig.
+type sidecarContainer struct {
+	id                 string
+	apiPort, probePort int
+	pidFile            string
+	logs               bytes.Buffer
+	exited             chan struct{}
+	exitErr            error
+}
+
+func runSidecarContainer(t *testing.T, env podEnv, id, podName string) *sidecarContainer {
+	t.Helper()
 	apiURL, err := url.Parse(controlPlane.Host())
 	if err != nil {
 		t.Fatal(err)
 	}
 	apiHost, apiPort, _ := net.SplitHostPort(apiURL.Host)
 	ports := freePorts(t, 2)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-
-	var logs bytes.Buffer
-	run := ctd.command(ctx, "run", "--rm", "--platform", platform,
+	c := &sidecarContainer{id: id, apiPort: ports[0], probePort: ports[1], pidFile: filepath.Join(t.TempDir(), "pid"), exited: make(chan struct{})}
+	run := ctd.command(context.Background(), "run", "--rm", "--platform", hostPlatform(t),
 		"--read-only", "--seccomp", "--net-host",
-		"--pid-file", pidFile,
-		"--mount", "type=bind,src="+saDir+",dst="+packaging.TokenMountPath+",options=rbind:ro",
+		"--pid-file", c.pidFile,
+		"--mount", "type=bind,src="+env.saDir+",dst="+packaging.TokenMountPath+",options=rbind:ro",
 		"--env", "KUBERNETES_SERVICE_HOST="+apiHost,
 		"--env", "KUBERNETES_SERVICE_PORT="+apiPort,
 		"--env", "POD_NAME="+podName,
-		refName, "elector",
-		"/leader-elector", "--lease-name="+lease.Name,
-		fmt.Sprintf("--http-address=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--probe-address=127.0.0.1:%d", ports[1]),
+		refName, id,
+		"/leader-elector", "--lease-name="+env.lease,
+		fmt.Sprintf("--http-address=127.0.0.1:%d", c.apiPort),
+		fmt.Sprintf("--probe-address=127.0.0.1:%d", c.probePort),
 		"-v=2")
-	run.Stdout, run.Stderr = &logs, &logs
+	run.Stdout, run.Stderr = &c.logs, &c.logs
 	if err := run.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	var exitErr error
-	go func() { exitErr = run.Wait(); close(exited) }()
+	go func() { c.exitErr = run.Wait(); close(c.exited) }()
 	t.Cleanup(func() {
 		select {
-		case <-exited:
+		case <-c.exited:
 		default:
-			_, _, _ = ctd.ctr(context.Background(), "task", "kill", "--signal", "SIGKILL", "elector")
-			<-exited
+			_, _, _ = ctd.ctr(context.Background(), "task", "kill", "--signal", "SIGKILL", id)
+			<-c.exited
 		}
 		if t.Failed() {
-			t.Logf("container output:\n%s", logs.String())
+			t.Logf("container %s output:\n%s", id, c.logs.String())
 		}
 	})
+	return c
+}
 
-	var state struct {
-		Lease    struct{ Namespace, Name string } `json:"lease"`
-		Identity string                           `json:"identity"`
-		IsLeader bool                             `json:"isLeader"`
-	}
+// sidecarState is the part of GET /leader the image tests look at.
+type sidecarState struct {
+	Lease    struct{ Namespace, Name string } `json:"lease"`
+	Identity string                           `json:"identity"`
+	Holder   string                           `json:"holder"`
+	IsLeader bool                             `json:"isLeader"`
+}
+
+// waitState polls the sidecar's GET /leader until cond holds.
+func (c *sidecarContainer) waitState(t *testing.T, timeout time.Duration, cond func(sidecarState) bool) sidecarState {
+	t.Helper()
+	var state sidecarState
 	client := &http.Client{Timeout: 2 * time.Second}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		select {
-		case <-exited:
-			return false, fmt.Errorf("the container exited: %v", exitErr)
+		case <-c.exited:
+			return false, fmt.Errorf("the container exited: %v", c.exitErr)
 		default:
 		}
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/leader", ports[0]))
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/leader", c.apiPort))
 		if err != nil {
 			return false, nil
 		}
 		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&state) == nil && state.IsLeader, nil
+		return json.NewDecoder(resp.Body).Decode(&state) == nil && cond(state), nil
 	}); err != nil {
-		t.Fatalf("the container did not lead: %v (last state %+v)", err, state)
+		t.Fatalf("container %s: %v (last state %+v)", c.id, err, state)
 	}
-	if state.Identity != podName || state.Lease.Namespace != namespace || state.Lease.Name != lease.Name {
+	return state
+}
+
+// TestElectsInContainer: a container of the image, configured as a pod
+// would configure it (see sidecarContainer), runs as 65532 with no
+// capabilities on a read-only root filesystem, elects itself with the
+// shipped RBAC (manifests/base) against the real API server, and on SIGTERM
+// releases the Lease and exits 0.
+func TestElectsInContainer(t *testing.T) {
+	const podName = "image-pod"
+	env := setUpPodEnv(t, "image-e2e")
+	c := runSidecarContainer(t, env, "elector", podName)
+	state := c.waitState(t, 30*time.Second, func(s sidecarState) bool { return s.IsLeader })
+	if state.Identity != podName || state.Lease.Namespace != env.namespace || state.Lease.Name != env.lease {
 		t.Errorf("leads as %q on %s/%s; want %q on %s/%s (identity from POD_NAME, namespace from the mounted namespace file)",
-			state.Identity, state.Lease.Namespace, state.Lease.Name, podName, namespace, lease.Name)
+			state.Identity, state.Lease.Namespace, state.Lease.Name, podName, env.namespace, env.lease)
 	}
-	if resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])); err != nil || resp.StatusCode != http.StatusOK {
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", c.probePort)); err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("/readyz of the leader: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
 	}
 
 	// What the kernel says about the container's process.
-	pidBytes, err := os.ReadFile(pidFile)
+	pidBytes, err := os.ReadFile(c.pidFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,27 +504,26 @@ func TestElectsInContainer(t *testing.T) {
 	if !rootReadOnly {
 		t.Errorf("the container's root filesystem is not mounted read-only")
 	}
-	holder := leaseHolder(t, namespace, lease.Name)
-	if holder != podName {
+	if holder := leaseHolder(t, env.namespace, env.lease); holder != podName {
 		t.Errorf("the Lease names %q, want %q", holder, podName)
 	}
 
-	if _, _, err := ctd.ctr(ctx, "task", "kill", "--signal", "SIGTERM", "elector"); err != nil {
+	if _, _, err := ctd.ctr(context.Background(), "task", "kill", "--signal", "SIGTERM", c.id); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-exited:
-		if exitErr != nil {
-			t.Errorf("after SIGTERM the container exited with %v, want 0", exitErr)
+	case <-c.exited:
+		if c.exitErr != nil {
+			t.Errorf("after SIGTERM the container exited with %v, want 0", c.exitErr)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatalf("still running 15 s after SIGTERM")
 	}
-	if holder := leaseHolder(t, namespace, lease.Name); holder != "" {
+	if holder := leaseHolder(t, env.namespace, env.lease); holder != "" {
 		t.Errorf("after SIGTERM the Lease names %q, want it released", holder)
 	}
 	t.Logf("checked in a container (read-only root, --seccomp, host network, in-cluster config from %s): led %s/%s as %s; /proc/%s/status Uid %s, CapEff %s, NoNewPrivs %s, Seccomp %s; released the Lease and exited 0 on SIGTERM",
-		packaging.TokenMountPath, namespace, lease.Name, podName, pid, fields["Uid"], fields["CapEff"], fields["NoNewPrivs"], fields["Seccomp"])
+		packaging.TokenMountPath, env.namespace, env.lease, podName, pid, fields["Uid"], fields["CapEff"], fields["NoNewPrivs"], fields["Seccomp"])
 }
 
 func leaseHolder(t *testing.T, namespace, name string) string {
@@ -517,4 +550,123 @@ func freePorts(t *testing.T, n int) []int {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// TestDemoApp: the demo app of manifests/example — its own shell script,
+// run by busybox — next to sidecar containers of the image, as in two pods:
+// the leader's app logs that it does the singleton work and serves its pod
+// name over HTTP (what the Service routes to); the follower's app logs that
+// it stands by; each stops at once on SIGTERM, well inside the grace period.
+func TestDemoApp(t *testing.T) {
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatalf("busybox runs the demo app's script here: install it (make image-deps does): %v", err)
+	}
+	objs, err := packaging.KustomizeBuild(context.Background(), packaging.ManifestsDir("example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := objs.OneInto("Deployment", &d); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(d.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })
+	if i < 0 {
+		t.Fatal("manifests/example has no container named app")
+	}
+	app := d.Spec.Template.Spec.Containers[i]
+	if !slices.Equal(app.Command, []string{"/bin/sh", "-c"}) || len(app.Args) != 1 {
+		t.Fatalf("the app runs %q %q, not one /bin/sh -c script", app.Command, app.Args)
+	}
+	script := app.Args[0]
+	// The busybox image's /bin: every applet under its own name.
+	bin := t.TempDir()
+	if out, err := exec.Command(busybox, "--install", "-s", bin).CombinedOutput(); err != nil {
+		t.Fatalf("busybox --install: %v: %s", err, out)
+	}
+
+	env := setUpPodEnv(t, "image-demo")
+	leader := runSidecarContainer(t, env, "demo-a", "demo-a")
+	leader.waitState(t, 30*time.Second, func(s sidecarState) bool { return s.IsLeader })
+	follower := runSidecarContainer(t, env, "demo-b", "demo-b")
+	follower.waitState(t, 30*time.Second, func(s sidecarState) bool { return s.Holder == "demo-a" && !s.IsLeader })
+
+	for _, tc := range []struct {
+		pod     string
+		sidecar *sidecarContainer
+		want    string
+	}{
+		{"demo-a", leader, "leading: doing the singleton work."},
+		{"demo-b", follower, "standing by."},
+	} {
+		t.Run(tc.pod, func(t *testing.T) {
+			// The pod's addresses and its /tmp volume, as this machine has them.
+			httpPort := freePorts(t, 1)[0]
+			pod := map[string]string{
+				"127.0.0.1:4040": fmt.Sprintf("127.0.0.1:%d", tc.sidecar.apiPort),
+				"-p 8081":        fmt.Sprintf("-p %d", httpPort),
+				"/tmp/www":       filepath.Join(t.TempDir(), "www"),
+			}
+			var pairs []string
+			for from, to := range pod {
+				if !strings.Contains(script, from) {
+					t.Fatalf("the demo script no longer has %q; update this test:\n%s", from, script)
+				}
+				pairs = append(pairs, from, to)
+			}
+			// Output to a file, not a pipe: the script's background sleep
+			// would hold a pipe open after the shell exits. The shell is
+			// the container's PID 1; when it exits, the runtime kills the
+			// rest, as the cleanup does with the process group here.
+			logPath := filepath.Join(t.TempDir(), "app.log")
+			logFile, err := os.Create(logPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer logFile.Close()
+			output := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+			cmd := exec.Command(busybox, "sh", "-c", strings.NewReplacer(pairs...).Replace(script))
+			cmd.Env = []string{"POD_NAME=" + tc.pod, "PATH=" + bin}
+			cmd.Stdout, cmd.Stderr = logFile, logFile
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				if t.Failed() {
+					t.Logf("the app's output:\n%s", output())
+				}
+			})
+			if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+				return strings.Contains(output(), tc.want), nil
+			}); err != nil {
+				t.Fatalf("the app did not log %q", tc.want)
+			}
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", httpPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != tc.pod+"\n" {
+				t.Errorf("the app serves %q, want its pod name", body)
+			}
+			began := time.Now()
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Errorf("the app exited with %v on SIGTERM, want 0", err)
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatalf("the app ignores SIGTERM: the kubelet would wait out the grace period")
+			}
+			t.Logf("checked with %s: the app logged %q, served %q, stopped %v after SIGTERM", busybox, tc.want, body, time.Since(began).Round(time.Millisecond))
+		})
+	}
 }
