@@ -93,15 +93,15 @@ image-deps: ## install buildah, containerd, runc (and busybox, for the demo app 
 	fi
 
 image-test: image-deps tools packaging-tools ## build the shipped Dockerfile offline (local Go builder, scratch base), check the archive, run it in containerd
-	$(MAKE) --no-print-directory image IMAGE=localhost/leader-elector:test BASE_IMAGE=scratch IMAGE_ARCHIVE=$(TEST_IMAGE_ARCHIVE) \
-		GO_IMAGE=$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))
+	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
+	$(MAKE) --no-print-directory image IMAGE=localhost/leader-elector:test BASE_IMAGE=scratch IMAGE_ARCHIVE=$(TEST_IMAGE_ARCHIVE) GO_IMAGE="$$builder"
 	LEADER_ELECTOR_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_IMAGE_VERSION=$(VERSION) LEADER_ELECTOR_IMAGE_BASE=scratch \
 		$(GO) test -count=1 -timeout 20m -v ./test/image/ 2>&1 | tee image-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|checked|image_test.go' ; exit $${PIPESTATUS[0]}
 
 chart-test: packaging-tools ## helm lint, helm template and kustomize build of everything shipped, checked (no cluster)
 	$(GO) test -count=1 -timeout 20m -v ./test/packaging/ 2>&1 | tee chart-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-packaging-tools: ## install (or reuse from the cache) helm and kustomize at the pinned versions
+packaging-tools: ## install (or reuse from the cache) helm, kustomize and kube-controller-manager at the pinned versions
 	bash test/packaging/tools.sh
 
 clean: clean-packaging
