@@ -165,7 +165,11 @@ func (c *leaseCache) get(ctx context.Context) (*coordinationv1.Lease, error) {
 	return latest.DeepCopy(), nil
 }
 
-// refresh reads the Lease from the API server into the cache.
+// refresh reads the Lease from the API server into the cache and returns
+// the newest version known. A read can be overtaken by the watch (sent
+// before a write, answered after the watch delivered that write); returning
+// it as is would show readers a Lease older than one they have already
+// seen, and a fencing token going back.
 func (c *leaseCache) refresh(ctx context.Context) (*coordinationv1.Lease, error) {
 	lease, err := c.requests.CoordinationV1().Leases(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
 	if err != nil {
@@ -174,7 +178,13 @@ func (c *leaseCache) refresh(ctx context.Context) (*coordinationv1.Lease, error)
 	if c.remember(lease) && c.onChange != nil {
 		c.onChange(lease)
 	}
-	return lease.DeepCopy(), nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.latest == nil {
+		// Deleted by the watch meanwhile; what was read is all there is.
+		return lease.DeepCopy(), nil
+	}
+	return c.latest.DeepCopy(), nil
 }
 
 // Leases implements coordinationv1client.LeasesGetter for LeaseLock.

@@ -212,3 +212,22 @@ func TestCachedUpdates(t *testing.T) {
 		t.Errorf("after a conflict the cache holds %v, want the server's Lease", latest)
 	}
 }
+
+// TestCacheReadNeverGoesBack: a direct read answered after the watch has
+// delivered a newer version returns the newer version.
+func TestCacheReadNeverGoesBack(t *testing.T) {
+	old := testLease("pod-a", 17)
+	old.ResourceVersion = "100"
+	requests := fake.NewClientset(old)
+	c := newLeaseCache(testNamespace, testName, requests, fake.NewClientset(), nil)
+	newer := testLease("pod-b", 18)
+	newer.ResourceVersion = "101"
+	c.remember(newer) // the watch got there first
+	l, err := c.refresh(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *l.Spec.LeaseTransitions; got != 18 {
+		t.Errorf("refresh returned token %d, want the newer 18", got)
+	}
+}
