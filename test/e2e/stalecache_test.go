@@ -10,19 +10,19 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
-	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/election"
 )
 
 // TestStaleCacheCannotTakeTheLease: a candidate whose Lease cache is
-// deliberately stale — its watch shows an old version of the Lease in which
-// no one holds it, and never delivers anything newer — tries to take the
-// Lease from a live leader. Its writes carry the stale resourceVersion, so
+// deliberately stale — its watch shows an old version of the Lease and never
+// delivers anything newer, so the holder seems to have stopped renewing —
+// tries to take the Lease from a live leader. Its writes carry the stale resourceVersion, so
 // the API server refuses them (409), and it never claims leadership.
 func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	lease := leaseName(t)
@@ -34,15 +34,24 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	live, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})
+	// The stale version is a real one: the Lease as it was, before the
+	// leader's next renewals. (A made-up object with the current
+	// resourceVersion would be a version the API server never had.)
+	leases := controlPlane.AdminClient().CoordinationV1().Leases("default")
+	stale, err := leases.Get(context.Background(), lease, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := live.DeepCopy()
-	stale.Spec.HolderIdentity = ptr.To("")
-	stale.Spec.LeaseDurationSeconds = ptr.To[int32](1)
-	// The fake clientset serves this version forever, with its own (old)
-	// resourceVersion.
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		now, err := leases.Get(ctx, lease, metav1.GetOptions{})
+		return err == nil && now.ResourceVersion != stale.ResourceVersion, nil
+	})
+	if err != nil {
+		t.Fatalf("the leader did not renew: %v", err)
+	}
+	// The fake clientset serves this version forever: to the stale
+	// candidate the holder looks silent, so after a lease duration it tries
+	// to take the Lease.
 	staleWatches := fake.NewClientset(stale)
 	// The fake cannot stream a watch-list; refuse it so that the reflector
 	// falls back to list and watch, which the fake serves.
