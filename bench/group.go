@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/leader-elector/leader-elector/test/invariant"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,7 +121,7 @@ type group struct {
 	// lease is the Lease's name in namespace.
 	lease string
 	work  string
-	mon   *monitor
+	mon   *invariant.Checker
 
 	mu      sync.Mutex
 	next    int
@@ -139,7 +141,7 @@ func newGroup(opts *options, cp *cluster.ControlPlane, im *impl, lease, work str
 		im:      im,
 		lease:   lease,
 		work:    work,
-		mon:     newMonitor(im.leaderElector),
+		mon:     invariant.New(im.leaderElector),
 		latest:  map[*candidate]observation{},
 		changed: make(chan struct{}),
 	}
@@ -285,7 +287,7 @@ func (g *group) poll(ctx context.Context, c *candidate) {
 		s, err := c.state(ctx)
 		if err == nil {
 			o := observation{who: c.name, sent: sent, received: time.Now(), state: s}
-			g.mon.record(o)
+			g.mon.Record(invariant.Answer{Who: o.who, Sent: o.sent, IsLeader: o.state.IsLeader, FencingToken: o.state.FencingToken, LeaderSince: o.state.LeaderSince, ValidUntil: o.state.ValidUntil})
 			g.mu.Lock()
 			g.latest[c] = o
 			g.mu.Unlock()

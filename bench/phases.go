@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/leader-elector/leader-elector/test/invariant"
+
 	"context"
 	"fmt"
 	"syscall"
@@ -115,7 +117,7 @@ func crashes(ctx context.Context, opts *options, g *group, history *leaseHistory
 		res.killToAnswer = append(res.killToAnswer, answer.received.Sub(killed))
 		if expiry := lastRenew.Add(opts.LeaseDuration); acquired.acquireTime.Before(expiry) {
 			res.early = append(res.early, fmt.Sprintf("%s acquired at %s, %v before %s's Lease ran out (last renewal %s)",
-				next.name, stamp(acquired.acquireTime), expiry.Sub(acquired.acquireTime), leader.name, stamp(lastRenew)))
+				next.name, invariant.Stamp(acquired.acquireTime), expiry.Sub(acquired.acquireTime), leader.name, invariant.Stamp(lastRenew)))
 		}
 		logf("%s crash %d/%d: %s killed; %s acquired %v after the last renewal (kill → answers isLeader: %v)",
 			g.im.key, round, opts.Crashes, leader.name, next.name, ms(failover), ms(answer.received.Sub(killed)))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/leader-elector/leader-elector/test/invariant"
+
 	"fmt"
 	"math"
 	"sort"
@@ -23,7 +25,7 @@ type implResult struct {
 	killToAnswer []time.Duration
 	// early lists acquisitions before the old leader's Lease had run out.
 	early   []string
-	monitor monitorReport
+	monitor invariant.Report
 	idle    idleResult
 	// http and httpSSE combine the load runs without and with SSE clients,
 	// httpRuns and httpSSERuns are each run.
@@ -31,7 +33,7 @@ type implResult struct {
 	httpRuns, httpSSERuns []loadResult
 }
 
-func (r *implResult) safetyViolations() int { return r.monitor.count() + len(r.early) }
+func (r *implResult) safetyViolations() int { return r.monitor.Count() + len(r.early) }
 
 // followerMax is the largest value of f over the idle followers: the figure
 // reported for "an idle follower" is the worst one.
@@ -213,12 +215,12 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 		}
 		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",
 			in.leaseMetric, audited, in.machineCores)
-		fmt.Fprintf(&b, "- monitor: %d answers, %d claims, %d violations\n", r.monitor.observations, r.monitor.claims, r.monitor.count())
-		for _, v := range r.monitor.violations {
+		fmt.Fprintf(&b, "- monitor: %d answers, %d claims, %d violations\n", r.monitor.Observations, r.monitor.Claims, r.monitor.Count())
+		for _, v := range r.monitor.Violations {
 			fmt.Fprintf(&b, "  - VIOLATION: %s\n", v)
 		}
-		if r.monitor.more > 0 {
-			fmt.Fprintf(&b, "  - … and %d more\n", r.monitor.more)
+		if r.monitor.More > 0 {
+			fmt.Fprintf(&b, "  - … and %d more\n", r.monitor.More)
 		}
 		for _, l := range []struct {
 			name string

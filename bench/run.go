@@ -173,7 +173,7 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 	// Polling and the watch would be most of an idle candidate's work.
 	g.stopPolling()
 	stopHistory()
-	res.monitor = g.mon.check()
+	res.monitor = g.mon.Check()
 
 	if err := idle(ctx, opts, g, res); err != nil {
 		return nil, fmt.Errorf("idle: %w", err)

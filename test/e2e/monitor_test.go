@@ -1,8 +1,7 @@
 package e2e
 
 import (
-	"fmt"
-	"sort"
+	"github.com/leader-elector/leader-elector/test/invariant"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +20,8 @@ type observation struct {
 }
 
 // monitor asks every candidate for its state, all the time, and checks the
-// safety invariants over the whole run when the test ends:
+// safety invariants (package invariant) over the whole run when the test
+// ends:
 //   - never two candidates whose claims provably overlap: candidate A claimed
 //     from its leaderSince until at least the moment its last "isLeader: true"
 //     request was sent, and the same for B; if both intervals overlap, both
@@ -120,95 +120,25 @@ func (m *monitor) leaderAnswers(from, to time.Time) []observation {
 	return out
 }
 
-// claim is one continuous claim of leadership by one candidate.
-type claim struct {
-	who   string
-	since time.Time
-	// lastSent is when the last request answered "isLeader: true" in this
-	// claim was sent.
-	lastSent time.Time
-	token    int64
-}
-
-func (m *monitor) claims() []claim {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	byKey := map[string]*claim{}
-	for _, o := range m.obs {
-		if !o.state.IsLeader || o.state.LeaderSince == nil {
-			continue
-		}
-		key := fmt.Sprintf("%s@%s", o.who, o.state.LeaderSince.Format(time.RFC3339Nano))
-		c, ok := byKey[key]
-		if !ok {
-			c = &claim{who: o.who, since: *o.state.LeaderSince, token: o.state.FencingToken}
-			byKey[key] = c
-		}
-		if o.sent.After(c.lastSent) {
-			c.lastSent = o.sent
-		}
-	}
-	out := make([]claim, 0, len(byKey))
-	for _, c := range byKey {
-		out = append(out, *c)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].since.Before(out[j].since) })
-	return out
-}
-
+// check runs every answer of the whole run through the invariant checker
+// shared with the benchmarks.
 func (m *monitor) check() {
-	t := m.t
-	claims := m.claims()
-	for i, a := range claims {
-		for _, b := range claims[i+1:] {
-			if a.who == b.who {
-				continue
-			}
-			start := later(a.since, b.since)
-			end := earlier(a.lastSent, b.lastSent)
-			if start.Before(end) {
-				t.Errorf("split brain: %s (leader since %s, still claimed at %s) and %s (leader since %s, still claimed at %s) overlap by %v",
-					a.who, stamp(a.since), stamp(a.lastSent), b.who, stamp(b.since), stamp(b.lastSent), end.Sub(start))
-			}
-		}
-	}
-	for i, a := range claims {
-		for _, b := range claims[i+1:] {
-			if b.token < a.token || (a.who != b.who && b.token == a.token) {
-				t.Errorf("fencing token did not grow: %s had %d from %s, then %s had %d from %s", a.who, a.token, stamp(a.since), b.who, b.token, stamp(b.since))
-			}
-		}
-	}
-
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	lastToken := map[string]int64{}
+	checker := invariant.New(true)
 	for _, o := range m.obs {
-		if o.state.IsLeader && (o.state.ValidUntil == nil || !o.state.ValidUntil.After(o.sent)) {
-			t.Errorf("%s claimed leadership past its validity: request sent %s, validUntil %v", o.who, stamp(o.sent), o.state.ValidUntil)
-		}
-		if prev, ok := lastToken[o.who]; ok && o.state.FencingToken < prev {
-			t.Errorf("%s saw the fencing token go back from %d to %d", o.who, prev, o.state.FencingToken)
-		}
-		lastToken[o.who] = o.state.FencingToken
+		checker.Record(invariant.Answer{
+			Who: o.who, Sent: o.sent, IsLeader: o.state.IsLeader, FencingToken: o.state.FencingToken,
+			LeaderSince: o.state.LeaderSince, ValidUntil: o.state.ValidUntil,
+		})
 	}
-	if len(m.obs) == 0 {
-		t.Errorf("monitor observed nothing")
+	report := checker.Check()
+	for _, v := range report.Violations {
+		m.t.Errorf("safety: %s", v)
+	}
+	if report.More > 0 {
+		m.t.Errorf("safety: … and %d more violations", report.More)
 	}
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func stamp(t time.Time) string { return t.Format("15:04:05.000000") }
+func stamp(t time.Time) string { return invariant.Stamp(t) }

@@ -92,7 +92,9 @@ func TestWatchers(t *testing.T) {
 		polled <- result{s, time.Now(), err}
 	}()
 
-	time.Sleep(200 * time.Millisecond) // let the long-poll be parked
+	// No need to wait for the long-poll to be parked: it asks for any
+	// revision other than the one it had, so it answers at once if the
+	// handover is already under way when it arrives.
 	sent := time.Now()
 	leader.signal(syscall.SIGTERM)
 

@@ -1,0 +1,44 @@
+package invariant
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestChecker(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ptr := func(t time.Time) *time.Time { return &t }
+	leader := func(who string, since, sent int, token int64) Answer {
+		return Answer{Who: who, Sent: at(sent), IsLeader: true, FencingToken: token, LeaderSince: ptr(at(since)), ValidUntil: ptr(at(sent + 1000))}
+	}
+	cases := []struct {
+		name    string
+		answers []Answer
+		want    string // "" for no violation
+	}{
+		{"handover in order", []Answer{leader("a", 0, 100, 1), leader("a", 0, 200, 1), leader("b", 300, 400, 2)}, ""},
+		{"overlapping claims", []Answer{leader("a", 0, 500, 1), leader("b", 300, 400, 2)}, "split brain"},
+		{"same token for a new holder", []Answer{leader("a", 0, 100, 1), leader("b", 300, 400, 1)}, "did not grow"},
+		{"token goes back for one candidate", []Answer{{Who: "c", Sent: at(0), FencingToken: 5}, {Who: "c", Sent: at(10), FencingToken: 4}}, "go back"},
+		{"claim past validUntil", []Answer{{Who: "a", Sent: at(100), IsLeader: true, LeaderSince: ptr(at(0)), ValidUntil: ptr(at(50))}}, "past its validity"},
+		{"nothing observed", nil, "observed nothing"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := New(true)
+			for _, a := range tc.answers {
+				c.Record(a)
+			}
+			r := c.Check()
+			got := strings.Join(r.Violations, "\n")
+			if tc.want == "" && r.Count() != 0 {
+				t.Errorf("unexpected violations: %s", got)
+			}
+			if tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("violations %q, want one mentioning %q", got, tc.want)
+			}
+		})
+	}
+}
