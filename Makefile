@@ -55,7 +55,7 @@ bench-smoke: tools ## benchmarks, short run with small counts and timings, to pr
 # the shipped Dockerfile offline — a build stage made from this machine's Go
 # (test/image/local-builder.sh) and a scratch base, since no registry can be
 # reached — then checks the image and runs it in containerd.
-.PHONY: image image-deps image-test chart-test packaging packaging-tools
+.PHONY: image image-deps image-test-archive image-test chart-test packaging packaging-tools
 test: packaging
 # The e2e suite installs the chart and the manifests too.
 e2e: packaging-tools
@@ -83,18 +83,20 @@ image: image-deps ## build the image for PLATFORMS with buildah, export it to IM
 	buildah $(BUILDAH_FLAGS) rmi --prune >/dev/null 2>&1 || true
 	@echo "image $(IMAGE) ($(PLATFORMS)) in $(IMAGE_ARCHIVE); push with: buildah $(BUILDAH_FLAGS) manifest push --all $(IMAGE) docker://<registry>/leader-elector:$(VERSION)"
 
-image-deps: ## install buildah, containerd, runc (and busybox, for the demo app test) with apt-get if any is missing (needs root)
+image-deps: ## install buildah, containerd, runc (and a static busybox, for the demo app tests) with apt-get if any is missing (needs root)
 	@missing=""; for c in buildah containerd ctr runc containerd-shim-runc-v2 busybox; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "image-deps: missing$$missing; installing buildah containerd runc busybox with apt-get"; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah containerd runc busybox >/dev/null; } \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah containerd runc busybox-static >/dev/null; } \
 			|| { echo "image-deps: could not install buildah, containerd, runc and busybox (apt-get as root); install them and retry" >&2; exit 1; }; \
 		for c in $$missing; do command -v $$c >/dev/null || { echo "image-deps: $$c still missing after apt-get install" >&2; exit 1; }; done; \
 	fi
 
-image-test: image-deps tools packaging-tools ## build the shipped Dockerfile offline (local Go builder, scratch base), check the archive, run it in containerd
+image-test-archive: image-deps ## build the shipped Dockerfile offline (local Go builder, scratch base) into TEST_IMAGE_ARCHIVE
 	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(MAKE) --no-print-directory image IMAGE=localhost/leader-elector:test BASE_IMAGE=scratch IMAGE_ARCHIVE=$(TEST_IMAGE_ARCHIVE) GO_IMAGE="$$builder"
+
+image-test: image-test-archive tools packaging-tools ## check the offline-built image archive and run it in containerd
 	LEADER_ELECTOR_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_IMAGE_VERSION=$(VERSION) LEADER_ELECTOR_IMAGE_BASE=scratch \
 		$(GO) test -count=1 -timeout 20m -v ./test/image/ 2>&1 | tee image-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|checked|image_test.go' ; exit $${PIPESTATUS[0]}
 
@@ -107,4 +109,32 @@ packaging-tools: ## install (or reuse from the cache) helm, kustomize and kube-c
 clean: clean-packaging
 .PHONY: clean-packaging
 clean-packaging:
-	rm -rf _output image-test.out chart-test.out
+	rm -rf _output image-test.out chart-test.out e2e-cluster.out
+
+# Tests on a real single-node cluster (test/node): the image built from the
+# shipped Dockerfile, manifests/example and the Helm chart deployed next to
+# a kubelet, containerd, runc and kube-proxy, all in a network namespace the
+# run creates and removes (test/node/run.sh); the machine is checked to be
+# as before afterwards. Needs root.
+.PHONY: e2e-cluster node-deps
+test: e2e-cluster
+
+NODE_KUBE_COMMANDS := kube-controller-manager kube-scheduler kubelet kube-proxy
+NODE_IMAGES_DIR    := _output/node-images
+
+e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real node: kubelet, containerd, kube-proxy in a network namespace (needs root)
+	bindir="$$(KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh)" && \
+	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS) && \
+	$(GO) test -c -o _output/node.test ./test/e2e/node && \
+	LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
+		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout 30m $(if $(RUN),-test.run '$(RUN)') 2>&1 \
+		| tee e2e-cluster.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
+
+node-deps: image-deps ## install containerd, runc, the CNI plugins, iptables, conntrack and a static busybox with apt-get if any is missing (needs root)
+	@missing=""; for c in containerd ctr runc conntrack iptables ip nsenter /usr/lib/cni/bridge /usr/lib/cni/host-local; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	file -L "$$(command -v busybox)" 2>/dev/null | grep -q 'statically linked' || missing="$$missing busybox-static"; \
+	if [ -n "$$missing" ]; then \
+		echo "node-deps: missing$$missing; installing them with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack busybox-static iproute2 util-linux file >/dev/null; } \
+			|| { echo "node-deps: could not install the node's packages (apt-get as root); install them and retry" >&2; exit 1; }; \
+	fi

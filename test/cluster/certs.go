@@ -37,7 +37,10 @@ const (
 	adminGroup = "system:masters"
 )
 
-func newPKI(dir string) (*pki, error) {
+// newPKI writes the key material into dir. The serving certificate is valid
+// for loopback, plus extraIPs and extraNames (a node's address and the
+// in-cluster names of the "kubernetes" Service, see Options.NodeAddress).
+func newPKI(dir string, extraIPs []net.IP, extraNames []string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -49,7 +52,7 @@ func newPKI(dir string) (*pki, error) {
 		saPubFile: filepath.Join(dir, "sa.pub"),
 		tokenFile: filepath.Join(dir, "tokens.csv"),
 	}
-	if err := p.writeServing(); err != nil {
+	if err := p.writeServing(extraIPs, extraNames); err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	if err := p.writeServiceAccountKey(); err != nil {
@@ -62,9 +65,9 @@ func newPKI(dir string) (*pki, error) {
 }
 
 // writeServing creates a throw-away CA and a serving certificate for
-// 127.0.0.1/localhost, so clients verify TLS exactly as against a real
-// cluster instead of skipping verification.
-func (p *pki) writeServing() error {
+// 127.0.0.1/localhost (and the extra names), so clients verify TLS exactly as
+// against a real cluster instead of skipping verification.
+func (p *pki) writeServing(extraIPs []net.IP, extraNames []string) error {
 	now := time.Now()
 	// Back-date a little so a client clock slightly behind still accepts it.
 	notBefore, notAfter := now.Add(-time.Hour), now.Add(30*24*time.Hour)
@@ -102,8 +105,8 @@ func (p *pki) writeServing() error {
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		DNSNames:     []string{"localhost"},
+		IPAddresses:  append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, extraIPs...),
+		DNSNames:     append([]string{"localhost"}, extraNames...),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
 	if err != nil {

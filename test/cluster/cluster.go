@@ -49,6 +49,14 @@ type Options struct {
 	// Log receives short progress lines; may be nil. Component output goes
 	// to log files in WorkDir, never here.
 	Log io.Writer
+	// NodeAddress, when set, prepares the control plane for a real node in
+	// a network namespace of the caller's (see test/node): the apiserver
+	// listens on all addresses of that namespace, advertises NodeAddress as
+	// the endpoint of the "kubernetes" Service (so pods reach it through
+	// the Service's ClusterIP, as in a real cluster), and its certificate is
+	// valid for NodeAddress, the Service's ClusterIP and its DNS names.
+	// Empty: loopback only.
+	NodeAddress string
 	// Audit makes the apiserver write an audit log of every request
 	// (metadata level, one event per completed request) to AuditLogPath,
 	// readable with AuditEvents. Off by default: it costs a write per request.
@@ -69,9 +77,30 @@ type ControlPlane struct {
 	auditPolicy     string
 
 	mu        sync.Mutex
-	etcd      *process
-	apiserver *process // nil or exited while killed
+	etcd      *Process
+	apiserver *Process // nil or exited while killed
 	stopped   bool
+}
+
+// ServiceCIDR is the range the apiserver takes Service ClusterIPs from; the
+// "kubernetes" Service gets its first address, KubernetesServiceIP.
+const (
+	ServiceCIDR         = "10.0.0.0/24"
+	KubernetesServiceIP = "10.0.0.1"
+)
+
+// nodeSANs lists the extra names the serving certificate needs when pods
+// reach the apiserver through the "kubernetes" Service.
+func nodeSANs(nodeAddress string) ([]net.IP, []string, error) {
+	if nodeAddress == "" {
+		return nil, nil, nil
+	}
+	ip := net.ParseIP(nodeAddress)
+	if ip == nil {
+		return nil, nil, fmt.Errorf("NodeAddress %q is not an IP address", nodeAddress)
+	}
+	names := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	return []net.IP{ip, net.ParseIP(KubernetesServiceIP)}, names, nil
 }
 
 // portAttempts bounds retries when a port picked as free was taken by
@@ -109,7 +138,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 			c.Stop()
 		}
 	}()
-	if c.pki, err = newPKI(filepath.Join(workDir, "pki")); err != nil {
+	extraIPs, extraNames, err := nodeSANs(opts.NodeAddress)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if c.pki, err = newPKI(filepath.Join(workDir, "pki"), extraIPs, extraNames); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if opts.Audit {
@@ -166,7 +199,7 @@ func (c *ControlPlane) startEtcd(ctx context.Context) error {
 			"--unsafe-no-fsync",
 			"--log-level=warn",
 		}
-		p, serr := startProcess("etcd", filepath.Join(c.opts.BinDir, "etcd"), args, c.EtcdLogPath())
+		p, serr := StartProcess("etcd", filepath.Join(c.opts.BinDir, "etcd"), args, c.EtcdLogPath())
 		if serr != nil {
 			return serr
 		}
@@ -249,12 +282,12 @@ func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
 		c.mu.Unlock()
 		return errors.New("control plane is stopped")
 	}
-	if c.apiserver != nil && !c.apiserver.exited() {
+	if c.apiserver != nil && !c.apiserver.Exited() {
 		c.mu.Unlock()
 		return errors.New("kube-apiserver is already running")
 	}
 	began := time.Now()
-	p, err := startProcess("kube-apiserver", filepath.Join(c.opts.BinDir, "kube-apiserver"), c.apiServerArgs(), c.APIServerLogPath())
+	p, err := StartProcess("kube-apiserver", filepath.Join(c.opts.BinDir, "kube-apiserver"), c.apiServerArgs(), c.APIServerLogPath())
 	if err != nil {
 		c.mu.Unlock()
 		return err
@@ -277,8 +310,6 @@ func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
 func (c *ControlPlane) apiServerArgs() []string {
 	args := []string{
 		"--etcd-servers=" + c.etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(c.apiPort),
 		"--tls-cert-file=" + c.pki.certFile,
 		"--tls-private-key-file=" + c.pki.keyFile,
@@ -289,11 +320,24 @@ func (c *ControlPlane) apiServerArgs() []string {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + c.pki.saPubFile,
 		"--service-account-signing-key-file=" + c.pki.saKeyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
-		// The default reconciler publishes the advertise address as the
-		// "kubernetes" Service endpoint and refuses a loopback one.
-		"--endpoint-reconciler-type=none",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--profiling=false",
+	}
+	if c.opts.NodeAddress == "" {
+		args = append(args,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			// The default reconciler publishes the advertise address as the
+			// "kubernetes" Service endpoint and refuses a loopback one.
+			"--endpoint-reconciler-type=none",
+		)
+	} else {
+		args = append(args,
+			"--bind-address=0.0.0.0",
+			"--advertise-address="+c.opts.NodeAddress,
+			// Logs and port-forwards reach the kubelet at the node's address.
+			"--kubelet-preferred-address-types=InternalIP",
+		)
 	}
 	if c.opts.Audit {
 		args = append(args,
@@ -308,9 +352,13 @@ func (c *ControlPlane) apiServerArgs() []string {
 	return args
 }
 
-// waitFor polls check until it succeeds, p exits, ReadyTimeout passes or ctx
+func (c *ControlPlane) waitFor(ctx context.Context, p *Process, what string, check func(context.Context) error) error {
+	return WaitFor(ctx, p, what, check)
+}
+
+// WaitFor polls check until it succeeds, p exits, ReadyTimeout passes or ctx
 // ends. Failures name the last check error and show the tail of p's log.
-func (c *ControlPlane) waitFor(ctx context.Context, p *process, what string, check func(context.Context) error) error {
+func WaitFor(ctx context.Context, p *Process, what string, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -318,8 +366,8 @@ func (c *ControlPlane) waitFor(ctx context.Context, p *process, what string, che
 	began := time.Now()
 	var last error
 	for {
-		if p.exited() {
-			return fmt.Errorf("waiting for %s: %w", what, p.exitError())
+		if p.Exited() {
+			return fmt.Errorf("waiting for %s: %w", what, p.ExitError())
 		}
 		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
 		last = check(attempt)
@@ -330,7 +378,7 @@ func (c *ControlPlane) waitFor(ctx context.Context, p *process, what string, che
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready after %v (%w); last check: %v; last lines of %s:\n%s",
-				what, since(began), ctx.Err(), last, p.logPath, p.logTail())
+				what, since(began), ctx.Err(), last, p.logPath, p.LogTail())
 		case <-p.done:
 			// Report the exit on the next iteration.
 		case <-tick.C:
@@ -346,9 +394,9 @@ func (c *ControlPlane) Stop() {
 	apiserver, etcd := c.apiserver, c.etcd
 	c.mu.Unlock()
 	// The apiserver first, so it does not log a storm of etcd errors.
-	for _, p := range []*process{apiserver, etcd} {
+	for _, p := range []*Process{apiserver, etcd} {
 		if p != nil {
-			p.kill()
+			p.Kill()
 		}
 	}
 }
@@ -367,6 +415,14 @@ func (c *ControlPlane) AdminClient() kubernetes.Interface { return c.adminClient
 
 // AdminKubeconfig returns the path of a kubeconfig file for the admin.
 func (c *ControlPlane) AdminKubeconfig() string { return c.adminKubeconfig }
+
+// CAFile is the CA certificate that signed the apiserver's serving
+// certificate (kube-controller-manager publishes it to pods as ca.crt).
+func (c *ControlPlane) CAFile() string { return c.pki.caFile }
+
+// ServiceAccountKeyFile is the private key service-account tokens are signed
+// with.
+func (c *ControlPlane) ServiceAccountKeyFile() string { return c.pki.saKeyFile }
 
 // EtcdURL returns etcd's client URL (plain HTTP on loopback).
 func (c *ControlPlane) EtcdURL() string { return c.etcdURL }
@@ -395,7 +451,7 @@ func (c *ControlPlane) signalAPIServer(sig syscall.Signal) error {
 	if p == nil {
 		return errors.New("kube-apiserver was never started")
 	}
-	return p.signal(sig)
+	return p.Signal(sig)
 }
 
 // KillAPIServer SIGKILLs the apiserver and waits until it has exited;
@@ -406,7 +462,7 @@ func (c *ControlPlane) KillAPIServer() error {
 	p := c.apiserver
 	c.mu.Unlock()
 	if p != nil {
-		p.kill()
+		p.Kill()
 	}
 	return nil
 }
@@ -444,8 +500,8 @@ func freePorts(n int) ([]int, error) {
 }
 
 // portTaken reports whether p exited because its port was taken.
-func portTaken(p *process) bool {
-	return p.exited() && strings.Contains(p.logTail(), "address already in use")
+func portTaken(p *Process) bool {
+	return p.Exited() && strings.Contains(p.LogTail(), "address already in use")
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }

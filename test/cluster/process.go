@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// process is one running component. Its output goes to an append-only log
+// Process is one running component. Its output goes to an append-only log
 // file, so a restarted component keeps one log with its whole history.
-type process struct {
+type Process struct {
 	name    string
 	logPath string
 	logFrom int64 // size of the log before this run, so errors show only this run's output
@@ -24,11 +24,11 @@ type process struct {
 	err     error         // Wait's result, readable after done is closed
 }
 
-// startProcess starts bin with args in its own process group. The group lets
+// StartProcess starts bin with args in its own process group. The group lets
 // signals reach anything the component might spawn, and Pdeathsig makes the
 // kernel SIGKILL it if the test process dies without calling Stop (a
 // panicking or killed `go test`), so no etcd or apiserver outlives the test.
-func startProcess(name, bin string, args []string, logPath string) (*process, error) {
+func StartProcess(name, bin string, args []string, logPath string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s log: %w", name, err)
@@ -49,7 +49,7 @@ func startProcess(name, bin string, args []string, logPath string) (*process, er
 	if err := onSpawnThread(cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, logPath: logPath, logFrom: st.Size(), cmd: cmd, done: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, logFrom: st.Size(), cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -83,8 +83,25 @@ func onSpawnThread(f func() error) error {
 	return <-errc
 }
 
-// exited reports whether the process has exited.
-func (p *process) exited() bool {
+// Pid is the process's id (also its process group's).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Stop sends SIGTERM to the process group and waits up to grace for the
+// process to exit, then SIGKILLs the group. Safe on an exited process.
+func (p *Process) Stop(grace time.Duration) {
+	if p.Signal(syscall.SIGTERM) != nil {
+		p.Kill()
+		return
+	}
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+	}
+	p.Kill()
+}
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -93,9 +110,9 @@ func (p *process) exited() bool {
 	}
 }
 
-// signal sends sig to the whole process group.
-func (p *process) signal(sig syscall.Signal) error {
-	if p.exited() {
+// Signal sends sig to the whole process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	if p.Exited() {
 		return fmt.Errorf("%s is not running (%v)", p.name, p.err)
 	}
 	// A negative pid addresses the group, whose id is the leader's pid.
@@ -105,25 +122,25 @@ func (p *process) signal(sig syscall.Signal) error {
 	return nil
 }
 
-// kill SIGKILLs the process group and waits until the process is reaped.
+// Kill SIGKILLs the process group and waits until the process is reaped.
 // SIGKILL also ends a SIGSTOPped process, so this works on a frozen one.
 // It is safe to call on a process that has already exited.
-func (p *process) kill() {
-	if !p.exited() {
+func (p *Process) Kill() {
+	if !p.Exited() {
 		// ESRCH just means it died meanwhile; there is nothing else to do.
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	<-p.done
 }
 
-// exitError describes how the process ended, with the tail of its log.
-func (p *process) exitError() error {
-	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, p.logTail())
+// ExitError describes how the process ended, with the tail of its log.
+func (p *Process) ExitError() error {
+	return fmt.Errorf("%s exited early (%v); last lines of %s:\n%s", p.name, p.err, p.logPath, p.LogTail())
 }
 
-// logTail returns roughly the last 30 lines this run wrote to its log, for
+// LogTail returns roughly the last 30 lines this run wrote to its log, for
 // error messages that should explain a failure without opening the log.
-func (p *process) logTail() string {
+func (p *Process) LogTail() string {
 	const maxBytes, maxLines = 8 << 10, 30
 	f, err := os.Open(p.logPath)
 	if err != nil {

@@ -1,0 +1,287 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/leader-elector/leader-elector/test/packaging"
+)
+
+// deployment is one shipped workload on the node: the demo Deployment with
+// the sidecar, its Service and its Lease.
+type deployment struct {
+	name       string // what was deployed, for messages
+	namespace  string
+	deployment string
+	service    string
+	lease      string
+	leaseDur   time.Duration // the sidecar's --lease-duration as deployed
+	client     kubernetes.Interface
+}
+
+// deployExample applies manifests/example as shipped.
+func deployExample(t *testing.T) *deployment {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := packaging.KustomizeBuild(ctx, packaging.ManifestsDir("example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deploy(t, "manifests/example", objs)
+}
+
+// deployChart installs the chart with its demo workload, as `helm install
+// --set demo.enabled=true` would (rendered with helm template and applied:
+// the same objects).
+func deployChart(t *testing.T) *deployment {
+	t.Helper()
+	ctx := context.Background()
+	const namespace = "chart-demo"
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+	}}}
+	if _, err := theNode.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", namespace, "--set", "demo.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := packaging.InNamespace(objs, namespace); err != nil {
+		t.Fatal(err)
+	}
+	return deploy(t, "the Helm chart", objs)
+}
+
+func deploy(t *testing.T, name string, objs packaging.Objects) *deployment {
+	t.Helper()
+	ctx := context.Background()
+	var d appsv1.Deployment
+	if err := objs.OneInto("Deployment", &d); err != nil {
+		t.Fatal(err)
+	}
+	var svc corev1.Service
+	if err := objs.OneInto("Service", &svc); err != nil {
+		t.Fatal(err)
+	}
+	var lease coordinationv1.Lease
+	if err := objs.OneInto("Lease", &lease); err != nil {
+		t.Fatal(err)
+	}
+	sidecar, _, err := packaging.Sidecar(&d.Spec.Template.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := &deployment{
+		name:       name,
+		namespace:  d.Namespace,
+		deployment: d.Name,
+		service:    svc.Name,
+		lease:      lease.Name,
+		leaseDur:   15 * time.Second, // the sidecar's default
+		client:     theNode.Client(),
+	}
+	if v, ok := packaging.FlagValue(sidecar.Args, "lease-duration"); ok {
+		if dep.leaseDur, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpState(t, dep)
+		}
+		dep.remove(t)
+	})
+	if err := packaging.Apply(ctx, theNode.ControlPlane().AdminConfig(), objs); err != nil {
+		t.Fatalf("applying %s: %v", name, err)
+	}
+	t.Logf("deployed %s: Deployment %s/%s, Service %s, Lease %s (lease duration %v)", name, dep.namespace, dep.deployment, dep.service, dep.lease, dep.leaseDur)
+	return dep
+}
+
+// remove deletes the namespace and waits until its pods are gone, so the
+// next test starts on an empty node.
+func (d *deployment) remove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := d.client.CoreV1().Namespaces().Delete(ctx, d.namespace, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting namespace %s: %v", d.namespace, err)
+		return
+	}
+	for ctx.Err() == nil {
+		if _, err := d.client.CoreV1().Namespaces().Get(ctx, d.namespace, metav1.GetOptions{}); err != nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Errorf("namespace %s still there after 2 minutes", d.namespace)
+}
+
+// pods lists the Deployment's pods (by the selector the manifests set).
+func (d *deployment) pods(ctx context.Context) ([]corev1.Pod, error) {
+	dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	sel := metav1.FormatLabelSelector(dep.Spec.Selector)
+	list, err := d.client.CoreV1().Pods(d.namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// readyEndpoints lists the pods the Service's EndpointSlices name as ready
+// (the slices list unready pods too, with conditions.ready false).
+func (d *deployment) readyEndpoints(ctx context.Context) ([]string, error) {
+	list, err := d.client.DiscoveryV1().EndpointSlices(d.namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + d.service})
+	if err != nil {
+		return nil, err
+	}
+	return readyIn(list.Items), nil
+}
+
+func readyIn(slices []discoveryv1.EndpointSlice) []string {
+	var ready []string
+	for _, s := range slices {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready && e.TargetRef != nil {
+				ready = append(ready, e.TargetRef.Name)
+			}
+		}
+	}
+	return ready
+}
+
+func (d *deployment) holder(ctx context.Context) (string, error) {
+	l, err := d.client.CoordinationV1().Leases(d.namespace).Get(ctx, d.lease, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// serviceURL is the Service's ClusterIP address, reachable from the test's
+// network namespace through kube-proxy's rules.
+func (d *deployment) serviceURL(ctx context.Context) (string, error) {
+	svc, err := d.client.CoreV1().Services(d.namespace).Get(ctx, d.service, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if len(svc.Spec.Ports) != 1 {
+		return "", fmt.Errorf("service %s has %d ports, want 1", d.service, len(svc.Spec.Ports))
+	}
+	return fmt.Sprintf("http://%s:%d/", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port), nil
+}
+
+// leaderState is one consistent look at the deployment: which pods are
+// Ready, which the EndpointSlices list as ready, who holds the Lease.
+type leaderState struct {
+	readyPods, readyEndpoints []string
+	holder                    string
+}
+
+func (d *deployment) state(ctx context.Context) (leaderState, error) {
+	var s leaderState
+	pods, err := d.pods(ctx)
+	if err != nil {
+		return s, err
+	}
+	for i := range pods {
+		if podReady(&pods[i]) {
+			s.readyPods = append(s.readyPods, pods[i].Name)
+		}
+	}
+	if s.readyEndpoints, err = d.readyEndpoints(ctx); err != nil {
+		return s, err
+	}
+	s.holder, err = d.holder(ctx)
+	return s, err
+}
+
+// settled reports whether exactly one pod is Ready, it is the only ready
+// endpoint, and it holds the Lease; it returns that pod.
+func (s leaderState) settled() (string, bool) {
+	if len(s.readyPods) != 1 || !slices.Equal(s.readyPods, s.readyEndpoints) || s.holder != s.readyPods[0] {
+		return "", false
+	}
+	return s.holder, true
+}
+
+// waitSettled waits until one pod leads, is Ready and is the Service's only
+// ready endpoint, and returns it.
+func (d *deployment) waitSettled(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last leaderState
+	var lastErr error
+	for {
+		s, err := d.state(ctx)
+		if err == nil {
+			if leader, ok := s.settled(); ok {
+				return leader
+			}
+			last = s
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: no settled leader after %v: ready pods %v, ready endpoints %v, lease holder %q (last error: %v)",
+				d.name, timeout, last.readyPods, last.readyEndpoints, last.holder, lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// httpClient does not reuse connections: every request goes through
+// kube-proxy's rules afresh, as a new client's would.
+var httpClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// ask sends one request to url and returns the answering pod's name (the
+// demo app serves its pod name).
+func ask(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

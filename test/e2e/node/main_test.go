@@ -1,0 +1,114 @@
+// Package node_test deploys what the project ships — the leader-elector
+// image, manifests/example and the Helm chart — on a real single-node
+// Kubernetes (test/node: kubelet, containerd, runc, kube-proxy, scheduler,
+// controller-manager) and checks what users rely on: one Ready pod, the
+// Service answering from the leader alone, failover after pod deletion, a
+// killed sidecar and a frozen pod, rollouts, native sidecar ordering, and the
+// sidecar's least privilege.
+//
+// It runs only inside the network namespace test/node/run.sh creates
+// (`make e2e-cluster`); started any other way it fails at once, never skips.
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leader-elector/leader-elector/test/node"
+	"github.com/leader-elector/leader-elector/test/packaging"
+)
+
+// theNode is the cluster every test deploys into, each in its own namespace.
+var theNode *node.Node
+
+// Image names the shipped manifests and chart refer to; the locally built
+// images are imported under them (nothing can be pulled here).
+const (
+	exampleImage = "ghcr.io/leader-elector/leader-elector:v0.1.0"
+	busyboxImage = "docker.io/library/busybox:1.37"
+	pauseImage   = "localhost/leader-elector-test/pause:1"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(setUpAndRun(m))
+}
+
+// env returns a required environment variable set by `make e2e-cluster`.
+func env(name string) (string, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("%s is not set: run these tests with `make e2e-cluster`", name)
+	}
+	return v, nil
+}
+
+func setUpAndRun(m *testing.M) int {
+	var vals []string
+	for _, name := range []string{"LEADER_ELECTOR_NODE_WORKDIR", "LEADER_ELECTOR_NODE_BIN_DIR", "LEADER_ELECTOR_NODE_IMAGE_ARCHIVE", "LEADER_ELECTOR_NODE_IMAGES_DIR"} {
+		v, err := env(name)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "node e2e setup:", err)
+			return 1
+		}
+		vals = append(vals, v)
+	}
+	work, binDir, imageArchive, imagesDir := vals[0], vals[1], vals[2], vals[3]
+	// Which image runs: the shipped Dockerfile built offline (a local Go
+	// builder stage and a scratch base instead of distroless, which cannot
+	// be pulled), as `make image-test` builds it.
+	fmt.Fprintf(os.Stderr, "leader-elector image: %s (the shipped Dockerfile, built offline on a scratch base)\n", filepath.Base(imageArchive))
+
+	chartImg, err := chartImage()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node e2e setup:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	n, err := node.Start(ctx, node.Options{
+		BinDir:  binDir,
+		WorkDir: work,
+		Images: []node.Image{
+			{Archive: filepath.Join(imagesDir, "pause.oci.tar"), Names: []string{pauseImage}},
+			{Archive: filepath.Join(imagesDir, "busybox.oci.tar"), Names: []string{busyboxImage}},
+			{Archive: imageArchive, Names: []string{exampleImage, chartImg}},
+		},
+		PauseImage: pauseImage,
+		Log:        os.Stderr,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node e2e setup:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "MEASURED node up (control plane, containerd, kubelet, kube-proxy) in %v\n", time.Since(began).Round(time.Millisecond))
+	theNode = n
+	code := m.Run()
+	stopped := time.Now()
+	n.Stop()
+	fmt.Fprintf(os.Stderr, "node stopped in %v\n", time.Since(stopped).Round(time.Millisecond))
+	if code != 0 {
+		fmt.Fprintf(os.Stderr, "component logs were in %s (keep them: LEADER_ELECTOR_NODE_KEEP=1 make e2e-cluster)\n", filepath.Join(work, "logs"))
+	}
+	return code
+}
+
+// chartImage is the image the chart's defaults name: v + its appVersion.
+func chartImage() (string, error) {
+	b, err := os.ReadFile(filepath.Join(packaging.ChartDir(), "Chart.yaml"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
+			return "ghcr.io/leader-elector/leader-elector:v" + strings.Trim(strings.TrimSpace(v), `"'`), nil
+		}
+	}
+	return "", errors.New("Chart.yaml has no appVersion")
+}

@@ -1,0 +1,127 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leader-elector/leader-elector/test/cluster"
+)
+
+// kubeletConfig is the kubelet's configuration for this machine (cgroup v1,
+// no systemd, swap on, a small disk) and for a test: the apiserver fetches
+// logs from it anonymously, inside the namespace only.
+func (n *Node) kubeletConfig() map[string]any {
+	return map[string]any{
+		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
+		"kind":                     "KubeletConfiguration",
+		"failCgroupV1":             false,
+		"cgroupDriver":             "cgroupfs",
+		"failSwapOn":               false,
+		"resolvConf":               "",
+		"containerRuntimeEndpoint": "unix://" + n.containerdSock(),
+		"podLogsDir":               n.dir("kubelet", "pod-logs"),
+		"address":                  Address,
+		"readOnlyPort":             0,
+		"healthzBindAddress":       "127.0.0.1",
+		"authentication": map[string]any{
+			"anonymous": map[string]any{"enabled": true},
+			"webhook":   map[string]any{"enabled": false},
+		},
+		"authorization": map[string]any{"mode": "AlwaysAllow"},
+		// The test machine's disk may be fuller than the kubelet likes.
+		"evictionHard": map[string]string{
+			"memory.available":  "1Mi",
+			"nodefs.available":  "1Mi",
+			"imagefs.available": "1Mi",
+			"nodefs.inodesFree": "1",
+		},
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		// Status reaches the apiserver fast, so tests see readiness changes
+		// within a probe period.
+		"nodeStatusUpdateFrequency": "4s",
+		"syncFrequency":             "10s",
+	}
+}
+
+func (n *Node) startKubelet(ctx context.Context) error {
+	if err := os.MkdirAll(n.dir("kubelet", "pod-logs"), 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(n.dir("kubelet", "config.json"), n.kubeletConfig()); err != nil {
+		return err
+	}
+	p, err := n.start("kubelet",
+		"--config="+n.dir("kubelet", "config.json"),
+		"--kubeconfig="+n.cp.AdminKubeconfig(),
+		"--root-dir="+n.dir("kubelet", "root"),
+		"--hostname-override="+Name,
+		"--node-ip="+Address,
+		"--v=2",
+	)
+	if err != nil {
+		return err
+	}
+	return cluster.WaitFor(ctx, p, "node "+Name+" Ready", func(ctx context.Context) error {
+		node, err := n.Client().CoreV1().Nodes().Get(ctx, Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == corev1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("Ready=%s: %s", c.Status, c.Message)
+			}
+		}
+		return errors.New("no Ready condition yet")
+	})
+}
+
+// startKubeProxy runs kube-proxy in iptables mode, configured to change no
+// sysctl (conntrack sizes 0, no localhost node ports), and waits until the
+// "kubernetes" Service's ClusterIP answers.
+func (n *Node) startKubeProxy(ctx context.Context) error {
+	config := map[string]any{
+		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",
+		"kind":             "KubeProxyConfiguration",
+		"clientConnection": map[string]any{"kubeconfig": n.cp.AdminKubeconfig()},
+		"mode":             "iptables",
+		"hostnameOverride": Name,
+		"clusterCIDR":      PodSubnet,
+		"conntrack": map[string]any{
+			"maxPerCore":            0,
+			"min":                   0,
+			"tcpEstablishedTimeout": "0s",
+			"tcpCloseWaitTimeout":   "0s",
+		},
+		"iptables":           map[string]any{"localhostNodePorts": false, "syncPeriod": "30s", "minSyncPeriod": "0s"},
+		"metricsBindAddress": "127.0.0.1:10249",
+		"healthzBindAddress": "127.0.0.1:10256",
+	}
+	if err := os.MkdirAll(n.dir("kube-proxy"), 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(n.dir("kube-proxy", "config.json"), config); err != nil {
+		return err
+	}
+	p, err := n.start("kube-proxy", "--config="+n.dir("kube-proxy", "config.json"), "--v=2")
+	if err != nil {
+		return err
+	}
+	return cluster.WaitFor(ctx, p, "kube-proxy routing the kubernetes Service", func(ctx context.Context) error {
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", net.JoinHostPort(cluster.KubernetesServiceIP, "443"))
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	})
+}
