@@ -1,0 +1,515 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/leader-elector/leader-elector/test/node"
+	"github.com/leader-elector/leader-elector/test/packaging"
+)
+
+// deleteRepetitions is how often the leader pod is deleted per deployment.
+const deleteRepetitions = 5
+
+// settleTimeout bounds a wait for one settled, serving leader: a lease
+// duration plus pod start, probe period and kube-proxy sync, with room for
+// this 2-core machine.
+func (d *deployment) settleTimeout() time.Duration { return d.leaseDur + 45*time.Second }
+
+// TestExample and TestChart run the same checks on what each ships.
+func TestExample(t *testing.T) { runChecks(t, deployExample(t)) }
+func TestChart(t *testing.T)   { runChecks(t, deployChart(t)) }
+
+func runChecks(t *testing.T, d *deployment) {
+	steps := []struct {
+		name string
+		run  func(*testing.T, *deployment)
+	}{
+		{"OneReadyLeaderServes", checkDeployed},
+		{"LeastPrivilege", checkLeastPrivilege},
+		{"DeleteLeaderPod", checkDeleteLeader},
+		{"KillSidecar", checkKillSidecar},
+		{"FreezeLeaderPod", checkFreezePod},
+		{"RolloutRestart", checkRollout},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.run(t, d) }) {
+			// Later steps assume a healthy deployment.
+			t.FailNow()
+		}
+	}
+}
+
+// checkDeployed: exactly one pod is Ready, the EndpointSlices list exactly
+// that pod as ready, every request to the ClusterIP is answered by it, and
+// its app sees isLeader: true on localhost:4040/leader.
+func checkDeployed(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	began := time.Now()
+	leader := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, leader)
+	t.Logf("MEASURED %s: settled and serving %v after the check began", d.name, since(began))
+	// The demo app asks localhost:4040/leader every 5 s and logs the answer.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		log := d.logs(ctx, leader, "app", 5)
+		if strings.Contains(log, `"identity":"`+leader+`"`) && strings.Contains(log, `"isLeader":true`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's app never logged isLeader: true from localhost:4040/leader; its log:\n%s", log)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	pods, err := d.pods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Name != leader && strings.Contains(d.logs(ctx, p.Name, "app", 5), `"isLeader":true`) {
+			t.Errorf("follower %s's app was told it leads", p.Name)
+		}
+	}
+}
+
+// waitServed waits until 10 requests in a row to the ClusterIP are answered
+// by pod (kube-proxy follows the EndpointSlice within a moment).
+func (d *deployment) waitServed(t *testing.T, pod string) {
+	t.Helper()
+	ctx := context.Background()
+	url, err := d.serviceURL(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	inARow := 0
+	var last string
+	var lastErr error
+	for inARow < 10 {
+		got, err := ask(ctx, url)
+		switch {
+		case err == nil && got == pod:
+			inARow++
+			continue
+		case err == nil:
+			t.Fatalf("the Service was answered by %s, not the leader %s", got, pod)
+		}
+		inARow, last, lastErr = 0, got, err
+		if time.Now().After(deadline) {
+			t.Fatalf("the Service never answered from the leader %s: last answer %q, %v", pod, last, lastErr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkLeastPrivilege: the sidecar runs as uid/gid 65532 with a read-only
+// root filesystem, the app has no ServiceAccount token, and every request
+// on the Lease was made with the ServiceAccount's token under the shipped
+// Role (the audit log names the user).
+func checkLeastPrivilege(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	leader := d.waitSettled(t, d.settleTimeout())
+	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{packaging.SidecarName, "app"} {
+		pid, err := theNode.ContainerPID(ctx, containerID(t, pod, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid, gid, ro, err := node.ProcessIdentity(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (pid %d): uid %s, gid %s, read-only root %v", name, pid, uid, gid, ro)
+		if uid != "65532 65532 65532 65532" || gid != "65532 65532 65532 65532" {
+			t.Errorf("%s runs as uid %q gid %q, want 65532", name, uid, gid)
+		}
+		token := fmt.Sprintf("/proc/%d/root%s/token", pid, packaging.TokenMountPath)
+		_, statErr := statFile(token)
+		switch name {
+		case packaging.SidecarName:
+			if !ro {
+				t.Errorf("the sidecar's root filesystem is writable")
+			}
+			if statErr != nil {
+				t.Errorf("the sidecar has no ServiceAccount token: %v", statErr)
+			}
+		case "app":
+			if statErr == nil {
+				t.Errorf("the app container can read a ServiceAccount token at %s", packaging.TokenMountPath)
+			}
+		}
+	}
+	wantUser := "system:serviceaccount:" + d.namespace + ":" + pod.Spec.ServiceAccountName
+	events, err := theNode.ControlPlane().AuditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes int
+	for _, ev := range events {
+		if ev.ObjectRef == nil || ev.ObjectRef.Resource != "leases" || ev.ObjectRef.Namespace != d.namespace || ev.ObjectRef.Name != d.lease {
+			continue
+		}
+		if slices.Contains(ev.User.Groups, "system:masters") {
+			continue // the test itself: it applied the Lease and watches it
+		}
+		if ev.User.Username != wantUser {
+			t.Errorf("%s on the Lease by %q, want only %q", ev.Verb, ev.User.Username, wantUser)
+		}
+		if ev.Verb == "update" && ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusOK {
+			writes++
+		}
+	}
+	if writes == 0 {
+		t.Errorf("no successful update of the Lease by %s in the audit log", wantUser)
+	}
+	t.Logf("%d successful Lease updates, all by %s", writes, wantUser)
+}
+
+// checkDeleteLeader deletes the leader pod (kubectl delete pod, default
+// grace) several times: the sidecar releases the Lease, another pod leads
+// and is Ready, the Service answers from it. The first time it also shows
+// the native sidecar ordering: the app stops before the Lease is released.
+func checkDeleteLeader(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	var gaps, answerGaps, handovers []time.Duration
+	for i := range deleteRepetitions {
+		old := d.waitSettled(t, d.settleTimeout())
+		d.waitServed(t, old)
+		pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := d.observe(t)
+		var order *stopOrder
+		if i == 0 {
+			order = watchStopOrder(pod.Status.PodIP)
+		}
+		deleted := time.Now()
+		if err := d.client.CoreV1().Pods(d.namespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		leader := d.waitSettled(t, d.settleTimeout())
+		d.waitServed(t, leader)
+		r := o.stop(t)
+		if leader == old {
+			t.Fatalf("the deleted pod %s still leads", old)
+		}
+		released, ok := r.firstLeaseAfter(deleted, func(l leaseAt) bool { return l.holder != old })
+		if !ok {
+			t.Fatalf("the Lease never left %s:\n%s", old, r)
+		}
+		if released.at.Sub(deleted) >= d.leaseDur {
+			t.Errorf("the Lease left %s only %v after the deletion: it expired instead of being released", old, released.at.Sub(deleted))
+		}
+		gaps, answerGaps = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap())
+		handovers = append(handovers, released.at.Sub(deleted))
+		if order != nil {
+			order.check(t, released.at)
+		}
+		t.Logf("delete %d: %s → %s; Lease left the old pod %v after the delete; no ready endpoint for %v; longest gap between answers %v",
+			i+1, old, leader, since2(deleted, released.at), gaps[i].Round(time.Millisecond), answerGaps[i].Round(time.Millisecond))
+	}
+	t.Logf("MEASURED %s: delete leader pod ×%d: time with no ready endpoint %s; longest gap between answers %s; delete → Lease released %s",
+		d.name, deleteRepetitions, summary(gaps), summary(answerGaps), summary(handovers))
+}
+
+// stopOrder polls the old leader pod's app (:8081) and sidecar probe port
+// (:8080) directly, to see which stops first.
+type stopOrder struct {
+	done                     chan struct{}
+	appStopped, sidecarLast  time.Time
+	appLastOK, sidecarLastOK time.Time
+}
+
+func watchStopOrder(podIP string) *stopOrder {
+	s := &stopOrder{done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		deadline := time.Now().Add(60 * time.Second)
+		appUp, sidecarUp := true, true
+		for (appUp || sidecarUp) && time.Now().Before(deadline) {
+			if appUp {
+				if _, err := ask(context.Background(), "http://"+podIP+":8081/"); err == nil {
+					s.appLastOK = time.Now()
+				} else {
+					appUp, s.appStopped = false, time.Now()
+				}
+			}
+			if sidecarUp {
+				if resp, err := httpClient.Get("http://" + podIP + ":8080/healthz"); err == nil {
+					resp.Body.Close()
+					s.sidecarLastOK = time.Now()
+				} else {
+					sidecarUp = false
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+// check: the app stopped answering before the Lease was released, and the
+// sidecar still answered after the app had stopped.
+func (s *stopOrder) check(t *testing.T, released time.Time) {
+	t.Helper()
+	<-s.done
+	if s.appStopped.IsZero() {
+		t.Fatal("the deleted pod's app never stopped answering")
+	}
+	t.Logf("MEASURED native sidecar order: app stopped at %s (last answer %s), sidecar last answered at %s, Lease released (seen) at %s",
+		s.appStopped.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"), s.sidecarLastOK.Format("15:04:05.000"), released.Format("15:04:05.000"))
+	if !s.appStopped.Before(released) {
+		t.Errorf("the Lease was released (%s) before the app stopped (%s)", released.Format("15:04:05.000"), s.appStopped.Format("15:04:05.000"))
+	}
+	if !s.sidecarLastOK.After(s.appLastOK) {
+		t.Errorf("the sidecar stopped answering (%s) before the app (%s)", s.sidecarLastOK.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"))
+	}
+}
+
+// checkKillSidecar SIGKILLs the leader's sidecar process from the node:
+// the pod turns unready at once, nobody takes the Lease before it expires,
+// a leader is back (the restarted sidecar or the other pod) at expiry, and
+// the Service never routes to two pods.
+func checkKillSidecar(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	old := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, old)
+	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := d.term(t)
+	o := d.observe(t)
+	killed := time.Now()
+	pid, err := theNode.KillContainer(ctx, containerID(t, pod, packaging.SidecarName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.waitNewTerm(t, term)
+	leader := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, leader)
+	settled := time.Now()
+	r := o.stop(t)
+	d.checkTakeoverAtExpiry(t, r, killed)
+	t.Logf("MEASURED %s: SIGKILL of the leader's sidecar (pid %d in %s) → %s leads and serves after %v; no ready endpoint for %v",
+		d.name, pid, old, leader, since2(killed, settled), r.endpointGap().Round(time.Millisecond))
+}
+
+// checkTakeoverAtExpiry: the first new term after start began no earlier
+// than the old holder's last renewal + the lease duration, and not much
+// later (a retry period and the time to observe it).
+func (d *deployment) checkTakeoverAtExpiry(t *testing.T, r observation, start time.Time) {
+	t.Helper()
+	var lastRenew time.Time
+	var term int32
+	for _, l := range r.leases {
+		if l.at.Before(start) {
+			lastRenew, term = l.renw, l.transitions
+		}
+	}
+	next, ok := r.firstLeaseAfter(start, func(l leaseAt) bool { return l.transitions > term })
+	if !ok {
+		t.Fatalf("no new term after %s:\n%s", start.Format("15:04:05.000"), r)
+	}
+	wait := next.acquire.Sub(lastRenew)
+	t.Logf("MEASURED %s: last renewal %s, new term %d acquired %s by %s: %v after the renewal (lease duration %v)",
+		d.name, lastRenew.Format("15:04:05.000"), next.transitions, next.acquire.Format("15:04:05.000"), next.holder, wait.Round(time.Millisecond), d.leaseDur)
+	if wait < d.leaseDur {
+		t.Errorf("the Lease was taken %v after the last renewal, before it expired (%v)", wait, d.leaseDur)
+	}
+	// The sidecar tries at expiry; allow one retry period (2 s) and a second.
+	if limit := d.leaseDur + 3*time.Second; wait > limit {
+		t.Errorf("the Lease was taken %v after the last renewal, later than %v", wait, limit)
+	}
+}
+
+// checkFreezePod freezes every process of the leader pod (cgroup freezer):
+// the pod turns unready, the other pod takes the Lease at expiry and serves;
+// thawed, the old pod stands by and never serves again.
+func checkFreezePod(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	old := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, old)
+	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := d.term(t)
+	o := d.observe(t)
+	frozen := time.Now()
+	if err := theNode.FreezePod(string(pod.UID)); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			_ = theNode.ThawPod(string(pod.UID))
+		}
+	}()
+	d.waitNewTerm(t, term)
+	leader := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, leader)
+	settled := time.Now()
+	if leader == old {
+		t.Fatalf("the frozen pod %s leads", old)
+	}
+	if err := theNode.ThawPod(string(pod.UID)); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	thawedAt := time.Now()
+	// Give the thawed sidecar time to act on what it believed: a few probe
+	// periods and a retry period.
+	time.Sleep(5 * time.Second)
+	after := d.waitSettled(t, d.settleTimeout())
+	r := o.stop(t)
+	if after != leader {
+		t.Errorf("after the thaw %s leads, want %s (who took over)", after, leader)
+	}
+	for _, a := range r.answers {
+		if a.at.After(thawedAt) && a.pod == old {
+			t.Errorf("the thawed pod %s answered the Service at %s", old, a.at.Format("15:04:05.000"))
+			break
+		}
+	}
+	d.checkTakeoverAtExpiry(t, r, frozen)
+	t.Logf("MEASURED %s: frozen leader %s → %s leads and serves after %v; no ready endpoint for %v",
+		d.name, old, leader, since2(frozen, settled), r.endpointGap().Round(time.Millisecond))
+}
+
+// checkRollout runs `kubectl rollout restart` with the shipped strategy
+// (maxSurge 0, maxUnavailable 100%): every pod is replaced without anyone's
+// help, a new pod leads and serves. With readiness = leadership only one pod
+// is ever available, so `kubectl rollout status` cannot report success: the
+// test checks exactly that documented state (all replicas updated, one
+// available) and measures the gap with no ready endpoint.
+func checkRollout(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	old := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, old)
+	before, err := d.pods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := d.observe(t)
+	began := time.Now()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, began.Format(time.RFC3339))
+	if _, err := d.client.AppsV1().Deployments(d.namespace).Patch(ctx, d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(d.settleTimeout())
+	var leader string
+	for {
+		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := d.pods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fresh int
+		for _, p := range pods {
+			if p.DeletionTimestamp == nil && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID }) {
+				fresh++
+			}
+		}
+		want := *dep.Spec.Replicas
+		s, err := d.state(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, ok := s.settled()
+		if dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas == want && dep.Status.Replicas == want &&
+			len(pods) == int(want) && fresh == int(want) && ok && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.Name == l }) {
+			leader = l
+			if dep.Status.AvailableReplicas != 1 {
+				t.Errorf("%d replicas available after the rollout, want exactly 1 (the leader)", dep.Status.AvailableReplicas)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rollout did not complete: updated %d/%d, replicas %d, fresh pods %d, leader %q", dep.Status.UpdatedReplicas, want, dep.Status.Replicas, fresh, l)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.waitServed(t, leader)
+	done := time.Now()
+	r := o.stop(t)
+	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
+		d.name, leader, since2(began, done), r.endpointGap().Round(time.Millisecond), r.answerGap().Round(time.Millisecond))
+}
+
+// term is the Lease's current leaseTransitions (the fencing token).
+func (d *deployment) term(t *testing.T) int32 {
+	t.Helper()
+	l, err := d.client.CoordinationV1().Leases(d.namespace).Get(context.Background(), d.lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Spec.LeaseTransitions == nil {
+		return 0
+	}
+	return *l.Spec.LeaseTransitions
+}
+
+// waitNewTerm waits until someone holds the Lease in a term after term.
+func (d *deployment) waitNewTerm(t *testing.T, term int32) {
+	t.Helper()
+	deadline := time.Now().Add(d.settleTimeout())
+	for {
+		l, err := d.client.CoordinationV1().Leases(d.namespace).Get(context.Background(), d.lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.LeaseTransitions != nil && *l.Spec.LeaseTransitions > term && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new term after %d within %v", term, d.settleTimeout())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func containerID(t *testing.T, pod *corev1.Pod, name string) string {
+	t.Helper()
+	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		if cs.Name == name && cs.ContainerID != "" {
+			return cs.ContainerID
+		}
+	}
+	t.Fatalf("pod %s has no running container %s", pod.Name, name)
+	return ""
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+
+func since2(from, to time.Time) time.Duration { return to.Sub(from).Round(time.Millisecond) }
+
+// summary prints min / median / max of a few durations.
+func summary(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return "(none)"
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("min %v / median %v / max %v (n=%d)", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]), len(s))
+}
+
+func statFile(path string) (os.FileInfo, error) { return os.Stat(path) }
