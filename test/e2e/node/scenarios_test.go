@@ -435,15 +435,17 @@ func checkRollout(t *testing.T, d *deployment) {
 		}
 		l, ok := s.settled()
 		if dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas == want && dep.Status.Replicas == want &&
-			len(pods) == int(want) && fresh == int(want) && ok && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.Name == l }) {
+			len(pods) == int(want) && fresh == int(want) && ok && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.Name == l }) &&
+			dep.Status.AvailableReplicas == 1 {
 			leader = l
-			if dep.Status.AvailableReplicas != 1 {
-				t.Errorf("%d replicas available after the rollout, want exactly 1 (the leader)", dep.Status.AvailableReplicas)
-			}
 			break
 		}
+		if dep.Status.AvailableReplicas > 1 {
+			t.Errorf("%d replicas available during the rollout, want at most 1 (the leader)", dep.Status.AvailableReplicas)
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the rollout did not complete: updated %d/%d, replicas %d, fresh pods %d, leader %q", dep.Status.UpdatedReplicas, want, dep.Status.Replicas, fresh, l)
+			t.Fatalf("the rollout did not complete: updated %d/%d, replicas %d, available %d, fresh pods %d, leader %q",
+				dep.Status.UpdatedReplicas, want, dep.Status.Replicas, dep.Status.AvailableReplicas, fresh, l)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
