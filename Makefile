@@ -26,7 +26,7 @@ unit: ## unit tests with the race detector
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
 	$(GO) test -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; exit $${PIPESTATUS[0]}
 
-tools: ## build (or reuse from the cache) etcd and kube-apiserver at the pinned versions
+tools: ## build (or reuse from the cache) etcd, kube-apiserver and kube-controller-manager at the pinned versions
 	bash test/tools/build.sh
 
 demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running)
@@ -103,7 +103,7 @@ image-test: image-test-archive tools packaging-tools ## check the offline-built 
 chart-test: packaging-tools ## helm lint, helm template and kustomize build of everything shipped, checked (no cluster)
 	$(GO) test -count=1 -timeout 20m -v ./test/packaging/ 2>&1 | tee chart-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-packaging-tools: ## install (or reuse from the cache) helm, kustomize and kube-controller-manager at the pinned versions
+packaging-tools: ## install (or reuse from the cache) helm and kustomize at the pinned versions
 	bash test/packaging/tools.sh
 
 clean: clean-packaging

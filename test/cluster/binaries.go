@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -22,7 +23,12 @@ const ToolsDirEnv = "LEADER_ELECTOR_TOOLS_DIR"
 // binaries are the executables Start needs in Options.BinDir.
 var binaries = []string{"etcd", "kube-apiserver"}
 
-// EnsureBinaries returns the directory holding the etcd and kube-apiserver
+// builtBinaries are what EnsureBinaries provides: Start's, and the
+// controller manager the rollout tests run beside the control plane.
+var builtBinaries = append(slices.Clone(binaries), "kube-controller-manager")
+
+// EnsureBinaries returns the directory holding the etcd, kube-apiserver and
+// kube-controller-manager
 // binaries. If $LEADER_ELECTOR_TOOLS_DIR is set, that directory is used as is;
 // otherwise test/tools/build.sh builds them (or finds them in its cache) and
 // its progress is streamed to progress (which may be nil).
@@ -35,7 +41,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 		progress = io.Discard
 	}
 	if dir := os.Getenv(ToolsDirEnv); dir != "" {
-		if err := checkBinaries(dir); err != nil {
+		if err := checkBinaries(dir, builtBinaries); err != nil {
 			return "", fmt.Errorf("$%s: %w", ToolsDirEnv, err)
 		}
 		return dir, nil
@@ -62,7 +68,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("%s printed no directory", script)
 	}
-	if err := checkBinaries(dir); err != nil {
+	if err := checkBinaries(dir, builtBinaries); err != nil {
 		return "", fmt.Errorf("after %s: %w", script, err)
 	}
 	return dir, nil
@@ -97,7 +103,7 @@ func findBuildScript() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("cannot find %s (tried %s); set $%s to a directory holding %s",
-		rel, strings.Join(tried, ", "), ToolsDirEnv, strings.Join(binaries, " and "))
+		rel, strings.Join(tried, ", "), ToolsDirEnv, strings.Join(builtBinaries, ", "))
 }
 
 // lockBuild takes an exclusive flock on a file in the cache root that
@@ -135,9 +141,9 @@ func lockBuild(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
-func checkBinaries(dir string) error {
+func checkBinaries(dir string, names []string) error {
 	var errs []error
-	for _, name := range binaries {
+	for _, name := range names {
 		p := filepath.Join(dir, name)
 		st, err := os.Stat(p)
 		switch {

@@ -115,7 +115,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 	if opts.BinDir == "" || opts.WorkDir == "" {
 		return nil, errors.New("cluster: Options.BinDir and Options.WorkDir are required")
 	}
-	if err := checkBinaries(opts.BinDir); err != nil {
+	if err := checkBinaries(opts.BinDir, binaries); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if opts.Log == nil {

@@ -27,6 +27,8 @@ var (
 	binary string
 	// repoRoot is the repository's top directory.
 	repoRoot string
+	// kubeBinDir holds etcd, kube-apiserver and kube-controller-manager.
+	kubeBinDir string
 )
 
 func TestMain(m *testing.M) {
@@ -62,6 +64,7 @@ func setUpAndRun(m *testing.M) int {
 	}
 
 	binDir, err := cluster.EnsureBinaries(ctx, os.Stderr)
+	kubeBinDir = binDir
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e setup:", err)
 		return 1

@@ -37,16 +37,12 @@ import (
 // Deployment and ReplicaSet controllers until the test ends.
 func startControllerManager(t *testing.T) {
 	t.Helper()
-	dir, err := packaging.Tools(context.Background(), os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(t.TempDir(), "kube-controller-manager.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(dir, "kube-controller-manager"),
+	cmd := exec.Command(filepath.Join(kubeBinDir, "kube-controller-manager"),
 		"--kubeconfig="+controlPlane.AdminKubeconfig(),
 		"--controllers=deployment-controller,replicaset-controller",
 		"--leader-elect=false",
