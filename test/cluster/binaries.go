@@ -28,10 +28,10 @@ var binaries = []string{"etcd", "kube-apiserver"}
 var builtBinaries = append(slices.Clone(binaries), "kube-controller-manager")
 
 // EnsureBinaries returns the directory holding the etcd, kube-apiserver and
-// kube-controller-manager
-// binaries. If $LEADER_ELECTOR_TOOLS_DIR is set, that directory is used as is;
-// otherwise test/tools/build.sh builds them (or finds them in its cache) and
-// its progress is streamed to progress (which may be nil).
+// kube-controller-manager binaries. If $LEADER_ELECTOR_TOOLS_DIR is set, that
+// directory is used as is; otherwise test/tools/build.sh builds them (or
+// finds them in its cache) and its progress is streamed to progress (which
+// may be nil).
 //
 // Concurrent callers on this machine (for example several test binaries run
 // by `go test ./...`) are serialised with a file lock, because two build.sh
