@@ -48,6 +48,7 @@ func startRouting(ctx context.Context, opts *options, client kubernetes.Interfac
 		Client:      client,
 		Leadership:  elector,
 		Resync:      opts.LeaseDuration,
+		MaxBackoff:  opts.RetryPeriod,
 	})
 	if err != nil || router == nil {
 		close(done)

@@ -22,9 +22,10 @@ import (
 const maxAttempts = 3
 
 // SliceName is the name of the EndpointSlice the leader writes for
-// service. The suffix is longer than the five random characters the
-// EndpointSlice controller appends, so the names cannot collide.
-func SliceName(service string) string { return service + "-leader" }
+// service: the Service's own name, which the EndpointSlice controllers never
+// use (they append a random suffix), and which lets RBAC name the Service
+// and its slice with one resourceName.
+func SliceName(service string) string { return service }
 
 // sliceWriter is endpointslice mode: the leader writes one EndpointSlice
 // for the Service, holding only its own address and the Service's ports.

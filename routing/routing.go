@@ -89,6 +89,9 @@ type Config struct {
 	// Resync is how often the leader checks that the routing still names
 	// it, and repairs it (another writer, a late write of an old leader).
 	Resync time.Duration
+	// MaxBackoff is the longest wait before retrying a failed write; the
+	// retry period suits, so that routing recovers as fast as the Lease.
+	MaxBackoff time.Duration
 }
 
 // publisher is one routing mode.
@@ -140,7 +143,7 @@ func (r *Router) Metrics() *Metrics { return r.metrics }
 func (r *Router) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("route", r.cfg.Mode)
 	ctx = klog.NewContext(ctx, logger)
-	backoff := newBackoff(r.cfg.Resync)
+	backoff := newBackoff(r.cfg.MaxBackoff)
 	// A previous incarnation of this pod may have left itself published.
 	mayBePublished := true
 	s, changed := r.cfg.Leadership.Watch()
@@ -169,7 +172,7 @@ func (r *Router) Run(ctx context.Context) {
 			logger.Error(err, "Routing write failed; retrying", "retryIn", d.Round(time.Millisecond))
 			retry = time.After(d)
 		default:
-			backoff = newBackoff(r.cfg.Resync)
+			backoff = newBackoff(r.cfg.MaxBackoff)
 			if s.IsLeader {
 				retry = time.After(r.cfg.Resync)
 			}
