@@ -110,43 +110,56 @@ type sliceMonitor struct {
 
 func watchSlice(t *testing.T, namespace, name string) *sliceMonitor {
 	m := &sliceMonitor{t: t}
+	slices := controlPlane.AdminClient().DiscoveryV1().EndpointSlices(namespace)
+	byName := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}
+	watchUntilCleanup(t, slices.Watch, byName, func(ev watch.Event) {
+		s, ok := ev.Object.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		v := sliceVersion{at: time.Now(), token: s.Annotations[routing.FencingTokenAnnotation], holder: s.Annotations[routing.HolderAnnotation]}
+		for _, e := range s.Endpoints {
+			v.addresses = append(v.addresses, e.Addresses...)
+		}
+		if ev.Type == watch.Deleted {
+			v.addresses = nil
+		}
+		m.mu.Lock()
+		m.vs = append(m.vs, v)
+		m.mu.Unlock()
+	}, m.check)
+	return m
+}
+
+// watchUntilCleanup watches with opts from the start, resuming after the
+// last version seen when the watch ends, and hands every event of an
+// object to onEvent until the test ends; then it runs done.
+func watchUntilCleanup(t *testing.T, start func(context.Context, metav1.ListOptions) (watch.Interface, error), opts metav1.ListOptions, onEvent func(watch.Event), done func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	stopped := make(chan struct{})
 	go func() {
-		defer close(done)
-		slices := controlPlane.AdminClient().DiscoveryV1().EndpointSlices(namespace)
-		rv := ""
+		defer close(stopped)
 		for ctx.Err() == nil {
-			w, err := slices.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: rv})
+			w, err := start(ctx, opts)
 			if err != nil {
 				time.Sleep(50 * time.Millisecond) // the API server is busy; watch again
 				continue
 			}
 			for ev := range w.ResultChan() {
-				s, ok := ev.Object.(*discoveryv1.EndpointSlice)
-				if !ok || ev.Type == watch.Bookmark {
+				obj, ok := ev.Object.(metav1.Object)
+				if !ok || ev.Type == watch.Bookmark || ev.Type == watch.Error {
 					continue
 				}
-				rv = s.ResourceVersion
-				v := sliceVersion{at: time.Now(), token: s.Annotations[routing.FencingTokenAnnotation], holder: s.Annotations[routing.HolderAnnotation]}
-				for _, e := range s.Endpoints {
-					v.addresses = append(v.addresses, e.Addresses...)
-				}
-				if ev.Type == watch.Deleted {
-					v.addresses = nil
-				}
-				m.mu.Lock()
-				m.vs = append(m.vs, v)
-				m.mu.Unlock()
+				opts.ResourceVersion = obj.GetResourceVersion()
+				onEvent(ev)
 			}
 		}
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
-		m.check()
+		<-stopped
+		done()
 	})
-	return m
 }
 
 func (m *sliceMonitor) versions() []sliceVersion {
@@ -213,41 +226,23 @@ type labelState struct {
 
 func watchLabels(t *testing.T, namespace string) *labelMonitor {
 	m := &labelMonitor{t: t}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pods := controlPlane.AdminClient().CoreV1().Pods(namespace)
-		labelled := map[string]bool{}
-		rv := ""
-		for ctx.Err() == nil {
-			w, err := pods.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-			if err != nil {
-				time.Sleep(50 * time.Millisecond) // the API server is busy; watch again
-				continue
-			}
-			for ev := range w.ResultChan() {
-				p, ok := ev.Object.(*corev1.Pod)
-				if !ok || ev.Type == watch.Bookmark {
-					continue
-				}
-				rv = p.ResourceVersion
-				labelled[p.Name] = ev.Type != watch.Deleted && p.Labels[routing.DefaultLeaderLabel] == "true"
-				var leaders []string
-				for name, yes := range labelled {
-					if yes {
-						leaders = append(leaders, name)
-					}
-				}
-				m.mu.Lock()
-				m.history = append(m.history, labelState{at: time.Now(), leaders: leaders})
-				m.mu.Unlock()
+	labelled := map[string]bool{}
+	watchUntilCleanup(t, controlPlane.AdminClient().CoreV1().Pods(namespace).Watch, metav1.ListOptions{}, func(ev watch.Event) {
+		p, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		labelled[p.Name] = ev.Type != watch.Deleted && p.Labels[routing.DefaultLeaderLabel] == "true"
+		var leaders []string
+		for name, yes := range labelled {
+			if yes {
+				leaders = append(leaders, name)
 			}
 		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
+		m.mu.Lock()
+		m.history = append(m.history, labelState{at: time.Now(), leaders: leaders})
+		m.mu.Unlock()
+	}, func() {
 		for _, s := range m.states() {
 			if len(s.leaders) > 1 {
 				t.Errorf("at %s pods %v all carried %s=true", stamp(s.at), s.leaders, routing.DefaultLeaderLabel)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -10,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/leader-elector/leader-elector/routing"
 )
@@ -187,8 +185,25 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	frozen = false
 
 	// The resumed old leader learns it no longer leads and leaves the
-	// slice alone: watch it for longer than the old leader's resync period.
+	// slice alone.
 	resumed := time.Now()
+	afterResume(t, old, next, func() string {
+		vs := slice.versions()
+		if last := vs[len(vs)-1]; last.holder != next.name || last.token != strconv.FormatInt(newToken, 10) {
+			return fmt.Sprintf("the slice changed to %+v", last)
+		}
+		return ""
+	})
+	t.Logf("after resuming, the old leader wrote nothing for %v; its routing metrics: %s", time.Since(resumed).Round(time.Millisecond), routeMetrics(t, old))
+	noneRefused(t, g)
+}
+
+// afterResume waits until the resumed old leader follows next, then checks
+// stable (a problem, or "") for longer than the old leader's resync period:
+// whatever the old leader still had in mind, it must not write.
+func afterResume(t *testing.T, old, next *candidate, stable func() string) {
+	t.Helper()
+	ctx := context.Background()
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		st, err := old.state()
 		return err == nil && !st.IsLeader && st.Holder == next.name, nil
@@ -196,19 +211,16 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 		t.Fatalf("the resumed old leader does not follow %s", next.name)
 	}
 	observe := leaseDuration + 2*retryPeriod
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, observe, true, func(context.Context) (bool, error) {
-		vs := slice.versions()
-		last := vs[len(vs)-1]
-		if last.holder != next.name || last.token != strconv.FormatInt(newToken, 10) {
-			t.Errorf("after the old leader resumed, the slice changed to %+v", last)
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, observe, true, func(context.Context) (bool, error) {
+		if problem := stable(); problem != "" {
+			t.Errorf("after %s resumed, %s", old.name, problem)
 			return true, nil
 		}
 		return false, nil
-	}); err != nil && !wait.Interrupted(err) {
+	})
+	if err != nil && !wait.Interrupted(err) {
 		t.Fatal(err)
 	}
-	t.Logf("after resuming, the old leader wrote nothing for %v; its routing metrics: %s", time.Since(resumed).Round(time.Millisecond), routeMetrics(t, old))
-	noneRefused(t, g)
 }
 
 // routeMetrics returns the routing counters of c's /metrics.
@@ -287,7 +299,6 @@ func checkPodLabels(t *testing.T, namespace, lease, leader string, pods []string
 // leader does not label itself again. No two pods carry "true" at once.
 func TestRouteLabelFencing(t *testing.T) {
 	const namespace = "route-label-fencing"
-	ctx := context.Background()
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
 	pods := []string{"pod-a", "pod-b"}
 	createPods(t, namespace, spec, podLabels, pods...)
@@ -308,23 +319,13 @@ func TestRouteLabelFencing(t *testing.T) {
 	old.signal(syscall.SIGCONT)
 	frozen = false
 
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		st, err := old.state()
-		return err == nil && !st.IsLeader && st.Holder == next.name, nil
-	}); err != nil {
-		t.Fatalf("the resumed old leader does not follow %s", next.name)
-	}
-	observe := leaseDuration + 2*retryPeriod
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, observe, true, func(context.Context) (bool, error) {
+	afterResume(t, old, next, func() string {
 		hs := labels.states()
 		if last := hs[len(hs)-1]; len(last.leaders) != 1 || last.leaders[0] != next.name {
-			t.Errorf("after the old leader resumed, the leaders are %v", last.leaders)
-			return true, nil
+			return fmt.Sprintf("the pods labelled leader are %v", last.leaders)
 		}
-		return false, nil
-	}); err != nil && !wait.Interrupted(err) {
-		t.Fatal(err)
-	}
+		return ""
+	})
 	checkPodLabels(t, namespace, lease, next.name, pods)
 	noneRefused(t, g)
 }
@@ -365,7 +366,10 @@ func TestRouteRBAC(t *testing.T) {
 				{tc.namespace, "coordination.k8s.io", "leases", lease, "watch"},
 				{tc.namespace, "coordination.k8s.io", "leases", lease, "update"},
 			}, tc.extra(tc.namespace, lease)...)
-			got := allowedAccess(t, kubeconfig, tc.namespace, lease)
+			got, _ := allowedAccess(t, kubeconfig, []string{tc.namespace, "default"}, []groupResource{
+				{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "services"}, {"", "secrets"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
+				{"apps", "deployments"}, {"apps", "replicasets"},
+			}, []string{"", lease, "another"})
 			slices.SortFunc(want, compareAccess)
 			slices.SortFunc(got, compareAccess)
 			if !slices.Equal(got, want) {
@@ -375,46 +379,6 @@ func TestRouteRBAC(t *testing.T) {
 	}
 }
 
-type access struct {
-	namespace, group, resource, name, verb string
-}
-
 func compareAccess(a, b access) int {
 	return strings.Compare(strings.Join([]string{a.namespace, a.group, a.resource, a.name, a.verb}, "/"), strings.Join([]string{b.namespace, b.group, b.resource, b.name, b.verb}, "/"))
-}
-
-// allowedAccess asks the authorizer, as the kubeconfig's user, which of a
-// matrix of requests it may make.
-func allowedAccess(t *testing.T, kubeconfig, namespace, lease string) []access {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 500, 500
-	cs := kubernetes.NewForConfigOrDie(cfg)
-	var allowed []access
-	for _, ns := range []string{namespace, "default"} {
-		for _, res := range []struct{ group, resource string }{
-			{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "services"}, {"", "secrets"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
-			{"apps", "deployments"}, {"apps", "replicasets"},
-		} {
-			for _, name := range []string{"", lease, "another"} {
-				for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
-					review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
-						Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-							Namespace: ns, Group: res.group, Resource: res.resource, Name: name, Verb: verb,
-						}},
-					}, metav1.CreateOptions{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if review.Status.Allowed {
-						allowed = append(allowed, access{ns, res.group, res.resource, name, verb})
-					}
-				}
-			}
-		}
-	}
-	return allowed
 }

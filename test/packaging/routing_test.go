@@ -33,12 +33,23 @@ func RouteRules(mode routing.Mode, service string) []rbacv1.PolicyRule {
 	return nil
 }
 
-// routedDeployment checks what both routing modes need of a workload: the
-// sidecar Ready as a candidate, a one-at-a-time rollout, and leader-elector
-// accepting its configuration (arguments and literal environment values,
-// with the downward API's pod IP).
-func routedDeployment(t *testing.T, d *appsv1.Deployment, mode routing.Mode) *corev1.Container {
+// routedWorkload checks what a routing mode needs of the rendered objects:
+// the Role's rules exactly (the Lease's, then the mode's), the sidecar Ready
+// as a candidate, a one-at-a-time rollout, leader-elector accepting the
+// sidecar's configuration (arguments and literal environment values, with
+// the downward API's pod IP), and a Service shaped for the mode: for
+// endpointslice the sidecar's --service, without a selector; for label one
+// that selects the leader label.
+func routedWorkload(t *testing.T, objs Objects, d *appsv1.Deployment, mode routing.Mode, lease, service string) {
 	t.Helper()
+	var role rbacv1.Role
+	if err := objs.OneInto("Role", &role); err != nil {
+		t.Fatal(err)
+	}
+	if want := append([]rbacv1.PolicyRule{leaseRule(t, lease)}, RouteRules(mode, service)...); !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("Role rules:\n%s\nwant exactly:\n%s", asJSON(role.Rules), asJSON(want))
+	}
+	checkWiring(t, objs, d)
 	spec := &d.Spec.Template.Spec
 	for _, err := range CheckSidecarPod(spec, true) {
 		t.Error(err)
@@ -81,7 +92,21 @@ func routedDeployment(t *testing.T, d *appsv1.Deployment, mode routing.Mode) *co
 	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
 		t.Errorf("leader-elector %v with %v: %v, want exit 1 (configuration accepted, no cluster)\n%s", sc.Args, env, err, out)
 	}
-	return sc
+
+	var svc corev1.Service
+	if err := objs.OneInto("Service", &svc); err != nil {
+		t.Fatal(err)
+	}
+	switch mode {
+	case routing.ModeEndpointSlice:
+		if got := setting("service"); got != service || svc.Name != service || len(svc.Spec.Selector) != 0 {
+			t.Errorf("sidecar --service=%s, Service %s with selector %v; want both %s, no selector (the leader writes its EndpointSlice)", got, svc.Name, svc.Spec.Selector, service)
+		}
+	case routing.ModeLabel:
+		if got := setting("leader-label"); svc.Spec.Selector[routing.DefaultLeaderLabel] != "true" || (got != "" && got != routing.DefaultLeaderLabel) {
+			t.Errorf("sidecar --leader-label=%q, Service selector %v; want it to select %s=true", got, svc.Spec.Selector, routing.DefaultLeaderLabel)
+		}
+	}
 }
 
 // TestChartRouting: each routing mode adds exactly its rules to the Role,
@@ -101,33 +126,7 @@ func TestChartRouting(t *testing.T) {
 		t.Run(string(tc.mode)+" "+strings.Join(tc.set, " "), func(t *testing.T) {
 			set := append([]string{"--set", "routing.mode=" + string(tc.mode), "--set", "election.readiness=candidate"}, tc.set...)
 			objs, d := demo(t, set...)
-			var role rbacv1.Role
-			if err := objs.OneInto("Role", &role); err != nil {
-				t.Fatal(err)
-			}
-			if want := append([]rbacv1.PolicyRule{leaseRule(t, full)}, RouteRules(tc.mode, tc.service)...); !equality.Semantic.DeepEqual(role.Rules, want) {
-				t.Errorf("Role rules:\n%s\nwant exactly:\n%s", asJSON(role.Rules), asJSON(want))
-			}
-			sc := routedDeployment(t, d, tc.mode)
-			checkWiring(t, objs, d)
-
-			var svc corev1.Service
-			if err := objs.OneInto("Service", &svc); err != nil {
-				t.Fatal(err)
-			}
-			switch tc.mode {
-			case routing.ModeEndpointSlice:
-				if v, _ := FlagValue(sc.Args, "service"); v != tc.service || svc.Name != tc.service {
-					t.Errorf("sidecar --service=%s, demo Service %s; want both %s", v, svc.Name, tc.service)
-				}
-				if len(svc.Spec.Selector) != 0 {
-					t.Errorf("the demo Service has a selector %v; the leader writes its EndpointSlice", svc.Spec.Selector)
-				}
-			case routing.ModeLabel:
-				if v, _ := FlagValue(sc.Args, "leader-label"); v != routing.DefaultLeaderLabel || svc.Spec.Selector[v] != "true" {
-					t.Errorf("sidecar --leader-label=%s, Service selector %v", v, svc.Spec.Selector)
-				}
-			}
+			routedWorkload(t, objs, d, tc.mode, full, tc.service)
 		})
 	}
 	t.Run("routing.mode none renders as before", func(t *testing.T) {
@@ -183,29 +182,7 @@ func TestKustomizeRouting(t *testing.T) {
 			if got := objs.Kinds(); !sameElements(got, want) {
 				t.Errorf("objects %v, want %v", got, want)
 			}
-			var role rbacv1.Role
-			if err := objs.OneInto("Role", &role); err != nil {
-				t.Fatal(err)
-			}
-			if want := append([]rbacv1.PolicyRule{leaseRule(t, lease)}, RouteRules(tc.mode, lease)...); !equality.Semantic.DeepEqual(role.Rules, want) {
-				t.Errorf("Role rules:\n%s\nwant exactly:\n%s", asJSON(role.Rules), asJSON(want))
-			}
-			sc := routedDeployment(t, d, tc.mode)
-			checkWiring(t, objs, d)
-			var svc corev1.Service
-			if err := objs.OneInto("Service", &svc); err != nil {
-				t.Fatal(err)
-			}
-			switch tc.mode {
-			case routing.ModeEndpointSlice:
-				if v, _ := EnvValue(sc, "LEADER_ELECTOR_SERVICE"); v != svc.Name || len(svc.Spec.Selector) != 0 {
-					t.Errorf("sidecar service %q, Service %s with selector %v; want the same name, no selector", v, svc.Name, svc.Spec.Selector)
-				}
-			case routing.ModeLabel:
-				if svc.Spec.Selector[routing.DefaultLeaderLabel] != "true" {
-					t.Errorf("Service selector %v does not select the leader label", svc.Spec.Selector)
-				}
-			}
+			routedWorkload(t, objs, d, tc.mode, lease, lease)
 		})
 	}
 }
