@@ -124,6 +124,11 @@ func run(ctx context.Context, opts *options) error {
 		}
 	}
 
+	routeClient, err := routingClient(restConfig, opts.RenewDeadline)
+	if err != nil {
+		return err
+	}
+
 	apiServer, err := httpapi.Listen(ctx, opts.HTTPAddress, httpapi.NewAPIHandler(elector, httpapi.APIOptions{}))
 	if err != nil {
 		return fmt.Errorf("application API: %w", err)
@@ -145,6 +150,7 @@ func run(ctx context.Context, opts *options) error {
 		"readiness", opts.Readiness,
 		"releaseOnShutdown", opts.ReleaseOnShutdown,
 	)
+	reportStartup(ctx, opts, routeClient)
 
 	// A server that fails stops everything: the pod is useless without it.
 	runCtx, stop := context.WithCancelCause(ctx)
@@ -157,10 +163,18 @@ func run(ctx context.Context, opts *options) error {
 		}()
 	}
 
+	// The router withdraws this pod when runCtx ends, while the elector
+	// releases the Lease; either order is safe (the writes are fenced).
+	routingDone, err := startRouting(runCtx, opts, routeClient, elector, labelled)
+	if err != nil {
+		stop(err)
+	}
+
 	// The elector stops claiming leadership the moment runCtx ends, then
 	// releases the Lease; the servers keep answering (not leader, not ready)
 	// until it has done so.
 	electionErr := elector.Run(runCtx)
+	<-routingDone
 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()

@@ -44,6 +44,7 @@ type options struct {
 	KubeAPIBurst      int
 	LogFormat         string
 	Version           bool
+	Routing           routeOptions
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -76,6 +77,7 @@ func newOptions() *options {
 		Readiness:         string(httpapi.ReadyWhenLeader),
 		ReleaseOnShutdown: true,
 		LogFormat:         "text",
+		Routing:           newRouteOptions(),
 	}
 }
 
@@ -96,6 +98,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server (0: client-go's default).")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" or \"json\".")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
+	o.Routing.addFlags(fs)
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
@@ -161,6 +164,7 @@ func (o *options) complete(fs *pflag.FlagSet, env environment) error {
 	if o.Kubeconfig == "" {
 		o.Kubeconfig, _ = env.lookupEnv("KUBECONFIG")
 	}
+	o.Routing.complete(env)
 	return errors.Join(errs...)
 }
 
@@ -267,6 +271,7 @@ func (o *options) Validate() error {
 	if o.KubeAPIBurst < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}
+	errs = append(errs, o.Routing.validate(o.Identity, o.LeaseName)...)
 	return errors.Join(errs...)
 }
 

@@ -79,6 +79,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		Readiness:         "leader",
 		ReleaseOnShutdown: true,
 		LogFormat:         "text",
+		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parseOptions() =\n%+v\nwant\n%+v", o, want)
@@ -133,6 +134,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		KubeAPIQPS:        7.5,
 		KubeAPIBurst:      15,
 		LogFormat:         "json",
+		Routing:           newRouteOptions(),
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parseOptions() =\n%+v\nwant\n%+v", o, want)
@@ -314,6 +316,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 					KubeAPIQPS:        50,
 					KubeAPIBurst:      100,
 					LogFormat:         "json",
+					Routing:           newRouteOptions(),
 				}
 				if !reflect.DeepEqual(o, want) {
 					t.Errorf("got\n%+v\nwant\n%+v", o, want)

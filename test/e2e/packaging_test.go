@@ -113,6 +113,8 @@ func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kub
 			env = append(env, e.Name+"="+podName)
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			env = append(env, e.Name+"="+namespace)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			env = append(env, e.Name+"="+podIP(podName))
 		case e.ValueFrom.ResourceFieldRef != nil && e.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
 			limit := sc.Resources.Limits[corev1.ResourceMemory]
 			env = append(env, fmt.Sprintf("%s=%d", e.Name, limit.Value()))

@@ -140,38 +140,9 @@ func TestShippedRBAC(t *testing.T) {
 	}
 
 	// What the token may do, asked of the API server's authorizer.
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 500, 500 // a hundred access reviews, not a rate-limit test
-	sa := kubernetes.NewForConfigOrDie(cfg)
-	type access struct {
-		namespace, group, resource, name, verb string
-	}
-	var allowed []access
-	for _, ns := range []string{namespace, "default"} {
-		for _, res := range []struct{ group, resource string }{
-			{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "secrets"}, {"", "configmaps"}, {"", "events"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
-		} {
-			// No name (create, a list of all), the shipped Lease, another one.
-			for _, name := range []string{"", lease, "another-lease"} {
-				for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
-					review, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
-						Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-							Namespace: ns, Group: res.group, Resource: res.resource, Name: name, Verb: verb,
-						}},
-					}, metav1.CreateOptions{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if review.Status.Allowed {
-						allowed = append(allowed, access{ns, res.group, res.resource, name, verb})
-					}
-				}
-			}
-		}
-	}
+	allowed, sa := allowedAccess(t, kubeconfig, []string{namespace, "default"}, []groupResource{
+		{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "secrets"}, {"", "configmaps"}, {"", "events"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
+	}, []string{"", lease, "another-lease"})
 	want := []access{
 		{namespace, "coordination.k8s.io", "leases", lease, "get"},
 		{namespace, "coordination.k8s.io", "leases", lease, "watch"},
@@ -254,4 +225,45 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 			}
 		})
 	}
+}
+
+type access struct {
+	namespace, group, resource, name, verb string
+}
+
+type groupResource struct{ group, resource string }
+
+// allowedAccess asks the API server's authorizer, as the kubeconfig's
+// user, which requests of a matrix it may make: every verb on each
+// resource in each namespace, with each name ("" for create and for a list
+// of all). It also returns that user's client.
+func allowedAccess(t *testing.T, kubeconfig string, namespaces []string, resources []groupResource, names []string) ([]access, kubernetes.Interface) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 500, 500 // hundreds of access reviews, not a rate-limit test
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	var allowed []access
+	for _, ns := range namespaces {
+		for _, res := range resources {
+			for _, name := range names {
+				for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+					review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{
+						Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+							Namespace: ns, Group: res.group, Resource: res.resource, Name: name, Verb: verb,
+						}},
+					}, metav1.CreateOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if review.Status.Allowed {
+						allowed = append(allowed, access{ns, res.group, res.resource, name, verb})
+					}
+				}
+			}
+		}
+	}
+	return allowed, cs
 }

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/leader-elector/leader-elector/routing"
 )
 
 const (
@@ -269,6 +271,10 @@ func checkWiring(t *testing.T, objs Objects, d *appsv1.Deployment) {
 		t.Fatal(err)
 	}
 	for k, v := range svc.Spec.Selector {
+		// The leader label (--route=label) is set on the pod by the sidecar.
+		if k == routing.DefaultLeaderLabel {
+			continue
+		}
 		if d.Spec.Template.Labels[k] != v {
 			t.Errorf("Service selector %s=%s does not match the pod labels %v", k, v, d.Spec.Template.Labels)
 		}
@@ -277,7 +283,7 @@ func checkWiring(t *testing.T, objs Objects, d *appsv1.Deployment) {
 		found := false
 		for _, c := range spec.Containers {
 			for _, cp := range c.Ports {
-				found = found || (c.Name != SidecarName && cp.Name == p.TargetPort.String())
+				found = found || (c.Name != SidecarName && (cp.Name == p.TargetPort.String() || cp.ContainerPort == p.TargetPort.IntVal))
 			}
 		}
 		if !found {
@@ -349,6 +355,8 @@ func TestChartLint(t *testing.T) {
 		{"--set", "demo.enabled=true"},
 		{"--set", "demo.enabled=true", "--set", "sidecar.native=false", "--set", "election.readiness=candidate"},
 		{"--set", "lease.create=false", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=x"},
+		{"--set", "demo.enabled=true", "--set", "election.readiness=candidate", "--set", "routing.mode=endpointslice"},
+		{"--set", "demo.enabled=true", "--set", "election.readiness=candidate", "--set", "routing.mode=label"},
 	} {
 		args := append([]string{"lint", "--strict", "--kube-version", kv, ChartDir()}, set...)
 		if out, err := Run(context.Background(), "helm", args...); err != nil {

@@ -77,6 +77,14 @@ The Lease the candidates elect on.
 {{- end }}
 
 {{/*
+The Service whose EndpointSlice the leader writes in routing.mode
+endpointslice: routing.service, else the Lease's name.
+*/}}
+{{- define "leader-elector.routeService" -}}
+{{- default (include "leader-elector.leaseName" .) .Values.routing.service }}
+{{- end }}
+
+{{/*
 The sidecar image reference.
 */}}
 {{- define "leader-elector.image" -}}
@@ -123,6 +131,15 @@ ServiceAccount's token.
     - --probe-address=:{{ .Values.sidecar.probePort }}
     - --log-format={{ .Values.sidecar.logFormat }}
     - -v={{ .Values.sidecar.logVerbosity }}
+    {{- if ne .Values.routing.mode "none" }}
+    - --route={{ .Values.routing.mode }}
+    {{- end }}
+    {{- if eq .Values.routing.mode "endpointslice" }}
+    - --service={{ include "leader-elector.routeService" . }}
+    {{- end }}
+    {{- if eq .Values.routing.mode "label" }}
+    - --leader-label={{ .Values.routing.leaderLabel }}
+    {{- end }}
     {{- with .Values.sidecar.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -135,6 +152,13 @@ ServiceAccount's token.
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    {{- if eq .Values.routing.mode "endpointslice" }}
+    # The endpoint the leader publishes.
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    {{- end }}
     {{- if dig "limits" "memory" "" .Values.sidecar.resources }}
     - name: GOMEMLIMIT
       valueFrom:
@@ -260,6 +284,12 @@ that cannot work.
 {{- end }}
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
+{{- end }}
+{{- if and (ne .Values.routing.mode "none") (eq .Values.election.readiness "leader") }}
+{{- fail (printf "routing.mode=%s keeps every pod Ready as a candidate and routes by its own writes: set election.readiness=candidate" .Values.routing.mode) }}
+{{- end }}
+{{- if and (eq .Values.routing.mode "label") (gt (len (include "leader-elector.leaseName" .)) 63) }}
+{{- fail (printf "routing.mode=label labels the pods with the Lease's name, which must then be at most 63 characters: %s" (include "leader-elector.leaseName" .)) }}
 {{- end }}
 {{- if and .Values.sidecar.native (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) }}
 {{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}

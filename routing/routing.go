@@ -1,0 +1,204 @@
+// Package routing publishes the leader to a Service, so that pods can stay
+// Ready as candidates while traffic goes to the leader alone. In
+// endpointslice mode the leader writes the EndpointSlice of a Service
+// without a selector; in label mode every pod labels itself and the leader
+// clears the label of any other pod of its Lease that still claims it.
+//
+// Every write that routes traffic to this pod is fenced: it is sent only
+// while this pod claims leadership for the term it publishes, it is bounded
+// by the end of that claim, it never overwrites a newer term's fencing
+// token, and it is conditional on the resourceVersion it read.
+package routing
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// Mode is how traffic is routed to the leader (--route).
+type Mode string
+
+const (
+	// ModeNone routes nothing: a Service routes by readiness alone.
+	ModeNone Mode = "none"
+	// ModeEndpointSlice: the leader writes the EndpointSlice of a Service
+	// without a selector.
+	ModeEndpointSlice Mode = "endpointslice"
+	// ModeLabel: the leader's pod carries the leader label "true".
+	ModeLabel Mode = "label"
+)
+
+// Labels and annotations this package writes.
+const (
+	// DefaultLeaderLabel is the label label mode sets by default.
+	DefaultLeaderLabel = "leader-elector.io/leader"
+	// GroupLabel names, on each pod in label mode, the Lease it elects on,
+	// so that a leader clears the label of its own group's pods only.
+	GroupLabel = "leader-elector.io/lease"
+	// FencingTokenAnnotation holds the fencing token of the term that wrote
+	// the object: a write of an older term never replaces it.
+	FencingTokenAnnotation = "leader-elector.io/fencing-token"
+	// HolderAnnotation names the pod whose term wrote the object.
+	HolderAnnotation = "leader-elector.io/holder"
+	// ManagedBy is the endpointslice.kubernetes.io/managed-by value of the
+	// slices the leader writes; the EndpointSlice controller leaves them be.
+	ManagedBy = "leader-elector"
+)
+
+// shutdownTimeout bounds the write that withdraws this pod on shutdown.
+const shutdownTimeout = 2 * time.Second
+
+// Leadership is what the router reads of the election.
+type Leadership interface {
+	// Watch returns the current state and a channel closed at its next
+	// change.
+	Watch() (election.State, <-chan struct{})
+	// Snapshot returns the state at this moment; IsLeader is time-bounded.
+	Snapshot() election.State
+}
+
+// Config configures a Router.
+type Config struct {
+	Mode Mode
+	// Namespace holds the Service and its EndpointSlice, or the pods.
+	Namespace string
+	// PodName is this pod's name, which is also its holder identity.
+	PodName string
+	// LeaseName is the Lease the pods elect on; label mode labels the pods
+	// with it.
+	LeaseName string
+	// Service is the Service without a selector (endpointslice mode).
+	Service string
+	// PodIP is the endpoint published for this pod (endpointslice mode).
+	PodIP string
+	// LeaderLabel is the label set to "true" on the leader's pod and
+	// "false" on the others (label mode).
+	LeaderLabel string
+	// Client sends the routing requests. Give it a request timeout (as the
+	// Lease client has): each write is also bounded by the end of this pod's
+	// claim.
+	Client     kubernetes.Interface
+	Leadership Leadership
+	// Resync is how often the leader checks that the routing still names
+	// it, and repairs it (another writer, a late write of an old leader).
+	Resync time.Duration
+	// MaxBackoff is the longest wait before retrying a failed write; the
+	// retry period suits, so that routing recovers as fast as the Lease.
+	MaxBackoff time.Duration
+}
+
+// publisher is one routing mode.
+type publisher interface {
+	// publish routes traffic to this pod for the term of s, which leads.
+	publish(ctx context.Context, s election.State) error
+	// withdraw stops routing traffic to this pod, if it still does; it
+	// never touches what another pod's term has written.
+	withdraw(ctx context.Context) error
+}
+
+// errStale is returned when a write was refused because this pod does not,
+// or no longer, lead the term it would publish.
+var errStale = errors.New("refused a stale routing write")
+
+// Router keeps the routing in step with the election.
+type Router struct {
+	cfg     Config
+	pub     publisher
+	metrics *Metrics
+}
+
+// New returns a Router for cfg, or nil for ModeNone.
+func New(cfg Config) (*Router, error) {
+	m := newMetrics(cfg.Mode)
+	f := fence{leadership: cfg.Leadership, metrics: m}
+	r := &Router{cfg: cfg, metrics: m}
+	switch cfg.Mode {
+	case ModeNone, "":
+		return nil, nil
+	case ModeEndpointSlice:
+		r.pub = &sliceWriter{cfg: cfg, fence: f, metrics: m}
+	case ModeLabel:
+		r.pub = &labelWriter{cfg: cfg, fence: f, metrics: m}
+	default:
+		return nil, errors.New("unknown routing mode " + string(cfg.Mode))
+	}
+	return r, nil
+}
+
+// Metrics returns the router's Prometheus collectors.
+func (r *Router) Metrics() *Metrics { return r.metrics }
+
+// Run publishes this pod while it leads and withdraws it when it stops,
+// on every change of the election state, retrying failed writes with
+// backoff, until ctx ends. Then it withdraws this pod, so that traffic
+// stops reaching a pod that is shutting down even before a new leader
+// takes over.
+func (r *Router) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithValues("route", r.cfg.Mode)
+	ctx = klog.NewContext(ctx, logger)
+	backoff := newBackoff(r.cfg.MaxBackoff)
+	// A previous incarnation of this pod may have left itself published.
+	mayBePublished := true
+	s, changed := r.cfg.Leadership.Watch()
+	for {
+		var err error
+		switch {
+		case s.IsLeader:
+			mayBePublished = true
+			err = r.pub.publish(ctx, s)
+		case mayBePublished:
+			if err = r.pub.withdraw(ctx); err == nil {
+				mayBePublished = false
+			}
+		}
+
+		var retry <-chan time.Time
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errStale):
+			// The election state is about to change (the claim lapsed, or
+			// a newer term exists that this pod has not seen yet).
+			retry = time.After(r.cfg.Resync)
+		case err != nil:
+			r.metrics.errors.Inc()
+			d := backoff.Step()
+			logger.Error(err, "Routing write failed; retrying", "retryIn", d.Round(time.Millisecond))
+			retry = time.After(d)
+		default:
+			backoff = newBackoff(r.cfg.MaxBackoff)
+			if s.IsLeader {
+				retry = time.After(r.cfg.Resync)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if mayBePublished {
+				r.withdrawOnShutdown(ctx)
+			}
+			return
+		case <-changed:
+		case <-retry:
+		}
+		s, changed = r.cfg.Leadership.Watch()
+	}
+}
+
+func (r *Router) withdrawOnShutdown(ctx context.Context) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := r.pub.withdraw(wctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Failed to withdraw this pod from routing on shutdown; the next leader replaces it")
+	}
+}
+
+// newBackoff retries a failed write after 100 ms, doubling up to limit.
+func newBackoff(limit time.Duration) *wait.Backoff {
+	return &wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 64, Cap: max(limit, 100*time.Millisecond)}
+}

@@ -1,0 +1,384 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/routing"
+)
+
+// The tests here run sidecars configured exactly as manifests/example-
+// endpointslice and example-label configure them, with the example's
+// ServiceAccount token (so with the shipped per-mode RBAC), and watch what
+// they write: the EndpointSlice of the selector-less Service, or the
+// leader label on the pods. There is no kubelet or kube-proxy: what the
+// writes do to traffic is the real-node tests' part.
+
+// routedGroup starts one sidecar per pod name from the template.
+func routedGroup(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconfig string, pods ...string) *group {
+	t.Helper()
+	g := &group{t: t, lease: lease}
+	g.monitor = startMonitor(t, g.members)
+	for _, p := range pods {
+		g.add(routedCandidate(t, spec, p, namespace, kubeconfig))
+	}
+	return g
+}
+
+// routedCandidate runs a sidecar from the template with the e2e timings.
+func routedCandidate(t *testing.T, spec *corev1.PodSpec, pod, namespace, kubeconfig string) *candidate {
+	t.Helper()
+	return fromPodTemplate(t, spec, pod, namespace, kubeconfig,
+		"--lease-duration="+leaseDuration.String(), "--renew-deadline="+renewDeadline.String(), "--retry-period="+retryPeriod.String())
+}
+
+func noneRefused(t *testing.T, g *group) {
+	t.Helper()
+	for _, c := range g.members() {
+		if strings.Contains(c.log(), "forbidden") {
+			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
+		}
+	}
+}
+
+func tokenOf(t *testing.T, c *candidate) int64 {
+	t.Helper()
+	s, err := c.state()
+	if err != nil || !s.IsLeader {
+		t.Fatalf("%s: %+v, %v; want it to lead", c.name, s, err)
+	}
+	return s.FencingToken
+}
+
+// TestRouteEndpointSlice: the leader's EndpointSlice lists the leader
+// alone, with its fencing token; on a graceful handover the old leader
+// withdraws and the new one replaces the slice in one write; after a crash
+// the next leader replaces it once the Lease expires. Every version of the
+// slice over the run lists at most one pod, always its writer, with a
+// token that never goes back.
+func TestRouteEndpointSlice(t *testing.T) {
+	const namespace = "route-endpointslice"
+	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
+	slice := watchSlice(t, namespace, lease)
+	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c")
+
+	first := g.waitLeader(30 * time.Second)
+	slice.waitSlice(first, tokenOf(t, first), 10*time.Second)
+	for _, c := range g.members() {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			code, _, err := c.probe("/readyz")
+			return err == nil && code == http.StatusOK, nil
+		})
+		if err != nil {
+			t.Errorf("%s is not Ready: every candidate must be Ready in a routing mode", c.name)
+		}
+	}
+
+	// Graceful: SIGTERM → withdraw and release → the next leader publishes.
+	term := time.Now()
+	first.signal(syscall.SIGTERM)
+	if code, err := first.waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("leader exit %d, %v", code, err)
+	}
+	second := g.waitLeader(10*time.Second, first)
+	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
+	gap := noEndpointGap(slice.versions(), term)
+	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v", published.Sub(term).Round(time.Millisecond), gap.Round(time.Millisecond))
+
+	// Crash: SIGKILL → the Lease expires → the next leader replaces the slice.
+	kill := time.Now()
+	second.signal(syscall.SIGKILL)
+	third := g.waitLeader(leaseDuration+5*time.Second, first, second)
+	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
+	t.Logf("MEASURED endpointslice crash failover: slice lists the new leader %v after SIGKILL (lease duration %v)", published.Sub(kill).Round(time.Millisecond), leaseDuration)
+	noneRefused(t, g)
+}
+
+// noEndpointGap is how long after since the slice listed no address before
+// it listed one again.
+func noEndpointGap(vs []sliceVersion, since time.Time) time.Duration {
+	var emptySince time.Time
+	for _, v := range vs {
+		if v.at.Before(since) {
+			continue
+		}
+		switch {
+		case len(v.addresses) == 0 && emptySince.IsZero():
+			emptySince = v.at
+		case len(v.addresses) > 0 && !emptySince.IsZero():
+			return v.at.Sub(emptySince)
+		}
+	}
+	return 0
+}
+
+// TestRouteEndpointSliceFencing: the leader is frozen (SIGSTOP) while its
+// slice write is on the way — a proxy between it and the API server holds
+// the write — a new leader takes over and writes the slice, and then the
+// old write is sent. The API server refuses it (its resourceVersion
+// precondition is stale), the slice keeps the newer term's token and
+// address, and the old leader, resumed, does not write again.
+func TestRouteEndpointSliceFencing(t *testing.T) {
+	const namespace = "route-endpointslice-fencing"
+	ctx := context.Background()
+	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
+	slice := watchSlice(t, namespace, lease)
+	proxy, proxied := startHoldingProxy(t, kubeconfig)
+
+	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
+	old := g.waitLeader(30 * time.Second)
+	oldToken := tokenOf(t, old)
+	slice.waitSlice(old, oldToken, 10*time.Second)
+	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
+	g.add(next)
+	waitFollowing(t, next, old)
+
+	// Something else empties the slice; the leader's next check rewrites
+	// it, and that write is held on the way.
+	proxy.setHolding(true)
+	slices := controlPlane.AdminClient().DiscoveryV1().EndpointSlices(namespace)
+	s, err := slices.Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Endpoints = nil
+	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
+		return proxy.heldCount() > 0, nil
+	}); err != nil {
+		t.Fatalf("the leader did not rewrite the emptied slice within its resync period (%v)", leaseDuration)
+	}
+	old.signal(syscall.SIGSTOP)
+	frozen := true
+	defer func() {
+		if frozen {
+			old.signal(syscall.SIGCONT)
+		}
+	}()
+
+	g.waitLeader(leaseDuration+5*time.Second, old)
+	newToken := tokenOf(t, next)
+	if newToken <= oldToken {
+		t.Fatalf("new term's token %d is not above the old %d", newToken, oldToken)
+	}
+	slice.waitSlice(next, newToken, 10*time.Second)
+
+	for _, code := range proxy.release() {
+		if code != http.StatusConflict {
+			t.Errorf("the old leader's late slice write got %d, want 409 Conflict (stale resourceVersion)", code)
+		}
+	}
+	old.signal(syscall.SIGCONT)
+	frozen = false
+
+	// The resumed old leader learns it no longer leads and leaves the
+	// slice alone.
+	resumed := time.Now()
+	afterResume(t, old, next, func() string {
+		vs := slice.versions()
+		if last := vs[len(vs)-1]; last.holder != next.name || last.token != strconv.FormatInt(newToken, 10) {
+			return fmt.Sprintf("the slice changed to %+v", last)
+		}
+		return ""
+	})
+	t.Logf("after resuming, the old leader wrote nothing for %v; its routing metrics: %s", time.Since(resumed).Round(time.Millisecond), routeMetrics(t, old))
+	noneRefused(t, g)
+}
+
+// afterResume waits until the resumed old leader follows next, then checks
+// stable (a problem, or "") for longer than the old leader's resync period:
+// whatever the old leader still had in mind, it must not write.
+func afterResume(t *testing.T, old, next *candidate, stable func() string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		st, err := old.state()
+		return err == nil && !st.IsLeader && st.Holder == next.name, nil
+	}); err != nil {
+		t.Fatalf("the resumed old leader does not follow %s", next.name)
+	}
+	observe := leaseDuration + 2*retryPeriod
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, observe, true, func(context.Context) (bool, error) {
+		if problem := stable(); problem != "" {
+			t.Errorf("after %s resumed, %s", old.name, problem)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil && !wait.Interrupted(err) {
+		t.Fatal(err)
+	}
+}
+
+// routeMetrics returns the routing counters of c's /metrics.
+func routeMetrics(t *testing.T, c *candidate) string {
+	t.Helper()
+	_, body, err := c.probe("/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "leader_elector_route_") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
+}
+
+// TestRouteLabel: exactly the leader's pod carries the leader label; on a
+// graceful handover the old leader clears its own label and the new one
+// sets its; after a crash the new leader also clears the label the dead
+// leader left. Over the whole run no two pods carry "true" at once.
+func TestRouteLabel(t *testing.T) {
+	const namespace = "route-label"
+	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
+	pods := []string{"pod-a", "pod-b", "pod-c"}
+	createPods(t, namespace, spec, podLabels, pods...)
+	labels := watchLabels(t, namespace)
+	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
+
+	first := g.waitLeader(30 * time.Second)
+	labels.waitLabelled(first, 10*time.Second)
+	checkPodLabels(t, namespace, lease, first.name, pods)
+
+	term := time.Now()
+	first.signal(syscall.SIGTERM)
+	if code, err := first.waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("leader exit %d, %v", code, err)
+	}
+	second := g.waitLeader(10*time.Second, first)
+	at := labels.waitLabelled(second, 10*time.Second)
+	t.Logf("MEASURED label graceful handover: only the new leader labelled %v after SIGTERM", at.Sub(term).Round(time.Millisecond))
+
+	kill := time.Now()
+	second.signal(syscall.SIGKILL)
+	third := g.waitLeader(leaseDuration+5*time.Second, first, second)
+	at = labels.waitLabelled(third, 10*time.Second)
+	t.Logf("MEASURED label crash failover: only the new leader labelled %v after SIGKILL (lease duration %v)", at.Sub(kill).Round(time.Millisecond), leaseDuration)
+	checkPodLabels(t, namespace, lease, third.name, pods)
+	noneRefused(t, g)
+}
+
+// checkPodLabels: every pod names its Lease, and only leader says "true".
+func checkPodLabels(t *testing.T, namespace, lease, leader string, pods []string) {
+	t.Helper()
+	for _, name := range pods {
+		p, err := controlPlane.AdminClient().CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "false"
+		if name == leader {
+			want = "true"
+		}
+		if got := p.Labels[routing.DefaultLeaderLabel]; got != want && !(got == "" && want == "false") {
+			t.Errorf("pod %s: %s=%q, want %q", name, routing.DefaultLeaderLabel, got, want)
+		}
+		if name == leader && p.Labels[routing.GroupLabel] != lease {
+			t.Errorf("pod %s: %s=%q, want %q", name, routing.GroupLabel, p.Labels[routing.GroupLabel], lease)
+		}
+	}
+}
+
+// TestRouteLabelFencing: the leader is frozen (SIGSTOP), a new leader takes
+// over, clears the frozen pod's label and sets its own; resumed, the old
+// leader does not label itself again. No two pods carry "true" at once.
+func TestRouteLabelFencing(t *testing.T) {
+	const namespace = "route-label-fencing"
+	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
+	pods := []string{"pod-a", "pod-b"}
+	createPods(t, namespace, spec, podLabels, pods...)
+	labels := watchLabels(t, namespace)
+	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
+
+	old := g.waitLeader(30 * time.Second)
+	labels.waitLabelled(old, 10*time.Second)
+	old.signal(syscall.SIGSTOP)
+	frozen := true
+	defer func() {
+		if frozen {
+			old.signal(syscall.SIGCONT)
+		}
+	}()
+	next := g.waitLeader(leaseDuration+5*time.Second, old)
+	labels.waitLabelled(next, 10*time.Second)
+	old.signal(syscall.SIGCONT)
+	frozen = false
+
+	afterResume(t, old, next, func() string {
+		hs := labels.states()
+		if last := hs[len(hs)-1]; len(last.leaders) != 1 || last.leaders[0] != next.name {
+			return fmt.Sprintf("the pods labelled leader are %v", last.leaders)
+		}
+		return ""
+	})
+	checkPodLabels(t, namespace, lease, next.name, pods)
+	noneRefused(t, g)
+}
+
+// TestRouteRBAC: with each routing example's RBAC the ServiceAccount may do
+// exactly what its mode needs and nothing more (asked of the API server's
+// authorizer); the elections above prove it is enough.
+func TestRouteRBAC(t *testing.T) {
+	for _, tc := range []struct {
+		dir       string
+		namespace string
+		extra     func(ns, lease string) []access
+	}{
+		{"example-endpointslice", "route-rbac-endpointslice", func(ns, lease string) []access {
+			return []access{
+				{ns, "", "services", lease, "get"},
+				{ns, "discovery.k8s.io", "endpointslices", "", "create"},
+				{ns, "discovery.k8s.io", "endpointslices", lease, "get"},
+				{ns, "discovery.k8s.io", "endpointslices", lease, "create"},
+				{ns, "discovery.k8s.io", "endpointslices", lease, "update"},
+				{ns, "discovery.k8s.io", "endpointslices", "another", "create"},
+			}
+		}},
+		{"example-label", "route-rbac-label", func(ns, lease string) []access {
+			var out []access
+			for _, name := range []string{"", lease, "another"} {
+				for _, verb := range []string{"get", "list", "patch"} {
+					out = append(out, access{ns, "", "pods", name, verb})
+				}
+			}
+			return out
+		}},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			_, _, kubeconfig, lease := routedExample(t, tc.dir, tc.namespace)
+			want := append([]access{
+				{tc.namespace, "coordination.k8s.io", "leases", lease, "get"},
+				{tc.namespace, "coordination.k8s.io", "leases", lease, "watch"},
+				{tc.namespace, "coordination.k8s.io", "leases", lease, "update"},
+			}, tc.extra(tc.namespace, lease)...)
+			got, _ := allowedAccess(t, kubeconfig, []string{tc.namespace, "default"}, []groupResource{
+				{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "services"}, {"", "secrets"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
+				{"apps", "deployments"}, {"apps", "replicasets"},
+			}, []string{"", lease, "another"})
+			slices.SortFunc(want, compareAccess)
+			slices.SortFunc(got, compareAccess)
+			if !slices.Equal(got, want) {
+				t.Errorf("the RBAC of %s allows\n%v\nwant exactly\n%v", tc.dir, got, want)
+			}
+		})
+	}
+}
+
+func compareAccess(a, b access) int {
+	return strings.Compare(strings.Join([]string{a.namespace, a.group, a.resource, a.name, a.verb}, "/"), strings.Join([]string{b.namespace, b.group, b.resource, b.name, b.verb}, "/"))
+}
