@@ -95,3 +95,27 @@ func ProcessIdentity(pid int) (uid, gid string, readOnlyRoot bool, err error) {
 	}
 	return "", "", false, errors.New("no root mount in the process's mountinfo")
 }
+
+// FreezeContainer stops one container of a pod with the cgroup freezer
+// (the others run on), as a stalled process would: no signal, no chance to
+// react.
+func (n *Node) FreezeContainer(podUID, containerID string) error {
+	return setContainerFreezer(podUID, containerID, "FROZEN")
+}
+
+// ThawContainer resumes a frozen container.
+func (n *Node) ThawContainer(podUID, containerID string) error {
+	return setContainerFreezer(podUID, containerID, "THAWED")
+}
+
+func setContainerFreezer(podUID, containerID, state string) error {
+	dir, err := podCgroup(podUID)
+	if err != nil {
+		return err
+	}
+	f := filepath.Join(dir, strings.TrimPrefix(containerID, "containerd://"), "freezer.state")
+	if err := os.WriteFile(f, []byte(state), 0o644); err != nil {
+		return fmt.Errorf("freezer of container %s: %w", containerID, err)
+	}
+	return nil
+}

@@ -29,24 +29,33 @@ type deployment struct {
 	service    string
 	lease      string
 	leaseDur   time.Duration // the sidecar's --lease-duration as deployed
-	client     kubernetes.Interface
+	// route is the sidecar's --route: "none" (the Service routes by
+	// readiness, only the leader is Ready) or a routing mode
+	// ("endpointslice", "label": every pod is Ready as a candidate, the
+	// leader publishes itself).
+	route  string
+	client kubernetes.Interface
 }
 
-// deployExample applies manifests/example as shipped.
-func deployExample(t *testing.T) *deployment {
+// routed reports whether the leader publishes itself (every pod is Ready).
+func (d *deployment) routed() bool { return d.route != "none" }
+
+// deployExample applies manifests/<name> (example or one of its routing
+// variants) as shipped.
+func deployExample(t *testing.T, name string) *deployment {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := packaging.KustomizeBuild(ctx, packaging.ManifestsDir("example"))
+	objs, err := packaging.KustomizeBuild(ctx, packaging.ManifestsDir(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return deploy(t, "manifests/example", objs)
+	return deploy(t, "manifests/"+name, objs)
 }
 
 // deployChart installs the chart with its demo workload, as `helm install
 // --set demo.enabled=true` would (rendered with helm template and applied:
 // the same objects).
-func deployChart(t *testing.T) *deployment {
+func deployChart(t *testing.T, values ...string) *deployment {
 	t.Helper()
 	ctx := context.Background()
 	const namespace = "chart-demo"
@@ -56,14 +65,22 @@ func deployChart(t *testing.T) *deployment {
 	if _, err := theNode.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", namespace, "--set", "demo.enabled=true")
+	args := []string{"--set", "demo.enabled=true"}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", namespace, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := packaging.InNamespace(objs, namespace); err != nil {
 		t.Fatal(err)
 	}
-	return deploy(t, "the Helm chart", objs)
+	name := "the Helm chart"
+	if len(values) > 0 {
+		name += " (" + strings.Join(values, ", ") + ")"
+	}
+	return deploy(t, name, objs)
 }
 
 func deploy(t *testing.T, name string, objs packaging.Objects) *deployment {
@@ -92,7 +109,13 @@ func deploy(t *testing.T, name string, objs packaging.Objects) *deployment {
 		service:    svc.Name,
 		lease:      lease.Name,
 		leaseDur:   15 * time.Second, // the sidecar's default
+		route:      "none",
 		client:     theNode.Client(),
+	}
+	if v, ok := packaging.FlagValue(sidecar.Args, "route"); ok {
+		dep.route = v
+	} else if v, ok := packaging.EnvValue(sidecar, "LEADER_ELECTOR_ROUTE"); ok {
+		dep.route = v
 	}
 	if v, ok := packaging.FlagValue(sidecar.Args, "lease-duration"); ok {
 		if dep.leaseDur, err = time.ParseDuration(v); err != nil {
@@ -108,7 +131,7 @@ func deploy(t *testing.T, name string, objs packaging.Objects) *deployment {
 	if err := packaging.Apply(ctx, theNode.ControlPlane().AdminConfig(), objs); err != nil {
 		t.Fatalf("applying %s: %v", name, err)
 	}
-	t.Logf("deployed %s: Deployment %s/%s, Service %s, Lease %s (lease duration %v)", name, dep.namespace, dep.deployment, dep.service, dep.lease, dep.leaseDur)
+	t.Logf("deployed %s: Deployment %s/%s, Service %s, Lease %s (lease duration %v, route %s)", name, dep.namespace, dep.deployment, dep.service, dep.lease, dep.leaseDur, dep.route)
 	return dep
 }
 
@@ -224,18 +247,29 @@ func (d *deployment) state(ctx context.Context) (leaderState, error) {
 	return s, err
 }
 
-// settled reports whether exactly one pod is Ready, it is the only ready
-// endpoint, and it holds the Lease; it returns that pod.
-func (s leaderState) settled() (string, bool) {
-	if len(s.readyPods) != 1 || !slices.Equal(s.readyPods, s.readyEndpoints) || s.holder != s.readyPods[0] {
+// settled reports whether the Lease's holder is the Service's only ready
+// endpoint and is Ready — and, when readiness is leadership, the only Ready
+// pod; it returns that pod.
+func (s leaderState) settled(routed bool) (string, bool) {
+	if s.holder == "" || !slices.Equal(s.readyEndpoints, []string{s.holder}) || !slices.Contains(s.readyPods, s.holder) {
+		return "", false
+	}
+	if !routed && len(s.readyPods) != 1 {
 		return "", false
 	}
 	return s.holder, true
 }
 
 // waitSettled waits until one pod leads, is Ready and is the Service's only
-// ready endpoint, and returns it.
+// ready endpoint (see settled), and returns it.
 func (d *deployment) waitSettled(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	return d.waitSettledExcept(t, timeout, "")
+}
+
+// waitSettledExcept is waitSettled for a leader other than pod (one being
+// deleted or stopped, which may still be published for a moment).
+func (d *deployment) waitSettledExcept(t *testing.T, timeout time.Duration, pod string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -244,7 +278,7 @@ func (d *deployment) waitSettled(t *testing.T, timeout time.Duration) string {
 	for {
 		s, err := d.state(ctx)
 		if err == nil {
-			if leader, ok := s.settled(); ok {
+			if leader, ok := s.settled(d.routed()); ok && leader != pod {
 				return leader
 			}
 			last = s

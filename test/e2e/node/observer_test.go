@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -30,7 +31,14 @@ type observer struct {
 	answers   []answerAt
 	leases    []leaseAt
 	errs      []error
+	// sliceToken is the highest fencing token seen on the Service's
+	// EndpointSlices (written by the leader in --route=endpointslice).
+	sliceToken int64
 }
+
+// fencingTokenAnnotation is where a leader in --route=endpointslice mode
+// writes its term's fencing token on the EndpointSlice.
+const fencingTokenAnnotation = "leader-elector.io/fencing-token"
 
 type endpointsAt struct {
 	at    time.Time
@@ -98,6 +106,13 @@ func (o *observer) watchSlices(ctx context.Context, list *discoveryv1.EndpointSl
 				o.fail(fmt.Errorf("endpointslice watch: %v", ev.Object))
 			}
 			return
+		}
+		if tok, ok := s.Annotations[fencingTokenAnnotation]; ok {
+			if n, err := strconv.ParseInt(tok, 10, 64); err != nil || n < o.sliceToken {
+				o.fail(fmt.Errorf("EndpointSlice %s written with fencing token %q after token %d", s.Name, tok, o.sliceToken))
+			} else {
+				o.sliceToken = n
+			}
 		}
 		if ev.Type == watch.Deleted {
 			delete(current, s.Name)
@@ -191,8 +206,9 @@ func (o *observer) fail(err error) {
 }
 
 // stop ends the observation and checks the routing invariant: never more
-// than one ready endpoint, and the answering pod changes at most once.
-func (o *observer) stop(t *testing.T) observation {
+// than one ready endpoint, the answering pod changes at most maxSwitches
+// times, and a fencing token on the EndpointSlices never goes back.
+func (o *observer) stop(t *testing.T, maxSwitches int) observation {
 	t.Helper()
 	o.cancel()
 	o.wg.Wait()
@@ -206,8 +222,8 @@ func (o *observer) stop(t *testing.T) observation {
 			t.Errorf("at %s the Service had %d ready endpoints: %v", e.at.Format("15:04:05.000"), len(e.ready), e.ready)
 		}
 	}
-	if seq := r.answeringPods(); len(seq) > 2 {
-		t.Errorf("the pods answering the Service changed more than once: %v", seq)
+	if seq := r.answeringPods(); len(seq) > maxSwitches+1 {
+		t.Errorf("the pods answering the Service changed %d times, want at most %d: %v", len(seq)-1, maxSwitches, seq)
 	}
 	return r
 }

@@ -27,7 +27,7 @@ const deleteRepetitions = 5
 func (d *deployment) settleTimeout() time.Duration { return d.leaseDur + 45*time.Second }
 
 // TestExample and TestChart run the same checks on what each ships.
-func TestExample(t *testing.T) { runChecks(t, deployExample(t)) }
+func TestExample(t *testing.T) { runChecks(t, deployExample(t, "example")) }
 func TestChart(t *testing.T)   { runChecks(t, deployChart(t)) }
 
 func runChecks(t *testing.T, d *deployment) {
@@ -201,9 +201,9 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 		if err := d.client.CoreV1().Pods(d.namespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		leader := d.waitSettled(t, d.settleTimeout())
+		leader := d.waitSettledExcept(t, d.settleTimeout(), old)
 		d.waitServed(t, leader)
-		r := o.stop(t)
+		r := o.stop(t, 1)
 		if leader == old {
 			t.Fatalf("the deleted pod %s still leads", old)
 		}
@@ -217,7 +217,7 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 		gaps, answerGaps = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap())
 		handovers = append(handovers, released.at.Sub(deleted))
 		if order != nil {
-			order.check(t, released.at)
+			order.check(t, released.at, d.routed())
 		}
 		t.Logf("delete %d: %s → %s; Lease left the old pod %v after the delete; no ready endpoint for %v; longest gap between answers %v",
 			i+1, old, leader, since2(deleted, released.at), gaps[i].Round(time.Millisecond), answerGaps[i].Round(time.Millisecond))
@@ -262,9 +262,12 @@ func watchStopOrder(podIP string) *stopOrder {
 	return s
 }
 
-// check: the app stopped answering before the Lease was released, and the
-// sidecar still answered after the app had stopped.
-func (s *stopOrder) check(t *testing.T, released time.Time) {
+// check: the sidecar still answered after the app had stopped, and the
+// Lease was released after the app stopped — or, in the routing modes,
+// before: their manifests give the app a preStop hook that hands leadership
+// over (POST /release) so that the new leader's routing write moves the
+// traffic while the old app still serves.
+func (s *stopOrder) check(t *testing.T, released time.Time, routed bool) {
 	t.Helper()
 	<-s.done
 	if s.appStopped.IsZero() {
@@ -272,8 +275,11 @@ func (s *stopOrder) check(t *testing.T, released time.Time) {
 	}
 	t.Logf("MEASURED native sidecar order: app stopped at %s (last answer %s), sidecar last answered at %s, Lease released (seen) at %s",
 		s.appStopped.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"), s.sidecarLastOK.Format("15:04:05.000"), released.Format("15:04:05.000"))
-	if !s.appStopped.Before(released) {
+	switch {
+	case !routed && !s.appStopped.Before(released):
 		t.Errorf("the Lease was released (%s) before the app stopped (%s)", released.Format("15:04:05.000"), s.appStopped.Format("15:04:05.000"))
+	case routed && !released.Before(s.appStopped):
+		t.Errorf("the app stopped (%s) before its preStop hook had the Lease released (%s)", s.appStopped.Format("15:04:05.000"), released.Format("15:04:05.000"))
 	}
 	if !s.sidecarLastOK.After(s.appLastOK) {
 		t.Errorf("the sidecar stopped answering (%s) before the app (%s)", s.sidecarLastOK.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"))
@@ -303,7 +309,7 @@ func checkKillSidecar(t *testing.T, d *deployment) {
 	leader := d.waitSettled(t, d.settleTimeout())
 	d.waitServed(t, leader)
 	settled := time.Now()
-	r := o.stop(t)
+	r := o.stop(t, 1)
 	d.checkTakeoverAtExpiry(t, r, killed)
 	t.Logf("MEASURED %s: SIGKILL of the leader's sidecar (pid %d in %s) → %s leads and serves after %v; no ready endpoint for %v",
 		d.name, pid, old, leader, since2(killed, settled), r.endpointGap().Round(time.Millisecond))
@@ -376,7 +382,7 @@ func checkFreezePod(t *testing.T, d *deployment) {
 	// periods and a retry period.
 	time.Sleep(5 * time.Second)
 	after := d.waitSettled(t, d.settleTimeout())
-	r := o.stop(t)
+	r := o.stop(t, 1)
 	if after != leader {
 		t.Errorf("after the thaw %s leads, want %s (who took over)", after, leader)
 	}
@@ -433,7 +439,7 @@ func checkRollout(t *testing.T, d *deployment) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, ok := s.settled()
+		l, ok := s.settled(d.routed())
 		if dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas == want && dep.Status.Replicas == want &&
 			len(pods) == int(want) && fresh == int(want) && ok && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.Name == l }) &&
 			dep.Status.AvailableReplicas == 1 {
@@ -451,7 +457,7 @@ func checkRollout(t *testing.T, d *deployment) {
 	}
 	d.waitServed(t, leader)
 	done := time.Now()
-	r := o.stop(t)
+	r := o.stop(t, 1)
 	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
 		d.name, leader, since2(began, done), r.endpointGap().Round(time.Millisecond), r.answerGap().Round(time.Millisecond))
 }

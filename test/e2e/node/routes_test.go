@@ -1,0 +1,180 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/leader-elector/leader-elector/test/packaging"
+)
+
+// rollouts is how many rolling updates each routing mode goes through.
+const rollouts = 5
+
+// maxRolloutGap is the longest a rolling update may leave the Service
+// without a ready endpoint in a routing mode (the issue's promise).
+const maxRolloutGap = time.Second
+
+// The routing modes (--route=endpointslice|label): every pod is Ready as a
+// candidate, the leader publishes itself, so rolling updates, PDBs and
+// `kubectl rollout status` work while traffic still goes to the leader
+// alone.
+func TestRouteEndpointSlice(t *testing.T) {
+	runRoutedChecks(t, deployExample(t, "example-endpointslice"))
+}
+
+func TestRouteLabel(t *testing.T) { runRoutedChecks(t, deployExample(t, "example-label")) }
+
+func runRoutedChecks(t *testing.T, d *deployment) {
+	if !d.routed() {
+		t.Fatalf("%s does not run the sidecar in a routing mode", d.name)
+	}
+	steps := []struct {
+		name string
+		run  func(*testing.T, *deployment)
+	}{
+		{"OneLeaderServes", checkDeployed},
+		{"LeastPrivilege", checkLeastPrivilege},
+		{"DeleteLeaderPod", checkDeleteLeader},
+		{"RollingUpdates", checkRollingUpdates},
+		{"FrozenSidecarFenced", checkFrozenSidecar},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.run(t, d) }) {
+			t.FailNow()
+		}
+	}
+}
+
+// checkRollingUpdates restarts the Deployment several times with its
+// shipped strategy (maxSurge 1, maxUnavailable 0): each rollout completes as
+// `kubectl rollout status` judges it (every replica updated and available),
+// a new pod leads and serves, and the Service is without a ready endpoint
+// for less than maxRolloutGap.
+func checkRollingUpdates(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	var gaps, answerGaps, durations []time.Duration
+	for i := range rollouts {
+		old := d.waitSettled(t, d.settleTimeout())
+		d.waitServed(t, old)
+		before, err := d.pods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := d.observe(t)
+		began := time.Now()
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, began.Format(time.RFC3339Nano))
+		if _, err := d.client.AppsV1().Deployments(d.namespace).Patch(ctx, d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		d.waitRolloutStatus(t, len(before))
+		leader := d.waitSettled(t, d.settleTimeout())
+		d.waitServed(t, leader)
+		done := time.Now()
+		// One pod at a time: leadership may move to a surviving old pod
+		// first, then to a new one.
+		r := o.stop(t, 2)
+		for _, p := range before {
+			if p.Name == leader {
+				t.Fatalf("rollout %d: the old pod %s still leads after the rollout", i+1, leader)
+			}
+		}
+		gaps, answerGaps, durations = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap()), append(durations, done.Sub(began))
+		if gaps[i] >= maxRolloutGap {
+			t.Errorf("rollout %d: the Service had no ready endpoint for %v, want < %v:\n%s", i+1, gaps[i], maxRolloutGap, r)
+		}
+		t.Logf("rollout %d: %s → %s in %v; no ready endpoint for %v; longest gap between answers %v",
+			i+1, old, leader, since2(began, done), gaps[i].Round(time.Millisecond), answerGaps[i].Round(time.Millisecond))
+	}
+	t.Logf("MEASURED %s: rolling update ×%d (rollout status complete): duration %s; time with no ready endpoint %s; longest gap between answers %s",
+		d.name, rollouts, summary(durations), summary(gaps), summary(answerGaps))
+}
+
+// waitRolloutStatus waits until the Deployment's rollout is complete by the
+// rule `kubectl rollout status` applies, and the old pods are gone.
+func (d *deployment) waitRolloutStatus(t *testing.T, replicas int) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := d.pods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := *dep.Spec.Replicas
+		st := dep.Status
+		if st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want && len(pods) == replicas {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rollout did not complete in 2 minutes: updated %d, replicas %d, available %d of %d; %d pods",
+				st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want, len(pods))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkFrozenSidecar freezes the leader's sidecar alone (its app runs on, as
+// in a partition that cuts the sidecar off): another pod takes the Lease at
+// expiry and publishes itself; resumed, the old sidecar must not publish
+// itself again — the Service never lists two pods, the EndpointSlice's
+// fencing token never goes back (the observer checks), and the old pod never
+// answers after the takeover.
+func checkFrozenSidecar(t *testing.T, d *deployment) {
+	ctx := context.Background()
+	old := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, old)
+	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := containerID(t, pod, packaging.SidecarName)
+	term := d.term(t)
+	o := d.observe(t)
+	frozen := time.Now()
+	if err := theNode.FreezeContainer(string(pod.UID), id); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			_ = theNode.ThawContainer(string(pod.UID), id)
+		}
+	}()
+	d.waitNewTerm(t, term)
+	leader := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, leader)
+	tookOver := time.Now()
+	if leader == old {
+		t.Fatalf("the pod with the frozen sidecar, %s, leads", old)
+	}
+	if err := theNode.ThawContainer(string(pod.UID), id); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	// Time for the resumed sidecar to act on what it believed before: its
+	// pending writes, a retry period, a few probe periods.
+	time.Sleep(5 * time.Second)
+	after := d.waitSettled(t, d.settleTimeout())
+	r := o.stop(t, 1)
+	if after != leader {
+		t.Errorf("after the thaw %s leads, want %s", after, leader)
+	}
+	for _, a := range r.answers {
+		if a.at.After(tookOver) && a.pod == old {
+			t.Errorf("the pod with the stale sidecar, %s, answered the Service at %s, after %s took over", old, a.at.Format("15:04:05.000"), leader)
+			break
+		}
+	}
+	d.checkTakeoverAtExpiry(t, r, frozen)
+	t.Logf("MEASURED %s: leader's sidecar frozen → %s leads and serves after %v; no ready endpoint for %v; highest EndpointSlice token seen %d",
+		d.name, leader, since2(frozen, tookOver), r.endpointGap().Round(time.Millisecond), o.sliceToken)
+}
