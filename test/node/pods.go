@@ -11,31 +11,57 @@ import (
 	"syscall"
 )
 
-// freezerRoot is the cgroup v1 freezer hierarchy; the kubelet's cgroupfs
-// driver puts each pod in a kubepods/<qos>/pod<uid> cgroup under it.
-const freezerRoot = "/sys/fs/cgroup/freezer"
+// The cgroup freezer: cgroup v1 has a freezer hierarchy with
+// freezer.state; cgroup v2 has cgroup.freeze in every cgroup. The kubelet's
+// cgroupfs driver puts each pod in kubepods/<qos>/pod<uid> and each
+// container in a child cgroup named by its id.
+const (
+	cgroupRoot   = "/sys/fs/cgroup"
+	freezerV1    = cgroupRoot + "/freezer"
+	cgroupV2Mark = cgroupRoot + "/cgroup.controllers"
+)
 
 // FreezePod stops every process of a pod at once with the cgroup freezer,
 // as a paused VM or a stalled node would: no signal, no chance to react.
-func (n *Node) FreezePod(uid string) error { return setFreezer(uid, "FROZEN") }
+func (n *Node) FreezePod(uid string) error { return freeze(uid, "", true) }
 
 // ThawPod resumes a frozen pod.
-func (n *Node) ThawPod(uid string) error { return setFreezer(uid, "THAWED") }
+func (n *Node) ThawPod(uid string) error { return freeze(uid, "", false) }
 
-func setFreezer(uid, state string) error {
-	dir, err := podCgroup(uid)
+// FreezeContainer stops one container of a pod with the cgroup freezer
+// (the others run on), as a stalled process would.
+func (n *Node) FreezeContainer(podUID, containerID string) error {
+	return freeze(podUID, containerID, true)
+}
+
+// ThawContainer resumes a frozen container.
+func (n *Node) ThawContainer(podUID, containerID string) error {
+	return freeze(podUID, containerID, false)
+}
+
+func freeze(podUID, containerID string, frozen bool) error {
+	_, err := os.Stat(cgroupV2Mark)
+	v2 := err == nil
+	root, file, value := freezerV1, "freezer.state", map[bool]string{true: "FROZEN", false: "THAWED"}[frozen]
+	if v2 {
+		root, file, value = cgroupRoot, "cgroup.freeze", map[bool]string{true: "1", false: "0"}[frozen]
+	}
+	dir, err := podCgroup(root, podUID)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(state), 0o644); err != nil {
-		return fmt.Errorf("freezer of pod %s: %w", uid, err)
+	if containerID != "" {
+		dir = filepath.Join(dir, strings.TrimPrefix(containerID, "containerd://"))
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
+		return fmt.Errorf("freezer of %s: %w", dir, err)
 	}
 	return nil
 }
 
-func podCgroup(uid string) (string, error) {
+func podCgroup(root, uid string) (string, error) {
 	var found string
-	err := filepath.WalkDir(filepath.Join(freezerRoot, "kubepods"), func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(root, "kubepods"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -46,10 +72,10 @@ func podCgroup(uid string) (string, error) {
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("looking for pod %s's freezer cgroup: %w", uid, err)
+		return "", fmt.Errorf("looking for pod %s's cgroup: %w", uid, err)
 	}
 	if found == "" {
-		return "", fmt.Errorf("pod %s has no freezer cgroup under %s", uid, freezerRoot)
+		return "", fmt.Errorf("pod %s has no cgroup under %s", uid, root)
 	}
 	return found, nil
 }
@@ -96,26 +122,3 @@ func ProcessIdentity(pid int) (uid, gid string, readOnlyRoot bool, err error) {
 	return "", "", false, errors.New("no root mount in the process's mountinfo")
 }
 
-// FreezeContainer stops one container of a pod with the cgroup freezer
-// (the others run on), as a stalled process would: no signal, no chance to
-// react.
-func (n *Node) FreezeContainer(podUID, containerID string) error {
-	return setContainerFreezer(podUID, containerID, "FROZEN")
-}
-
-// ThawContainer resumes a frozen container.
-func (n *Node) ThawContainer(podUID, containerID string) error {
-	return setContainerFreezer(podUID, containerID, "THAWED")
-}
-
-func setContainerFreezer(podUID, containerID, state string) error {
-	dir, err := podCgroup(podUID)
-	if err != nil {
-		return err
-	}
-	f := filepath.Join(dir, strings.TrimPrefix(containerID, "containerd://"), "freezer.state")
-	if err := os.WriteFile(f, []byte(state), 0o644); err != nil {
-		return fmt.Errorf("freezer of container %s: %w", containerID, err)
-	}
-	return nil
-}

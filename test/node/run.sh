@@ -50,6 +50,7 @@ cleanup() {
 	set +e
 	# Frozen cgroups first: a frozen task only dies once thawed.
 	for f in $(find /sys/fs/cgroup/freezer -path '*kubepods*' -name freezer.state 2>/dev/null); do echo THAWED >"$f"; done
+	for f in $(find /sys/fs/cgroup/kubepods* -name cgroup.freeze 2>/dev/null); do echo 0 >"$f"; done
 	for i in 1 2 3; do
 		pids="$(ip netns pids "$ns" 2>/dev/null; find /sys/fs/cgroup/*/kubepods* -name cgroup.procs -exec cat {} + 2>/dev/null)"
 		pids="$(echo "$pids" | grep -vx "$$" | sort -u)"
