@@ -121,4 +121,3 @@ func ProcessIdentity(pid int) (uid, gid string, readOnlyRoot bool, err error) {
 	}
 	return "", "", false, errors.New("no root mount in the process's mountinfo")
 }
-
