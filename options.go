@@ -16,6 +16,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/partition"
 )
 
 // envPrefix is the prefix of the environment variable of every flag:
@@ -44,6 +45,8 @@ type options struct {
 	KubeAPIBurst      int
 	LogFormat         string
 	Version           bool
+	// Partitions > 0 turns on partition mode (see package partition).
+	Partitions int
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -96,6 +99,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server (0: client-go's default).")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" or \"json\".")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
@@ -264,6 +268,7 @@ func (o *options) Validate() error {
 	if o.KubeAPIQPS < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must not be negative, got %v", o.KubeAPIQPS))
 	}
+	errs = append(errs, o.validatePartitions()...)
 	if o.KubeAPIBurst < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}

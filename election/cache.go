@@ -82,13 +82,21 @@ func (c *leaseCache) run(ctx context.Context) {
 	})
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-			c.mu.Lock()
-			c.synced = true
-			c.mu.Unlock()
-			close(c.syncedCh)
+			c.markSynced()
 		}
 	}()
 	informer.RunWithContext(ctx)
+}
+
+// markSynced records that the watch has delivered the Lease's state (or
+// that the Lease does not exist).
+func (c *leaseCache) markSynced() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		c.synced = true
+		close(c.syncedCh)
+	}
 }
 
 func (c *leaseCache) observe(obj any) {

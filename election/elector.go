@@ -63,10 +63,35 @@ type Config struct {
 	// WatchClient watches the Lease; it must not have a request timeout
 	// (a watch is one long request). Nil means Client.
 	WatchClient kubernetes.Interface
+	// Labels are set on the Lease when this pod creates or writes it, so
+	// that a LeaseGroup's label selector finds it.
+	Labels map[string]string
+	// Group, if set, feeds this elector's Lease from the group's one watch
+	// instead of a watch of its own. The Lease must carry the group's labels
+	// (set Labels).
+	Group *LeaseGroup
+	// Gate, if set, is asked before this pod starts a new term on the Lease
+	// (renewals of its own term are not asked). Nil admits every term, as in
+	// plain leader election.
+	Gate Gate
+	// OnChange, if set, is called after every change of the state's
+	// revision. It must not block: it runs under the state's lock.
+	OnChange func()
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
 	Clock clock.WithDelayedExecution
+}
+
+// Gate decides whether this pod may start a new term on a Lease now. Partition
+// mode uses it to keep each pod to its fair share.
+type Gate interface {
+	// Admits reports, without reserving anything, whether a new term would
+	// be admitted now. While it is false the elector does not try the Lease.
+	Admits() bool
+	// Admit admits one new term, to be written at once; done is called when
+	// the write has returned (and the state shows its outcome).
+	Admit() (done func(), ok bool)
 }
 
 // Validate checks the rules client-go enforces, plus whole-second leases.
@@ -153,6 +178,7 @@ func New(cfg Config) (*Elector, error) {
 		clk = clock.RealClock{}
 	}
 	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline)
+	t.onChange = cfg.OnChange
 	e := &Elector{
 		cfg:     cfg,
 		clock:   clk,
@@ -165,15 +191,22 @@ func New(cfg Config) (*Elector, error) {
 		watches = cfg.Client
 	}
 	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
+	if cfg.Group != nil {
+		if err := cfg.Group.feed(e.cache); err != nil {
+			return nil, err
+		}
+	}
 	e.lock = &observingLock{
 		inner: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 			Client:     e.cache,
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+			Labels:     cfg.Labels,
 		},
 		tracker: t,
 		metrics: e.metrics,
 		onLapse: e.stopRound,
+		gate:    cfg.Gate,
 		writing: &e.writing,
 	}
 	return e, nil
@@ -275,6 +308,11 @@ func (e *Elector) attemptNow() {
 	e.cancelRun()
 }
 
+// TryNow makes a candidate that does not hold the Lease try it at once
+// (or at its expiry) instead of at client-go's next retry; a Gate's owner
+// calls it when the gate starts to admit.
+func (e *Elector) TryNow() { go e.attemptNow() }
+
 // stopRound ends the current round of client-go's elector; Run starts a new
 // one.
 func (e *Elector) stopRound() {
@@ -313,7 +351,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	cacheDone := make(chan struct{})
 	go func() {
 		defer close(cacheDone)
-		e.cache.run(cacheCtx)
+		if e.cfg.Group == nil {
+			e.cache.run(cacheCtx)
+		}
 	}()
 	defer func() {
 		stopCache()
