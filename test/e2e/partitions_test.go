@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/invariant"
+)
+
+// partitionCount is N in the partition tests.
+const partitionCount = 16
+
+// settleBound is how long a group may take to reach a full and fair
+// assignment after a change of members: a crashed member's partitions
+// expire after the lease duration, then the survivors take them within a
+// few retry periods; the surplus of a member moves one partition at a time,
+// each in a few API round trips. The margin (twice the lease duration plus
+// ten retry periods, 13s at the e2e timings) is for a busy two-core machine
+// running race-enabled binaries; the measured times are logged.
+const settleBound = 2*leaseDuration + 10*retryPeriod
+
+// partitionsState is the JSON of GET /partitions.
+type partitionsState struct {
+	Identity   string `json:"identity"`
+	Partitions int    `json:"partitions"`
+	Members    int    `json:"members"`
+	Member     bool   `json:"member"`
+	FairShare  struct {
+		Min int `json:"min"`
+		Max int `json:"max"`
+	} `json:"fairShare"`
+	Owned []struct {
+		Partition    int        `json:"partition"`
+		FencingToken int64      `json:"fencingToken"`
+		Since        *time.Time `json:"since"`
+		ValidUntil   *time.Time `json:"validUntil"`
+	} `json:"owned"`
+	Revision uint64 `json:"revision"`
+}
+
+func (c *candidate) partitions() (partitionsState, error) {
+	var s partitionsState
+	status, _, body, err := c.do(http.MethodGet, "/partitions", nil)
+	if err != nil {
+		return s, err
+	}
+	if status != http.StatusOK {
+		return s, fmt.Errorf("GET /partitions: %d %s", status, body)
+	}
+	return s, json.Unmarshal(body, &s)
+}
+
+// partitionGroup is a set of partition-mode members, with a monitor that
+// checks every partition's safety over the whole run.
+type partitionGroup struct {
+	t       *testing.T
+	lease   string
+	mu      sync.Mutex
+	members []*candidate
+	stopped map[*candidate]bool
+	next    int
+}
+
+func newPartitionGroup(t *testing.T) *partitionGroup {
+	g := &partitionGroup{t: t, lease: leaseName(t), stopped: map[*candidate]bool{}}
+	startPartitionMonitor(t, g.all)
+	return g
+}
+
+// join starts n members at once.
+func (g *partitionGroup) join(n int) []*candidate {
+	var wg sync.WaitGroup
+	started := make([]*candidate, n)
+	for i := range n {
+		g.mu.Lock()
+		name := fmt.Sprintf("%s-%d", g.lease, g.next)
+		g.next++
+		g.mu.Unlock()
+		wg.Go(func() {
+			started[i] = startCandidate(g.t, name, candidateOptions{
+				lease:       g.lease,
+				extraArgs:   []string{fmt.Sprintf("--partitions=%d", partitionCount)},
+				startedPath: "/partitions",
+			})
+		})
+	}
+	wg.Wait()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range started {
+		if c == nil {
+			g.t.FailNow()
+		}
+		g.members = append(g.members, c)
+	}
+	return started
+}
+
+func (g *partitionGroup) all() []*candidate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*candidate(nil), g.members...)
+}
+
+// live are the members that run and are not stopped.
+func (g *partitionGroup) live() []*candidate {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*candidate
+	for _, c := range g.members {
+		if c.running() && !g.stopped[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (g *partitionGroup) setStopped(c *candidate, stopped bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped[c] = stopped
+}
+
+// waitFair waits until every live member sees all of them as members, every
+// partition is owned by exactly one of them and each owns its fair share,
+// and returns how long that took from since.
+func (g *partitionGroup) waitFair(what string, since time.Time) time.Duration {
+	g.t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, settleBound, true, func(context.Context) (bool, error) {
+		ok, why := fairNow(g.live())
+		last = why
+		return ok, nil
+	})
+	took := time.Since(since)
+	if err != nil {
+		g.t.Fatalf("%s: no full and fair assignment within %v: %s", what, settleBound, last)
+	}
+	g.t.Logf("MEASURED partitions %s: full and fair assignment after %v", what, took.Round(time.Millisecond))
+	return took
+}
+
+// fairNow asks every member once and says whether the assignment is full
+// and fair, and if not, why.
+func fairNow(members []*candidate) (bool, string) {
+	m := len(members)
+	lo, hi := partitionCount/m, (partitionCount+m-1)/m
+	owner := map[int]string{}
+	var counts []string
+	for _, c := range members {
+		s, err := c.partitions()
+		if err != nil {
+			return false, fmt.Sprintf("%s: %v", c.name, err)
+		}
+		if s.Members != m || !s.Member {
+			return false, fmt.Sprintf("%s sees %d members (member: %t), want %d", c.name, s.Members, s.Member, m)
+		}
+		if len(s.Owned) < lo || len(s.Owned) > hi {
+			return false, fmt.Sprintf("%s owns %d, want %d..%d", c.name, len(s.Owned), lo, hi)
+		}
+		for _, o := range s.Owned {
+			if prev, dup := owner[o.Partition]; dup {
+				return false, fmt.Sprintf("partition %d reported by %s and %s", o.Partition, prev, c.name)
+			}
+			owner[o.Partition] = c.name
+		}
+		counts = append(counts, fmt.Sprintf("%s:%d", c.name, len(s.Owned)))
+	}
+	if len(owner) != partitionCount {
+		return false, fmt.Sprintf("%d of %d partitions owned (%s)", len(owner), partitionCount, strings.Join(counts, " "))
+	}
+	return true, ""
+}
+
+// TestPartitionsFairShareAndSafety runs 16 partitions through 1 → 4 → 2 → 5
+// members — joins, graceful leaves, SIGKILL, SIGSTOP/SIGCONT — and after each
+// change waits for a full and fair assignment, while a monitor checks over
+// the whole run that no partition is claimed by two members at once and that
+// every partition's fencing token only grows.
+func TestPartitionsFairShareAndSafety(t *testing.T) {
+	g := newPartitionGroup(t)
+
+	start := time.Now()
+	first := g.join(1)[0]
+	g.waitFair("first member", start)
+
+	start = time.Now()
+	joined := g.join(3)
+	g.waitFair("join 1→4", start)
+
+	// Graceful leave: SIGTERM releases the partitions and the membership.
+	start = time.Now()
+	for _, c := range joined[1:] {
+		c.signal(syscall.SIGTERM)
+	}
+	for _, c := range joined[1:] {
+		if code, err := c.waitExit(10 * time.Second); err != nil || code != 0 {
+			t.Fatalf("%s: exit %d, %v", c.name, code, err)
+		}
+	}
+	g.waitFair("graceful leave 4→2", start)
+
+	start = time.Now()
+	more := g.join(3)
+	g.waitFair("join 2→5", start)
+
+	// Crash: the survivors take the partitions when their Leases expire.
+	start = time.Now()
+	more[0].signal(syscall.SIGKILL)
+	_, _ = more[0].waitExit(10 * time.Second)
+	g.waitFair("SIGKILL 5→4", start)
+
+	// Pause: the paused member's claims lapse on its own clock; the others
+	// take its partitions at expiry; when it resumes it claims nothing it
+	// has not renewed, and rejoins.
+	paused := more[1]
+	start = time.Now()
+	paused.signal(syscall.SIGSTOP)
+	g.setStopped(paused, true)
+	g.waitFair("SIGSTOP 4→3", start)
+	start = time.Now()
+	paused.signal(syscall.SIGCONT)
+	g.setStopped(paused, false)
+	g.waitFair("SIGCONT 3→4", start)
+
+	// Two graceful leaves more, down to the first member alone.
+	start = time.Now()
+	for _, c := range []*candidate{joined[0], more[2]} {
+		c.signal(syscall.SIGTERM)
+		_, _ = c.waitExit(10 * time.Second)
+	}
+	g.waitFair("graceful leave 4→2", start)
+	if s, err := first.partitions(); err != nil || len(s.Owned) != partitionCount/2 {
+		t.Fatalf("%s: %+v, %v", first.name, s, err)
+	}
+}
+
+// startPartitionMonitor asks every member for GET /partitions all the time
+// and, when the test ends, checks each partition with the shared invariant
+// checker: a member owning a partition is a leader of that partition's
+// Lease, so "never two owners" and "tokens only grow" are the checker's
+// "never two leaders" and its fencing-token rules.
+func startPartitionMonitor(t *testing.T, members func() []*candidate) {
+	var (
+		mu       sync.Mutex
+		checkers = map[int]*invariant.Checker{}
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+		seen     = map[*candidate]bool{}
+	)
+	record := func(who string, sent time.Time, s partitionsState) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, o := range s.Owned {
+			c := checkers[o.Partition]
+			if c == nil {
+				c = invariant.New(true)
+				checkers[o.Partition] = c
+			}
+			c.Record(invariant.Answer{Who: who, Sent: sent, IsLeader: true, FencingToken: o.FencingToken, LeaderSince: o.Since, ValidUntil: o.ValidUntil})
+		}
+	}
+	poll := func(c *candidate) {
+		defer wg.Done()
+		tick := time.NewTicker(pollInterval)
+		defer tick.Stop()
+		for {
+			sent := time.Now()
+			if s, err := c.partitions(); err == nil {
+				record(c.name, sent, s)
+			}
+			select {
+			case <-stop:
+				return
+			case <-c.done:
+				return
+			case <-tick.C:
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(pollInterval)
+		defer tick.Stop()
+		for {
+			for _, c := range members() {
+				if !seen[c] {
+					seen[c] = true
+					wg.Add(1)
+					go poll(c)
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		parts := make([]int, 0, len(checkers))
+		for p := range checkers {
+			parts = append(parts, p)
+		}
+		sort.Ints(parts)
+		claims := 0
+		for _, p := range parts {
+			report := checkers[p].Check()
+			claims += report.Claims
+			for _, v := range report.Violations {
+				t.Errorf("safety, partition %d: %s", p, v)
+			}
+			if report.More > 0 {
+				t.Errorf("safety, partition %d: … and %d more violations", p, report.More)
+			}
+		}
+		if len(parts) != partitionCount {
+			t.Errorf("the monitor saw owners of %d partitions, want all %d", len(parts), partitionCount)
+		}
+		t.Logf("partition monitor: %d claims over %d partitions checked", claims, len(parts))
+	})
+}
