@@ -166,6 +166,8 @@ type Elector struct {
 
 type releaseRequest struct {
 	done chan error
+	// sitOut is how long the elector stays out of the election afterwards.
+	sitOut time.Duration
 }
 
 // New returns an Elector for cfg.
@@ -245,12 +247,19 @@ func (e *Elector) Healthy() error { return e.healthz.Check(nil) }
 // stays out of the election for one lease duration so another candidate
 // takes over. It returns ErrNotLeader if this pod does not lead.
 func (e *Elector) Release(ctx context.Context) (State, error) {
+	return e.ReleaseFor(ctx, e.cfg.LeaseDuration)
+}
+
+// ReleaseFor is Release with the time this pod then stays out of the
+// election. Partition mode hands a partition over with no sit-out at all:
+// its Gate already keeps this pod from taking it back.
+func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, error) {
 	e.mu.Lock()
 	if !e.tracker.Snapshot().IsLeader || e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
 		return e.Snapshot(), ErrNotLeader
 	}
-	req := &releaseRequest{done: make(chan error, 1)}
+	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut}
 	e.releasing = req
 	e.tracker.setClaiming(false)
 	e.cancelRun()
@@ -423,7 +432,8 @@ func (e *Elector) runRound(ctx context.Context) error {
 }
 
 // serveRelease completes a pending POST /release after the round it stopped
-// has ended: clear the Lease, then sit out one lease duration.
+// has ended: clear the Lease, then sit out (one lease duration for POST
+// /release).
 func (e *Elector) serveRelease(ctx context.Context) {
 	e.mu.Lock()
 	req := e.releasing
@@ -436,9 +446,11 @@ func (e *Elector) serveRelease(ctx context.Context) {
 	cancel()
 	req.done <- err
 
-	select {
-	case <-ctx.Done():
-	case <-e.clock.After(e.cfg.LeaseDuration):
+	if req.sitOut > 0 {
+		select {
+		case <-ctx.Done():
+		case <-e.clock.After(req.sitOut):
+		}
 	}
 	e.mu.Lock()
 	e.releasing = nil

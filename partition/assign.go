@@ -1,6 +1,9 @@
 package partition
 
-import "sort"
+import (
+	"hash/fnv"
+	"sort"
+)
 
 // FairShare returns the least and the most partitions each of m members
 // owns when n partitions are spread fairly: ⌊n/m⌋ and ⌈n/m⌉.
@@ -81,4 +84,29 @@ func ToRelease(own []int) (int, bool) {
 		highest = max(highest, p)
 	}
 	return highest, true
+}
+
+// FreeToTry picks up to want free partitions (owners[i] == "") for a member
+// to try, going round from offset. Members start at different offsets (see
+// startOffset), so that members that all need partitions mostly try
+// different ones instead of all failing on the same Lease but one.
+func FreeToTry(owners []string, want, offset int) []int {
+	var out []int
+	n := len(owners)
+	for k := 0; k < n && len(out) < want; k++ {
+		if i := (offset + k) % n; owners[i] == "" {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// startOffset spreads the members' starting points over the partitions.
+func startOffset(identity string, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(identity))
+	return int(h.Sum32() % uint32(n))
 }

@@ -69,7 +69,10 @@ type Member struct {
 	membership *election.Elector
 	partitions []*election.Elector
 	metrics    *metrics
-	logger  klog.Logger
+	logger     klog.Logger
+	// offset is where this pod starts looking for free partitions, so
+	// that members that all need some do not all race for the same ones.
+	offset int
 	// wake is poked (never blocking) by every change the Member should
 	// react to.
 	wake chan struct{}
@@ -112,6 +115,7 @@ func New(cfg Config) (*Member, error) {
 		changed:  make(chan struct{}),
 		owned:    map[int]int64{},
 		logger:   klog.Background(),
+		offset:   startOffset(cfg.Identity, cfg.Partitions),
 	}
 	watches := cfg.WatchClient
 	if watches == nil {
@@ -220,11 +224,9 @@ func (m *Member) reconcile(ctx context.Context) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(v.mine)+m.inflight < v.target {
-		for i, holder := range v.owners {
-			if holder == "" {
-				m.partitions[i].TryNow()
-			}
+	if want := v.target - len(v.mine) - m.inflight; want > 0 {
+		for _, i := range FreeToTry(v.owners, want, m.offset) {
+			m.partitions[i].TryNow()
 		}
 	}
 	if m.handover >= 0 && (v.owners[m.handover] != "" || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
@@ -242,7 +244,7 @@ func (m *Member) reconcile(ctx context.Context) {
 	go func() {
 		logger := klog.FromContext(ctx)
 		logger.Info("Handing over a partition above the fair share", "partition", p, "owned", len(v.mine), "target", v.target, "members", len(v.members))
-		if _, err := m.partitions[p].Release(ctx); err != nil && !errors.Is(err, election.ErrNotLeader) {
+		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, election.ErrNotLeader) {
 			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
 		}
 		m.mu.Lock()
