@@ -63,16 +63,23 @@ func (c *candidate) partitions() (partitionsState, error) {
 // partitionGroup is a set of partition-mode members, with a monitor that
 // checks every partition's safety over the whole run.
 type partitionGroup struct {
-	t       *testing.T
-	lease   string
+	t     *testing.T
+	lease string
+	// opts are the options of every member (lease, namespace, kubeconfig).
+	opts    candidateOptions
 	mu      sync.Mutex
 	members []*candidate
 	stopped map[*candidate]bool
 	next    int
 }
 
-func newPartitionGroup(t *testing.T) *partitionGroup {
-	g := &partitionGroup{t: t, lease: leaseName(t), stopped: map[*candidate]bool{}}
+func newPartitionGroup(t *testing.T, opts candidateOptions) *partitionGroup {
+	if opts.lease == "" {
+		opts.lease = leaseName(t)
+	}
+	opts.extraArgs = append(opts.extraArgs, fmt.Sprintf("--partitions=%d", partitionCount))
+	opts.startedPath = "/partitions"
+	g := &partitionGroup{t: t, lease: opts.lease, opts: opts, stopped: map[*candidate]bool{}}
 	startPartitionMonitor(t, g.all)
 	return g
 }
@@ -87,11 +94,7 @@ func (g *partitionGroup) join(n int) []*candidate {
 		g.next++
 		g.mu.Unlock()
 		wg.Go(func() {
-			started[i] = startCandidate(g.t, name, candidateOptions{
-				lease:       g.lease,
-				extraArgs:   []string{fmt.Sprintf("--partitions=%d", partitionCount)},
-				startedPath: "/partitions",
-			})
+			started[i] = startCandidate(g.t, name, g.opts)
 		})
 	}
 	wg.Wait()
@@ -188,7 +191,7 @@ func fairNow(members []*candidate) (bool, string) {
 // the whole run that no partition is claimed by two members at once and that
 // every partition's fencing token only grows.
 func TestPartitionsFairShareAndSafety(t *testing.T) {
-	g := newPartitionGroup(t)
+	g := newPartitionGroup(t, candidateOptions{})
 
 	start := time.Now()
 	first := g.join(1)[0]
