@@ -49,6 +49,18 @@ bench-smoke: tools ## benchmarks, short run with small counts and timings, to pr
 	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \
 		--handovers=3 --crashes=2 --idle-warmup=2s --idle-window=10s --http-duration=2s --output bench-smoke.out
 
+# Partition mode (--partitions): time to a full and fair assignment after a
+# join and after a crash, and idle API requests per member.
+.PHONY: bench-partitions bench-partitions-smoke
+test: bench-partitions-smoke
+
+bench-partitions: tools ## partition-mode benchmark: 64 partitions, 8 members, default timings (~4 min); figures also go to bench-partitions.out
+	$(GO) run ./bench --partitions=64 --partition-members=8 --output bench-partitions.out
+
+bench-partitions-smoke: tools ## partition-mode benchmark, short run (16 partitions, 4 members, short timings), to prove it still works (~1 min)
+	$(GO) run ./bench --partitions=16 --partition-members=4 --partition-rounds=1 \
+		--lease-duration=4s --renew-deadline=2s --retry-period=500ms --idle-warmup=2s --idle-window=5s --output bench-partitions-smoke.out
+
 # Packaging (Dockerfile, manifests/, charts/). The image is built with
 # buildah, daemonless (no Docker engine); helm and kustomize come from the Go
 # module proxy at the versions pinned in test/packaging/tools.sh. CI builds

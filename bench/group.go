@@ -187,6 +187,9 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	if g.im.leaderElector {
 		args = append(args, fmt.Sprintf("--probe-address=127.0.0.1:%d", ports[1]), "-v=2")
 	}
+	if g.im.partitions > 0 {
+		args = append(args, fmt.Sprintf("--partitions=%d", g.im.partitions))
+	}
 	logFile, err := os.Create(c.logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -216,6 +219,10 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		if !c.running() {
 			return false, fmt.Errorf("%s exited: %v (log: %s)", name, c.exitErr, c.logPath)
+		}
+		if g.im.partitions > 0 {
+			_, err := c.partitions(ctx)
+			return err == nil, nil
 		}
 		_, err := c.state(ctx)
 		return err == nil, nil
