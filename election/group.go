@@ -177,7 +177,12 @@ func (g *LeaseGroup) observeDeleted(obj any) {
 // Holders returns the holders of the observed Leases (those no elector of
 // this process runs) whose names start with prefix, sorted and without
 // duplicates. A holder counts only until it has not renewed for its lease
-// duration, as this pod observed it, like State.Holder.
+// duration, as this pod observed it, like State.Holder — and not at all if
+// the Lease's own renewTime is already a lease duration old by this pod's
+// wall clock: a pod that has just started sees the Leases of pods that died
+// earlier for the first time, and would otherwise count them for another
+// lease duration. Only counting uses the wall clock (clock skew can delay or
+// hasten a rebalance); taking a Lease never does.
 func (g *LeaseGroup) Holders(prefix string) []string {
 	g.mu.Lock()
 	trackers := make([]*tracker, 0, len(g.observers))
@@ -189,8 +194,11 @@ func (g *LeaseGroup) Holders(prefix string) []string {
 	g.mu.Unlock()
 	seen := map[string]bool{}
 	var holders []string
+	now := g.clock.Now()
 	for _, t := range trackers {
-		if h := t.Snapshot().Holder; h != "" && !seen[h] {
+		s := t.Snapshot()
+		stale := !s.RenewTime.IsZero() && now.Sub(s.RenewTime) >= time.Duration(s.LeaseDurationSeconds)*time.Second
+		if h := s.Holder; h != "" && !stale && !seen[h] {
 			seen[h] = true
 			holders = append(holders, h)
 		}

@@ -26,7 +26,11 @@ func TestLeaseGroup(t *testing.T) {
 	}
 	other := labelled("elsewhere-m-c", "pod-c")
 	other.Labels = map[string]string{"group": "other"}
-	client := listWatchFake(labelled("g-m-a", "pod-a"), labelled("g-m-b", ""), labelled("g-p0", "pod-a"), other)
+	// pod-d's membership Lease was last renewed a lease duration before
+	// this pod started: it is gone, though this pod has just seen it.
+	dead := labelled("g-m-d", "pod-d")
+	dead.Spec.RenewTime.Time = t0.Add(-15 * time.Second)
+	client := listWatchFake(labelled("g-m-a", "pod-a"), labelled("g-m-b", ""), dead, labelled("g-p0", "pod-a"), other)
 
 	clk := newTestClock()
 	changes := make(chan struct{}, 100)
