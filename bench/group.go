@@ -66,22 +66,27 @@ func (c *candidate) pid() int { return c.cmd.Process.Pid }
 // state asks GET /leader.
 func (c *candidate) state(ctx context.Context) (leaderState, error) {
 	var s leaderState
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.apiURL+"/leader", nil)
+	return s, c.getJSON(ctx, "/leader", &s)
+}
+
+// getJSON asks the application API for path and decodes the answer.
+func (c *candidate) getJSON(ctx context.Context, path string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.apiURL+path, nil)
 	if err != nil {
-		return s, err
+		return err
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return s, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("GET %s/leader: %s", c.apiURL, resp.Status)
+		return fmt.Errorf("GET %s%s: %s", c.apiURL, path, resp.Status)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return s, fmt.Errorf("decode GET %s/leader: %w", c.apiURL, err)
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("decode GET %s%s: %w", c.apiURL, path, err)
 	}
-	return s, nil
+	return nil
 }
 
 func (c *candidate) signal(sig syscall.Signal) error {

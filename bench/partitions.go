@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,32 +16,15 @@ import (
 
 // partitionsState is the part of GET /partitions the benchmark reads.
 type partitionsState struct {
-	Members int  `json:"members"`
-	Member  bool `json:"member"`
-	Owned   []struct {
-		Partition    int        `json:"partition"`
-		FencingToken int64      `json:"fencingToken"`
-		Since        *time.Time `json:"since"`
-		ValidUntil   *time.Time `json:"validUntil"`
-	} `json:"owned"`
+	Members int                     `json:"members"`
+	Member  bool                    `json:"member"`
+	Owned   []invariant.OwnedAnswer `json:"owned"`
 }
 
 // partitions asks GET /partitions.
 func (c *candidate) partitions(ctx context.Context) (partitionsState, error) {
 	var s partitionsState
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.apiURL+"/partitions", nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("GET %s/partitions: %s", c.apiURL, resp.Status)
-	}
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	return s, c.getJSON(ctx, "/partitions", &s)
 }
 
 // partitionResult holds the figures of the partition benchmark.
@@ -65,13 +46,7 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
-	defer func() {
-		if opts.KeepWorkDir || err != nil {
-			logf("work dir kept: %s", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer func() { finishWorkDir(opts, work, err != nil) }()
 	root, err := repoRoot(ctx)
 	if err != nil {
 		return err
@@ -201,11 +176,7 @@ func pollPartitions(ctx context.Context, c *candidate, checker *invariant.Partit
 	for {
 		sent := time.Now()
 		if s, err := c.partitions(ctx); err == nil {
-			owned := make([]invariant.OwnedAnswer, 0, len(s.Owned))
-			for _, o := range s.Owned {
-				owned = append(owned, invariant.OwnedAnswer{Partition: o.Partition, FencingToken: o.FencingToken, Since: o.Since, ValidUntil: o.ValidUntil})
-			}
-			checker.Record(c.name, sent, owned)
+			checker.Record(c.name, sent, s.Owned)
 		}
 		select {
 		case <-ctx.Done():

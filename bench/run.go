@@ -48,14 +48,7 @@ func run(ctx context.Context, opts *options) (err error) {
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
-	// A failed run keeps its logs (candidates, API server, audit log).
-	defer func() {
-		if opts.KeepWorkDir || err != nil {
-			logf("work dir kept: %s", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer func() { finishWorkDir(opts, work, err != nil) }()
 
 	root, err := repoRoot(ctx)
 	if err != nil {
@@ -225,6 +218,16 @@ func grantLeases(ctx context.Context, cp *cluster.ControlPlane) error {
 		return fmt.Errorf("create role binding: %w", err)
 	}
 	return nil
+}
+
+// finishWorkDir removes the work dir, unless asked to keep it; a failed
+// run keeps its logs (candidates, API server, audit log).
+func finishWorkDir(opts *options, work string, failed bool) {
+	if opts.KeepWorkDir || failed {
+		logf("work dir kept: %s", work)
+		return
+	}
+	os.RemoveAll(work)
 }
 
 // build compiles pkg like `make build` does: static, trimmed, no race

@@ -11,12 +11,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -85,43 +82,26 @@ func (g *LeaseGroup) Run(ctx context.Context) {
 	g.mu.Unlock()
 	defer g.stopObservers()
 
-	bySelector := g.selector.String()
-	leases := g.watches.CoordinationV1().Leases(g.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = bySelector
-			return leases.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = bySelector
-			return leases.Watch(ctx, opts)
-		},
+	bySelector := func(opts *metav1.ListOptions) { opts.LabelSelector = g.selector.String() }
+	runLeaseInformer(ctx, g.watches, g.namespace, bySelector, "lease-group-watch", cache.ResourceEventHandlerFuncs{
+		AddFunc:    g.observe,
+		UpdateFunc: func(_, obj any) { g.observe(obj) },
+		DeleteFunc: g.observeDeleted,
+	}, g.markSynced)
+}
+
+// markSynced tells every fed cache that the watch has delivered the
+// group's state.
+func (g *LeaseGroup) markSynced() {
+	g.mu.Lock()
+	fed := make([]*leaseCache, 0, len(g.fed))
+	for _, c := range g.fed {
+		fed = append(fed, c)
 	}
-	logger := klog.FromContext(ctx).WithName("lease-group-watch")
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		Logger:        &logger,
-		ListerWatcher: lw,
-		ObjectType:    &coordinationv1.Lease{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    g.observe,
-			UpdateFunc: func(_, obj any) { g.observe(obj) },
-			DeleteFunc: g.observeDeleted,
-		},
-	})
-	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-			g.mu.Lock()
-			fed := make([]*leaseCache, 0, len(g.fed))
-			for _, c := range g.fed {
-				fed = append(fed, c)
-			}
-			g.mu.Unlock()
-			for _, c := range fed {
-				c.markSynced()
-			}
-		}
-	}()
-	informer.RunWithContext(ctx)
+	g.mu.Unlock()
+	for _, c := range fed {
+		c.markSynced()
+	}
 }
 
 func (g *LeaseGroup) observe(obj any) {

@@ -100,13 +100,9 @@ func (a *api) leaderBody(s election.State) ([]byte, error) {
 
 // leader answers GET /leader, optionally as a long-poll.
 func (a *api) leader(w http.ResponseWriter, r *http.Request) {
-	var q leaderQuery
-	if r.URL.RawQuery != "" {
-		var err error
-		if q, err = parseLeaderQuery(r.URL.Query()); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
+	q, ok := waitQuery(w, r)
+	if !ok {
+		return
 	}
 	plain, err := wantsPlainText(r.Header.Values("Accept"))
 	if err != nil {
@@ -140,6 +136,19 @@ func (a *api) leaderSource() watchable[election.State] {
 		event:    "leader",
 		encode:   func(s election.State) ([]byte, error) { return marshalJSON(leaderJSON(s)) },
 	}
+}
+
+// waitQuery reads ?wait=&revision= and answers 400 if it cannot.
+func waitQuery(w http.ResponseWriter, r *http.Request) (leaderQuery, bool) {
+	if r.URL.RawQuery == "" {
+		return leaderQuery{}, true
+	}
+	q, err := parseLeaderQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return q, false
+	}
+	return q, true
 }
 
 type leaderQuery struct {

@@ -112,13 +112,9 @@ func (a *partitionsAPI) source() watchable[partition.State] {
 
 // partitions answers GET /partitions, optionally as a long-poll.
 func (a *partitionsAPI) partitions(w http.ResponseWriter, r *http.Request) {
-	var q leaderQuery
-	if r.URL.RawQuery != "" {
-		var err error
-		if q, err = parseLeaderQuery(r.URL.Query()); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
+	q, ok := waitQuery(w, r)
+	if !ok {
+		return
 	}
 	state := a.p.Snapshot()
 	if q.wait > 0 {

@@ -38,13 +38,8 @@ type partitionsState struct {
 		Min int `json:"min"`
 		Max int `json:"max"`
 	} `json:"fairShare"`
-	Owned []struct {
-		Partition    int        `json:"partition"`
-		FencingToken int64      `json:"fencingToken"`
-		Since        *time.Time `json:"since"`
-		ValidUntil   *time.Time `json:"validUntil"`
-	} `json:"owned"`
-	Revision uint64 `json:"revision"`
+	Owned    []invariant.OwnedAnswer `json:"owned"`
+	Revision uint64                  `json:"revision"`
 }
 
 func (c *candidate) partitions() (partitionsState, error) {
@@ -265,7 +260,7 @@ func startPartitionMonitor(t *testing.T, members func() []*candidate) {
 		for {
 			sent := time.Now()
 			if s, err := c.partitions(); err == nil {
-				checker.Record(c.name, sent, s.ownedAnswers())
+				checker.Record(c.name, sent, s.Owned)
 			}
 			select {
 			case <-stop:
@@ -308,12 +303,4 @@ func startPartitionMonitor(t *testing.T, members func() []*candidate) {
 		}
 		t.Logf("partition monitor: %d claims in %d answers checked", report.Claims, report.Observations)
 	})
-}
-
-func (s partitionsState) ownedAnswers() []invariant.OwnedAnswer {
-	out := make([]invariant.OwnedAnswer, 0, len(s.Owned))
-	for _, o := range s.Owned {
-		out = append(out, invariant.OwnedAnswer{Partition: o.Partition, FencingToken: o.FencingToken, Since: o.Since, ValidUntil: o.ValidUntil})
-	}
-	return out
 }

@@ -23,12 +23,13 @@ func NewPartitions() *Partitions {
 	return &Partitions{checkers: map[int]*Checker{}}
 }
 
-// OwnedAnswer is one partition a member reported owning.
+// OwnedAnswer is one partition a member reported owning: an element of
+// "owned" in GET /partitions.
 type OwnedAnswer struct {
-	Partition    int
-	FencingToken int64
-	Since        *time.Time
-	ValidUntil   *time.Time
+	Partition    int        `json:"partition"`
+	FencingToken int64      `json:"fencingToken"`
+	Since        *time.Time `json:"since"`
+	ValidUntil   *time.Time `json:"validUntil"`
 }
 
 // Record checks one answer of member who to a request sent at sent.
