@@ -91,6 +91,7 @@ func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
 		"/partitions":  {http.MethodGet: a.partitions},
 		"/partitions/": {http.MethodPost: a.release},
 		"/events":      {http.MethodGet: a.events},
+		"/":            {http.MethodGet: notLeaderMode},
 		"/leader":      {http.MethodGet: notLeaderMode},
 		"/release":     {http.MethodPost: notLeaderMode},
 	}

@@ -94,6 +94,8 @@ func TestPartitionsAPI(t *testing.T) {
 		{"wrong method", http.MethodDelete, "/partitions", http.StatusMethodNotAllowed, `not allowed`},
 		{"bad revision", http.MethodGet, "/partitions?wait=1s&revision=x", http.StatusBadRequest, `invalid revision`},
 		{"leader is not served", http.MethodGet, "/leader", http.StatusNotFound, `partition mode`},
+		{"the retired format is not served", http.MethodGet, "/", http.StatusNotFound, `partition mode`},
+		{"unknown path", http.MethodGet, "/partition", http.StatusNotFound, `no such path`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewPartitionsAPIHandler(newFakePartitions(), APIOptions{})
