@@ -58,6 +58,10 @@ type Config struct {
 	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
 	// that a standby takes over at once instead of after the lease duration.
 	ReleaseOnShutdown bool
+	// DeleteOnShutdown, with ReleaseOnShutdown, then deletes the Lease if
+	// no one holds it (partition mode: a pod's membership Lease goes with
+	// the pod). It needs the delete verb.
+	DeleteOnShutdown bool
 	// Client sends the Lease requests; build it with NewClientsets.
 	Client kubernetes.Interface
 	// WatchClient watches the Lease; it must not have a request timeout
@@ -388,6 +392,10 @@ func (e *Elector) Run(ctx context.Context) error {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		if rerr := e.release(relCtx); rerr != nil {
 			logger.Error(rerr, "Failed to release lease on shutdown; it expires after the lease duration")
+		} else if e.cfg.DeleteOnShutdown {
+			if derr := e.deleteReleased(relCtx); derr != nil {
+				logger.Error(derr, "Failed to delete the released lease on shutdown; it stays, with no holder")
+			}
 		}
 		cancel()
 	}

@@ -123,6 +123,8 @@ func New(cfg Config) (*Member, error) {
 	}
 	m.group = election.NewLeaseGroup(cfg.Namespace, groupLabels(cfg.Name), watches, clk, m.poke)
 	elector := func(name, kind string, gate election.Gate) (*election.Elector, error) {
+		// A membership Lease goes with its pod (it is named after it);
+		// partition Leases stay, with their fencing tokens.
 		return election.New(election.Config{
 			Namespace:         cfg.Namespace,
 			Name:              name,
@@ -131,6 +133,7 @@ func New(cfg Config) (*Member, error) {
 			RenewDeadline:     cfg.RenewDeadline,
 			RetryPeriod:       cfg.RetryPeriod,
 			ReleaseOnShutdown: cfg.ReleaseOnShutdown,
+			DeleteOnShutdown:  kind == KindMember,
 			Client:            cfg.Client,
 			WatchClient:       watches,
 			Labels:            leaseLabels(cfg.Name, kind),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,6 +124,13 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 	// releasing member's sit-out of one lease duration ends; then it is
 	// owned again, with a new fencing token (the monitor checks that).
 	g.waitFair("after POST /partitions/<i>/release", time.Now())
+
+	// A graceful leave deletes the membership Lease, with that Role too.
+	b.signal(syscall.SIGTERM)
+	if code, err := b.waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("%s: exit %d, %v", b.name, code, err)
+	}
+	checkMembershipLeases(t, namespace, g.lease, a)
 	for _, c := range []*candidate{a, b} {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the chart's partition Role:\n%s", c.name, c.log())

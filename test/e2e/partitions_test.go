@@ -5,14 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/test/invariant"
 )
 
@@ -239,6 +242,33 @@ func TestPartitionsFairShareAndSafety(t *testing.T) {
 	g.waitFair("graceful leave 4→2", start)
 	if s, err := first.partitions(); err != nil || len(s.Owned) != partitionCount/2 {
 		t.Fatalf("%s: %+v, %v", first.name, s, err)
+	}
+	// Members that stopped gracefully deleted their membership Leases; the
+	// crashed one's stays behind.
+	checkMembershipLeases(t, "default", g.lease, first, paused, more[0])
+}
+
+// checkMembershipLeases checks that the group's membership Leases are
+// exactly those of want.
+func checkMembershipLeases(t *testing.T, namespace, group string, want ...*candidate) {
+	t.Helper()
+	list, err := controlPlane.AdminClient().CoordinationV1().Leases(namespace).List(context.Background(), metav1.ListOptions{
+		LabelSelector: partition.GroupLabel + "=" + group + "," + partition.KindLabel + "=" + partition.KindMember,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, wanted []string
+	for _, l := range list.Items {
+		got = append(got, l.Name)
+	}
+	for _, c := range want {
+		wanted = append(wanted, partition.MemberLease(group, c.name))
+	}
+	sort.Strings(got)
+	sort.Strings(wanted)
+	if strings.Join(got, " ") != strings.Join(wanted, " ") {
+		t.Errorf("membership Leases %v, want %v", got, wanted)
 	}
 }
 
