@@ -21,7 +21,7 @@ lint: ## gofmt, go vet, go mod tidy check
 	$(GO) mod tidy -diff
 
 unit: ## unit tests with the race detector
-	$(GO) test -race -count=1 . ./election/... ./httpapi/... ./routing/... ./test/invariant/...
+	$(GO) test -race -count=1 . ./election/... ./httpapi/... ./partition/... ./routing/... ./test/invariant/...
 
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
 	$(GO) test -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; exit $${PIPESTATUS[0]}
@@ -48,6 +48,18 @@ bench: tools ## benchmarks, full run at the default timings (~12 min); the table
 bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)
 	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \
 		--handovers=3 --crashes=2 --idle-warmup=2s --idle-window=10s --http-duration=2s --output bench-smoke.out
+
+# Partition mode (--partitions): time to a full and fair assignment after a
+# join and after a crash, and idle API requests per member.
+.PHONY: bench-partitions bench-partitions-smoke
+test: bench-partitions-smoke
+
+bench-partitions: tools ## partition-mode benchmark: 64 partitions, 8 members, default timings (~4 min); figures also go to bench-partitions.out
+	$(GO) run ./bench --partitions=64 --partition-members=8 --output bench-partitions.out
+
+bench-partitions-smoke: tools ## partition-mode benchmark, short run (16 partitions, 4 members, short timings), to prove it still works (~1 min)
+	$(GO) run ./bench --partitions=16 --partition-members=4 --partition-rounds=1 \
+		--lease-duration=4s --renew-deadline=2s --retry-period=500ms --idle-warmup=2s --idle-window=5s --output bench-partitions-smoke.out
 
 # Packaging (Dockerfile, manifests/, charts/). The image is built with
 # buildah, daemonless (no Docker engine); helm and kustomize come from the Go

@@ -105,9 +105,7 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	cfg := opts.electionConfig()
-	cfg.Client, cfg.WatchClient = requests, watches
-	elector, err := election.New(cfg)
+	w, err := newWorkload(opts, requests, watches)
 	if err != nil {
 		return err
 	}
@@ -117,7 +115,7 @@ func run(ctx context.Context, opts *options) error {
 	collectorsToRegister := append([]prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	}, elector.Collectors()...)
+	}, w.collectors...)
 	for _, c := range collectorsToRegister {
 		if err := labelled.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
@@ -129,11 +127,11 @@ func run(ctx context.Context, opts *options) error {
 		return err
 	}
 
-	apiServer, err := httpapi.Listen(ctx, opts.HTTPAddress, httpapi.NewAPIHandler(elector, httpapi.APIOptions{}))
+	apiServer, err := httpapi.Listen(ctx, opts.HTTPAddress, w.api)
 	if err != nil {
 		return fmt.Errorf("application API: %w", err)
 	}
-	probeServer, err := httpapi.Listen(ctx, opts.ProbeAddress, httpapi.NewProbeHandler(elector, httpapi.Readiness(opts.Readiness), registry))
+	probeServer, err := httpapi.Listen(ctx, opts.ProbeAddress, w.probes(registry))
 	if err != nil {
 		_ = apiServer.Shutdown(context.Background())
 		return fmt.Errorf("probe server: %w", err)
@@ -149,6 +147,7 @@ func run(ctx context.Context, opts *options) error {
 		"probeAddress", probeServer.Addr(),
 		"readiness", opts.Readiness,
 		"releaseOnShutdown", opts.ReleaseOnShutdown,
+		"partitions", opts.Partitions,
 	)
 	reportStartup(ctx, opts, routeClient)
 
@@ -165,7 +164,7 @@ func run(ctx context.Context, opts *options) error {
 
 	// The router withdraws this pod when runCtx ends, while the elector
 	// releases the Lease; either order is safe (the writes are fenced).
-	routingDone, err := startRouting(runCtx, opts, routeClient, elector, labelled)
+	routingDone, err := startRouting(runCtx, opts, routeClient, w.elector, labelled)
 	if err != nil {
 		stop(err)
 	}
@@ -173,7 +172,7 @@ func run(ctx context.Context, opts *options) error {
 	// The elector stops claiming leadership the moment runCtx ends, then
 	// releases the Lease; the servers keep answering (not leader, not ready)
 	// until it has done so.
-	electionErr := elector.Run(runCtx)
+	electionErr := w.run(runCtx)
 	<-routingDone
 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
@@ -208,11 +207,12 @@ func clientConfig(opts *options) (*rest.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no usable client configuration (set --kubeconfig outside a pod): %w", err)
 	}
-	if opts.KubeAPIQPS > 0 {
-		cfg.QPS = opts.KubeAPIQPS
+	qps, burst := opts.clientRates()
+	if qps > 0 {
+		cfg.QPS = qps
 	}
-	if opts.KubeAPIBurst > 0 {
-		cfg.Burst = opts.KubeAPIBurst
+	if burst > 0 {
+		cfg.Burst = burst
 	}
 	return cfg, nil
 }

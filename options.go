@@ -16,6 +16,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/partition"
 )
 
 // envPrefix is the prefix of the environment variable of every flag:
@@ -45,6 +46,8 @@ type options struct {
 	LogFormat         string
 	Version           bool
 	Routing           routeOptions
+	// Partitions > 0 turns on partition mode (see package partition).
+	Partitions int
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -99,6 +102,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" or \"json\".")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
 	o.Routing.addFlags(fs)
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
@@ -268,6 +272,7 @@ func (o *options) Validate() error {
 	if o.KubeAPIQPS < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must not be negative, got %v", o.KubeAPIQPS))
 	}
+	errs = append(errs, o.validatePartitions()...)
 	if o.KubeAPIBurst < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}

@@ -183,6 +183,10 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "invalid namespace from the environment", args: []string{"--lease-name=my-app"}, env: fakeEnv{hostname: "h", vars: map[string]string{"POD_NAMESPACE": "Bad"}}, wantErr: []string{`--lease-namespace "Bad"`}},
 		{name: "blank identity", args: []string{"--lease-name=my-app", "--identity= "}, wantErr: []string{"--identity is empty"}},
 		{name: "no identity available", args: []string{"--lease-name=my-app"}, env: fakeEnv{hostErr: errors.New("no hostname")}, wantErr: []string{"--identity is empty"}},
+		{name: "negative partitions", args: []string{"--lease-name=my-app", "--partitions=-1"}, wantErr: []string{"--partitions must be within 0..1024 (0: leader election), got -1"}},
+		{name: "too many partitions", args: []string{"--lease-name=my-app", "--partitions=1025"}, wantErr: []string{"--partitions must be within 0..1024"}},
+		{name: "partitions not a number", args: []string{"--lease-name=my-app", "--partitions=four"}, wantErr: []string{"--partitions"}},
+		{name: "partition group name too long for a label", args: []string{"--lease-name=" + strings.Repeat("a", 64), "--partitions=4"}, wantErr: []string{"longer than 63 characters, the most partition mode allows"}},
 		{name: "lease duration equal to renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=10s"}, wantErr: []string{"--lease-duration (10s) must be greater than --renew-deadline (10s)"}},
 		{name: "lease duration below renew deadline", args: []string{"--lease-name=my-app", "--renew-deadline=20s"}, wantErr: []string{"must be greater than --renew-deadline"}},
 		{name: "renew deadline equal to retry period × 1.2", args: []string{"--lease-name=my-app", "--renew-deadline=12s", "--retry-period=10s"}, wantErr: []string{"--renew-deadline (12s) must be greater than --retry-period × 1.2"}},
@@ -264,6 +268,9 @@ func TestParseOptionsValidEdges(t *testing.T) {
 		{name: "dotted lease name", args: []string{"--lease-name=my-app.example.com"}},
 		{name: "json logs", args: []string{"--log-format=json"}},
 		{name: "candidate readiness", args: []string{"--readiness=candidate"}},
+		{name: "one partition", args: []string{"--partitions=1"}},
+		{name: "most partitions", args: []string{"--partitions=1024"}},
+		{name: "long lease name without partitions", args: []string{"--lease-name=" + strings.Repeat("a", 64)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--lease-name=my-app"}, tc.args...)
@@ -904,5 +911,32 @@ func TestVersionIgnoresInvalidEnvironment(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := execute([]string{"--version"}, &stdout, &stderr); code != 0 {
 		t.Errorf("exit code = %d, want 0 (stderr %q)", code, stderr.String())
+	}
+}
+
+// TestClientRates: partition mode raises client-go's default rate limits to
+// what renewing every partition each retry period needs; flags still win.
+func TestClientRates(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		qps   float32
+		burst int
+	}{
+		{name: "leader election keeps client-go's defaults", args: nil, qps: 0, burst: 0},
+		{name: "16 partitions at a 2s retry period", args: []string{"--partitions=16"}, qps: 17, burst: 34},
+		{name: "1024 partitions at a 500ms retry period", args: []string{"--partitions=1024", "--lease-duration=4s", "--renew-deadline=2s", "--retry-period=500ms"}, qps: 4100, burst: 2050},
+		{name: "one partition keeps the floor", args: []string{"--partitions=1"}, qps: 5, burst: 10},
+		{name: "flags win", args: []string{"--partitions=16", "--kube-api-qps=3", "--kube-api-burst=4"}, qps: 3, burst: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, err := parseOptions(append([]string{"--lease-name=my-app"}, tc.args...), plainEnv.environment())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if qps, burst := o.clientRates(); qps != tc.qps || burst != tc.burst {
+				t.Errorf("clientRates() = %v, %d; want %v, %d", qps, burst, tc.qps, tc.burst)
+			}
+		})
 	}
 }

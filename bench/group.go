@@ -66,22 +66,27 @@ func (c *candidate) pid() int { return c.cmd.Process.Pid }
 // state asks GET /leader.
 func (c *candidate) state(ctx context.Context) (leaderState, error) {
 	var s leaderState
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.apiURL+"/leader", nil)
+	return s, c.getJSON(ctx, "/leader", &s)
+}
+
+// getJSON asks the application API for path and decodes the answer.
+func (c *candidate) getJSON(ctx context.Context, path string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.apiURL+path, nil)
 	if err != nil {
-		return s, err
+		return err
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return s, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("GET %s/leader: %s", c.apiURL, resp.Status)
+		return fmt.Errorf("GET %s%s: %s", c.apiURL, path, resp.Status)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return s, fmt.Errorf("decode GET %s/leader: %w", c.apiURL, err)
+	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+		return fmt.Errorf("decode GET %s%s: %w", c.apiURL, path, err)
 	}
-	return s, nil
+	return nil
 }
 
 func (c *candidate) signal(sig syscall.Signal) error {
@@ -187,6 +192,9 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	if g.im.leaderElector {
 		args = append(args, fmt.Sprintf("--probe-address=127.0.0.1:%d", ports[1]), "-v=2")
 	}
+	if g.im.partitions > 0 {
+		args = append(args, fmt.Sprintf("--partitions=%d", g.im.partitions))
+	}
 	logFile, err := os.Create(c.logPath)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -216,6 +224,10 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		if !c.running() {
 			return false, fmt.Errorf("%s exited: %v (log: %s)", name, c.exitErr, c.logPath)
+		}
+		if g.im.partitions > 0 {
+			_, err := c.partitions(ctx)
+			return err == nil, nil
 		}
 		_, err := c.state(ctx)
 		return err == nil, nil

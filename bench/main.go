@@ -21,6 +21,11 @@
 // for its state during the handover and crash phases; any violation makes
 // the run fail.
 //
+// With --partitions=N it measures partition mode instead (bench/partitions.go):
+// time to a full and fair assignment after a join and after a crash, and the
+// members' API requests while idle (`make bench-partitions`,
+// `make bench-partitions-smoke`).
+//
 // Run it with `make bench` (defaults: lease 15s, renew 10s, retry 2s, 3
 // candidates; about 12 minutes) or `make bench-smoke` (short timings and
 // counts, to prove it still works). It is a benchmark, not part of what
@@ -64,6 +69,12 @@ type options struct {
 	SSEClients   int
 	// Output, if set, also receives the table (markdown).
 	Output string
+	// Partitions > 0 runs the partition-mode benchmark instead (see
+	// bench/partitions.go) with PartitionMembers members and
+	// PartitionRounds joins and crashes.
+	Partitions       int
+	PartitionMembers int
+	PartitionRounds  int
 	// KeepWorkDir keeps logs, kubeconfigs and the audit log after a
 	// successful run too (a failed run always keeps them).
 	KeepWorkDir bool
@@ -83,6 +94,9 @@ func defaultOptions() *options {
 		HTTPDuration:  10 * time.Second,
 		HTTPConns:     16,
 		SSEClients:    100,
+
+		PartitionMembers: 8,
+		PartitionRounds:  3,
 	}
 }
 
@@ -100,6 +114,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.HTTPConns, "http-conns", o.HTTPConns, "keep-alive connections of the GET /leader load")
 	fs.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "/events clients attached during the second load run")
 	fs.StringVar(&o.Output, "output", o.Output, "also write the table (markdown) to this file")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
+	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")
+	fs.IntVar(&o.PartitionRounds, "partition-rounds", o.PartitionRounds, "joins and crashes measured in the partition benchmark")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }
 
@@ -130,6 +147,9 @@ func (o *options) validate() error {
 	if o.HTTPDuration < 100*time.Millisecond || o.HTTPConns < 1 || o.SSEClients < 0 {
 		errs = append(errs, errors.New("--http-duration must be at least 100ms, --http-conns at least 1, --sse-clients non-negative"))
 	}
+	if o.Partitions < 0 || o.Partitions > 1024 || (o.Partitions > 0 && (o.PartitionMembers < 2 || o.PartitionRounds < 1)) {
+		errs = append(errs, errors.New("--partitions must be within 0..1024, and with partitions --partition-members at least 2 and --partition-rounds at least 1"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -149,7 +169,11 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, opts); err != nil {
+	runBench := run
+	if opts.Partitions > 0 {
+		runBench = runPartitions
+	}
+	if err := runBench(ctx, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		cancel()
 		os.Exit(1)

@@ -32,6 +32,8 @@ type impl struct {
 	// leaderElector: it serves probes, /events, validUntil and fencingToken,
 	// so the monitor checks those too.
 	leaderElector bool
+	// partitions > 0 runs leader-elector in partition mode (--partitions).
+	partitions int
 }
 
 // run builds both implementations, starts the control plane, benchmarks
@@ -46,14 +48,7 @@ func run(ctx context.Context, opts *options) (err error) {
 	if err != nil {
 		return fmt.Errorf("create work dir: %w", err)
 	}
-	// A failed run keeps its logs (candidates, API server, audit log).
-	defer func() {
-		if opts.KeepWorkDir || err != nil {
-			logf("work dir kept: %s", work)
-			return
-		}
-		os.RemoveAll(work)
-	}()
+	defer func() { finishWorkDir(opts, work, err != nil) }()
 
 	root, err := repoRoot(ctx)
 	if err != nil {
@@ -74,24 +69,11 @@ func run(ctx context.Context, opts *options) (err error) {
 		}
 	}
 
-	binDir, err := cluster.EnsureBinaries(ctx, os.Stderr)
+	cp, err := startControlPlane(ctx, work)
 	if err != nil {
-		return fmt.Errorf("control plane binaries: %w", err)
-	}
-	cp, err := cluster.Start(ctx, cluster.Options{
-		BinDir:  binDir,
-		WorkDir: filepath.Join(work, "cluster"),
-		Log:     logWriter{},
-		// The audit log attributes every request to its candidate.
-		Audit: true,
-	})
-	if err != nil {
-		return fmt.Errorf("start control plane: %w", err)
-	}
-	defer cp.Stop()
-	if err := grantLeases(ctx, cp); err != nil {
 		return err
 	}
+	defer cp.Stop()
 	logf("control plane ready at %s; timings: lease %v, renew %v, retry %v; %d candidates",
 		cp.Host(), opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.Candidates)
 
@@ -184,6 +166,30 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 	return res, nil
 }
 
+// startControlPlane starts etcd and kube-apiserver with an audit log, which
+// attributes every request to its candidate, and grants the bench namespace
+// its Leases.
+func startControlPlane(ctx context.Context, work string) (*cluster.ControlPlane, error) {
+	binDir, err := cluster.EnsureBinaries(ctx, os.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("control plane binaries: %w", err)
+	}
+	cp, err := cluster.Start(ctx, cluster.Options{
+		BinDir:  binDir,
+		WorkDir: filepath.Join(work, "cluster"),
+		Log:     logWriter{},
+		Audit:   true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start control plane: %w", err)
+	}
+	if err := grantLeases(ctx, cp); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
 // grantLeases lets every service account of the bench namespace use Leases
 // (and Events, should an implementation record them). Each candidate runs as
 // its own service account so that the audit log tells their requests apart.
@@ -212,6 +218,16 @@ func grantLeases(ctx context.Context, cp *cluster.ControlPlane) error {
 		return fmt.Errorf("create role binding: %w", err)
 	}
 	return nil
+}
+
+// finishWorkDir removes the work dir, unless asked to keep it; a failed
+// run keeps its logs (candidates, API server, audit log).
+func finishWorkDir(opts *options, work string, failed bool) {
+	if opts.KeepWorkDir || failed {
+		logf("work dir kept: %s", work)
+		return
+	}
+	os.RemoveAll(work)
 }
 
 // build compiles pkg like `make build` does: static, trimmed, no race

@@ -57,38 +57,55 @@ func newLeaseCache(namespace, name string, requests, watches kubernetes.Interfac
 
 // run watches the Lease until ctx ends.
 func (c *leaseCache) run(ctx context.Context) {
-	byName := fields.OneTermEqualSelector("metadata.name", c.name).String()
-	leases := c.watches.CoordinationV1().Leases(c.namespace)
+	byName := func(opts *metav1.ListOptions) {
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.name).String()
+	}
+	runLeaseInformer(ctx, c.watches, c.namespace, byName, "lease-watch", cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.observe(obj) },
+		UpdateFunc: func(_, obj any) { c.observe(obj) },
+		DeleteFunc: func(any) { c.observeDeleted() },
+	}, c.markSynced)
+}
+
+// runLeaseInformer runs an informer on the Leases of namespace that select
+// picks (a field or label selector) until ctx ends, and calls synced once it
+// has delivered their state.
+func runLeaseInformer(ctx context.Context, watches kubernetes.Interface, namespace string, selectLeases func(*metav1.ListOptions), name string, handler cache.ResourceEventHandler, synced func()) {
+	leases := watches.CoordinationV1().Leases(namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = byName
+			selectLeases(&opts)
 			return leases.List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = byName
+			selectLeases(&opts)
 			return leases.Watch(ctx, opts)
 		},
 	}
-	logger := klog.FromContext(ctx).WithName("lease-watch")
+	logger := klog.FromContext(ctx).WithName(name)
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		Logger:        &logger,
 		ListerWatcher: lw,
 		ObjectType:    &coordinationv1.Lease{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.observe(obj) },
-			UpdateFunc: func(_, obj any) { c.observe(obj) },
-			DeleteFunc: func(any) { c.observeDeleted() },
-		},
+		Handler:       handler,
 	})
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-			c.mu.Lock()
-			c.synced = true
-			c.mu.Unlock()
-			close(c.syncedCh)
+			synced()
 		}
 	}()
 	informer.RunWithContext(ctx)
+}
+
+// markSynced records that the watch has delivered the Lease's state (or
+// that the Lease does not exist).
+func (c *leaseCache) markSynced() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		c.synced = true
+		close(c.syncedCh)
+	}
 }
 
 func (c *leaseCache) observe(obj any) {

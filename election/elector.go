@@ -58,15 +58,44 @@ type Config struct {
 	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
 	// that a standby takes over at once instead of after the lease duration.
 	ReleaseOnShutdown bool
+	// DeleteOnShutdown, with ReleaseOnShutdown, then deletes the Lease if
+	// no one holds it (partition mode: a pod's membership Lease goes with
+	// the pod). It needs the delete verb.
+	DeleteOnShutdown bool
 	// Client sends the Lease requests; build it with NewClientsets.
 	Client kubernetes.Interface
 	// WatchClient watches the Lease; it must not have a request timeout
 	// (a watch is one long request). Nil means Client.
 	WatchClient kubernetes.Interface
+	// Labels are set on the Lease when this pod creates or writes it, so
+	// that a LeaseGroup's label selector finds it.
+	Labels map[string]string
+	// Group, if set, feeds this elector's Lease from the group's one watch
+	// instead of a watch of its own. The Lease must carry the group's labels
+	// (set Labels).
+	Group *LeaseGroup
+	// Gate, if set, is asked before this pod starts a new term on the Lease
+	// (renewals of its own term are not asked). Nil admits every term, as in
+	// plain leader election.
+	Gate Gate
+	// OnChange, if set, is called after every change of the state's
+	// revision. It must not block: it runs under the state's lock.
+	OnChange func()
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
 	Clock clock.WithDelayedExecution
+}
+
+// Gate decides whether this pod may start a new term on a Lease now. Partition
+// mode uses it to keep each pod to its fair share.
+type Gate interface {
+	// Admits reports, without reserving anything, whether a new term would
+	// be admitted now. While it is false the elector does not try the Lease.
+	Admits() bool
+	// Admit admits one new term, to be written at once; done is called when
+	// the write has returned (and the state shows its outcome).
+	Admit() (done func(), ok bool)
 }
 
 // Validate checks the rules client-go enforces, plus whole-second leases.
@@ -141,6 +170,8 @@ type Elector struct {
 
 type releaseRequest struct {
 	done chan error
+	// sitOut is how long the elector stays out of the election afterwards.
+	sitOut time.Duration
 }
 
 // New returns an Elector for cfg.
@@ -153,6 +184,7 @@ func New(cfg Config) (*Elector, error) {
 		clk = clock.RealClock{}
 	}
 	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline)
+	t.onChange = cfg.OnChange
 	e := &Elector{
 		cfg:     cfg,
 		clock:   clk,
@@ -165,15 +197,22 @@ func New(cfg Config) (*Elector, error) {
 		watches = cfg.Client
 	}
 	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
+	if cfg.Group != nil {
+		if err := cfg.Group.feed(e.cache); err != nil {
+			return nil, err
+		}
+	}
 	e.lock = &observingLock{
 		inner: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 			Client:     e.cache,
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+			Labels:     cfg.Labels,
 		},
 		tracker: t,
 		metrics: e.metrics,
 		onLapse: e.stopRound,
+		gate:    cfg.Gate,
 		writing: &e.writing,
 	}
 	return e, nil
@@ -212,12 +251,19 @@ func (e *Elector) Healthy() error { return e.healthz.Check(nil) }
 // stays out of the election for one lease duration so another candidate
 // takes over. It returns ErrNotLeader if this pod does not lead.
 func (e *Elector) Release(ctx context.Context) (State, error) {
+	return e.ReleaseFor(ctx, e.cfg.LeaseDuration)
+}
+
+// ReleaseFor is Release with the time this pod then stays out of the
+// election. Partition mode hands a partition over with no sit-out at all:
+// its Gate already keeps this pod from taking it back.
+func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, error) {
 	e.mu.Lock()
 	if !e.tracker.Snapshot().IsLeader || e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
 		return e.Snapshot(), ErrNotLeader
 	}
-	req := &releaseRequest{done: make(chan error, 1)}
+	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut}
 	e.releasing = req
 	e.tracker.setClaiming(false)
 	e.cancelRun()
@@ -275,6 +321,11 @@ func (e *Elector) attemptNow() {
 	e.cancelRun()
 }
 
+// TryNow makes a candidate that does not hold the Lease try it at once
+// (or at its expiry) instead of at client-go's next retry; a Gate's owner
+// calls it when the gate starts to admit.
+func (e *Elector) TryNow() { go e.attemptNow() }
+
 // stopRound ends the current round of client-go's elector; Run starts a new
 // one.
 func (e *Elector) stopRound() {
@@ -313,7 +364,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	cacheDone := make(chan struct{})
 	go func() {
 		defer close(cacheDone)
-		e.cache.run(cacheCtx)
+		if e.cfg.Group == nil {
+			e.cache.run(cacheCtx)
+		}
 	}()
 	defer func() {
 		stopCache()
@@ -339,6 +392,10 @@ func (e *Elector) Run(ctx context.Context) error {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		if rerr := e.release(relCtx); rerr != nil {
 			logger.Error(rerr, "Failed to release lease on shutdown; it expires after the lease duration")
+		} else if e.cfg.DeleteOnShutdown {
+			if derr := e.deleteReleased(relCtx); derr != nil {
+				logger.Error(derr, "Failed to delete the released lease on shutdown; it stays, with no holder")
+			}
 		}
 		cancel()
 	}
@@ -383,7 +440,8 @@ func (e *Elector) runRound(ctx context.Context) error {
 }
 
 // serveRelease completes a pending POST /release after the round it stopped
-// has ended: clear the Lease, then sit out one lease duration.
+// has ended: clear the Lease, then sit out (one lease duration for POST
+// /release).
 func (e *Elector) serveRelease(ctx context.Context) {
 	e.mu.Lock()
 	req := e.releasing
@@ -396,9 +454,11 @@ func (e *Elector) serveRelease(ctx context.Context) {
 	cancel()
 	req.done <- err
 
-	select {
-	case <-ctx.Done():
-	case <-e.clock.After(e.cfg.LeaseDuration):
+	if req.sitOut > 0 {
+		select {
+		case <-ctx.Done():
+		case <-e.clock.After(req.sitOut):
+		}
 	}
 	e.mu.Lock()
 	e.releasing = nil

@@ -9,11 +9,16 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
 // errClaimLapsed is returned instead of renewing a claim that has run out.
 var errClaimLapsed = errors.New("leadership claim lapsed before renewal; starting a new acquisition")
+
+// errNotAdmitted is returned instead of starting a term the Gate does not
+// allow (partition mode: this pod already holds its share).
+var errNotAdmitted = errors.New("the gate does not admit a new term on this lease now")
 
 // errNotExpired is returned instead of taking a Lease whose holder may
 // still be renewing it.
@@ -36,6 +41,9 @@ var errNotExpired = errors.New("the lease holder has renewed within the lease du
 //   - A Lease whose holder has not renewed for a whole lease duration, by this
 //     pod's exact observation, is shown as free, and no acquisition is sent
 //     before that (see Update).
+//   - With a Gate, a new term is started only when the gate admits it; while
+//     it does not, a free or expired Lease is shown to client-go as held
+//     (see Get), so client-go waits quietly instead of failing its writes.
 //   - A renewal of a claim that has lapsed (the process was paused past the
 //     renew deadline) is refused, and onLapse is called, so that leadership
 //     never silently resumes: the elector starts over and a new claim begins.
@@ -46,6 +54,8 @@ type observingLock struct {
 	tracker *tracker
 	metrics *metrics
 	onLapse func()
+	// gate, if set, admits new terms (not renewals of this process's own).
+	gate Gate
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
 	// writing is held for the whole of every write, so that a round is never
@@ -59,18 +69,29 @@ var _ resourcelock.Interface = (*observingLock)(nil)
 // this identity but was written by an earlier process.
 const previousIncarnationSuffix = " (previous incarnation)"
 
+// notAdmittedHolder is the holder client-go is shown while the gate does not
+// admit a new term on a Lease that is free or expired.
+const notAdmittedHolder = "(not admitted by the gate)"
+
 func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	rec, raw, err := l.inner.Get(ctx)
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			l.tracker.observeNotFound()
+			if !l.admits() {
+				return l.show(resourcelock.LeaderElectionRecord{})
+			}
 		}
 		return rec, raw, err
 	}
 	l.tracker.observeRead(recordOf(rec))
 	shown := *rec
+	holding := l.tracker.holdingLease()
+	free := rec.HolderIdentity == "" || (!holding && l.tracker.holderExpired())
 	switch {
-	case rec.HolderIdentity != "" && !l.tracker.holdingLease() && l.tracker.holderExpired():
+	case free && !holding && !l.admits():
+		return l.show(shown)
+	case rec.HolderIdentity != "" && !holding && l.tracker.holderExpired():
 		// Expired by this pod's own full-precision observation: shown as
 		// free so that client-go tries at once instead of measuring the
 		// expiry again from now (it starts its clock at its first read).
@@ -87,13 +108,51 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	return &shown, raw, nil
 }
 
+// admits reports whether the gate, if any, would admit a new term now.
+func (l *observingLock) admits() bool {
+	return l.gate == nil || l.gate.Admits()
+}
+
+// show returns r to client-go as held by notAdmittedHolder and renewed just
+// now: client-go then counts the Lease as valid and does not try it. The
+// renew time changes on every read, so client-go never sees it expire; the
+// owner of the gate starts a new round once it admits.
+func (l *observingLock) show(r resourcelock.LeaderElectionRecord) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	now := metav1.NewTime(l.tracker.clock.Now())
+	r.HolderIdentity = notAdmittedHolder
+	r.RenewTime = now
+	if r.LeaseDurationSeconds == 0 {
+		r.LeaseDurationSeconds = 1
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode election record: %w", err)
+	}
+	return &r, raw, nil
+}
+
+// admitted runs write if it continues this process's own term, or if the
+// gate admits a new term; the admission is held for the whole write, so
+// that the gate can count acquisitions on their way.
+func (l *observingLock) admitted(newTerm bool, write func() error) error {
+	if !newTerm || l.gate == nil {
+		return write()
+	}
+	done, ok := l.gate.Admit()
+	if !ok {
+		return errNotAdmitted
+	}
+	defer done()
+	return write()
+}
+
 func (l *observingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
 	// If the Lease was deleted, a new one would restart the fencing token at
 	// 0; continue from the last token this pod saw instead.
 	if last, ok := l.tracker.lastToken(); ok && int64(ler.LeaderTransitions) <= last {
 		ler.LeaderTransitions = int(last) + 1
 	}
-	return l.write(ctx, ler, l.inner.Create)
+	return l.admitted(true, func() error { return l.write(ctx, ler, l.inner.Create) })
 }
 
 func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
@@ -111,6 +170,7 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		if !l.tracker.mayAcquire() {
 			return errNotExpired
 		}
+		return l.admitted(!l.tracker.holdingLease(), func() error { return l.write(ctx, ler, l.inner.Update) })
 	}
 	return l.write(ctx, ler, l.inner.Update)
 }

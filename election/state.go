@@ -97,6 +97,10 @@ type tracker struct {
 	// leaderSince is when the current claim began.
 	leaderSince time.Time
 
+	// onChange, if set, is called after every change of the revision, under
+	// mu; it must not block.
+	onChange func()
+
 	published view
 	revision  uint64
 	changed   chan struct{}
@@ -198,6 +202,9 @@ func (t *tracker) publishLocked(now time.Time) {
 		t.revision++
 		close(t.changed)
 		t.changed = make(chan struct{})
+		if t.onChange != nil {
+			t.onChange()
+		}
 	}
 	t.armTimerLocked(now, v)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/leader-elector/leader-elector/election"
-	"k8s.io/klog/v2"
 )
 
 // Election is what the HTTP servers need from the elector.
@@ -101,13 +100,9 @@ func (a *api) leaderBody(s election.State) ([]byte, error) {
 
 // leader answers GET /leader, optionally as a long-poll.
 func (a *api) leader(w http.ResponseWriter, r *http.Request) {
-	var q leaderQuery
-	if r.URL.RawQuery != "" {
-		var err error
-		if q, err = parseLeaderQuery(r.URL.Query()); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
+	q, ok := waitQuery(w, r)
+	if !ok {
+		return
 	}
 	plain, err := wantsPlainText(r.Header.Values("Accept"))
 	if err != nil {
@@ -117,7 +112,7 @@ func (a *api) leader(w http.ResponseWriter, r *http.Request) {
 
 	state := a.el.Snapshot()
 	if q.wait > 0 {
-		state = a.waitForChange(w, r, q)
+		state = waitFor(w, r, q, a.leaderSource())
 	}
 	if plain {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -133,32 +128,27 @@ func (a *api) leader(w http.ResponseWriter, r *http.Request) {
 	writeBody(w, http.StatusOK, body)
 }
 
-// waitForChange blocks until the revision differs from the one asked for,
-// the wait runs out, or the client or server goes away; it then returns the
-// current state. It waits on the state's change channel: nothing polls.
-func (a *api) waitForChange(w http.ResponseWriter, r *http.Request, q leaderQuery) election.State {
-	// The server's WriteTimeout would cut a long-poll short; this one
-	// response gets the time it asked for.
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(q.wait + writeGrace))
+// leaderSource is the election state as long-polls and SSE follow it.
+func (a *api) leaderSource() watchable[election.State] {
+	return watchable[election.State]{
+		watch:    a.el.Watch,
+		revision: func(s election.State) uint64 { return s.Revision },
+		event:    "leader",
+		encode:   func(s election.State) ([]byte, error) { return marshalJSON(leaderJSON(s)) },
+	}
+}
 
-	timer := time.NewTimer(q.wait)
-	defer timer.Stop()
-	state, changed := a.el.Watch()
-	want := state.Revision
-	if q.hasRevision {
-		want = q.revision
+// waitQuery reads ?wait=&revision= and answers 400 if it cannot.
+func waitQuery(w http.ResponseWriter, r *http.Request) (leaderQuery, bool) {
+	if r.URL.RawQuery == "" {
+		return leaderQuery{}, true
 	}
-	for state.Revision == want {
-		select {
-		case <-changed:
-		case <-timer.C:
-			return a.el.Snapshot()
-		case <-r.Context().Done():
-			return a.el.Snapshot()
-		}
-		state, changed = a.el.Watch()
+	q, err := parseLeaderQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return q, false
 	}
-	return state
+	return q, true
 }
 
 type leaderQuery struct {
@@ -199,55 +189,9 @@ func parseLeaderQuery(v url.Values) (leaderQuery, error) {
 	return q, nil
 }
 
-// events streams the state as server-sent events: one at connect time and
-// one per change. Each stream runs on its own goroutine and only reads the
-// state, so a slow client delays no one but itself; a write blocked for
-// longer than writeGrace ends the stream.
+// events streams the state as server-sent events (event: leader).
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, "GET /events takes no query parameters")
-		return
-	}
-	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
-	logger := klog.FromContext(r.Context())
-	keepAlive := time.NewTicker(a.keepAlive)
-	defer keepAlive.Stop()
-
-	var sent uint64
-	first := true
-	for {
-		state, changed := a.el.Watch()
-		if first || state.Revision != sent {
-			if err := writeEvent(rc, w, state); err != nil {
-				logger.V(4).Info("SSE client gone", "err", err)
-				return
-			}
-			sent, first = state.Revision, false
-		}
-		select {
-		case <-changed:
-		case <-keepAlive.C:
-			if err := writeChunk(rc, w, ": keep-alive\n\n"); err != nil {
-				logger.V(4).Info("SSE client gone", "err", err)
-				return
-			}
-		case <-r.Context().Done():
-			return
-		}
-	}
-}
-
-func writeEvent(rc *http.ResponseController, w http.ResponseWriter, s election.State) error {
-	body, err := marshalJSON(leaderJSON(s))
-	if err != nil {
-		return err
-	}
-	return writeChunk(rc, w, fmt.Sprintf("id: %d\nevent: leader\ndata: %s\n\n", s.Revision, body))
+	stream(w, r, a.keepAlive, a.leaderSource())
 }
 
 func writeChunk(rc *http.ResponseController, w http.ResponseWriter, chunk string) error {

@@ -24,10 +24,16 @@ const (
 // and /metrics from gatherer.
 func NewProbeHandler(el Election, mode Readiness, gatherer prometheus.Gatherer) http.Handler {
 	p := &probes{el: el, mode: mode}
+	return newProbeRoutes(p.notReady, el.Healthy, gatherer)
+}
+
+// newProbeRoutes serves /readyz from ready, /healthz from healthy and
+// /metrics from gatherer.
+func newProbeRoutes(ready, healthy func() error, gatherer prometheus.Gatherer) http.Handler {
 	metrics := promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
 	return routes{
-		"/readyz":  {http.MethodGet: p.readyz},
-		"/healthz": {http.MethodGet: p.healthz},
+		"/readyz":  {http.MethodGet: func(w http.ResponseWriter, _ *http.Request) { readyz(w, ready) }},
+		"/healthz": {http.MethodGet: func(w http.ResponseWriter, _ *http.Request) { healthz(w, healthy) }},
 		"/metrics": {http.MethodGet: metrics.ServeHTTP},
 	}
 }
@@ -37,8 +43,8 @@ type probes struct {
 	mode Readiness
 }
 
-func (p *probes) readyz(w http.ResponseWriter, _ *http.Request) {
-	if err := p.notReady(); err != nil {
+func readyz(w http.ResponseWriter, ready func() error) {
+	if err := ready(); err != nil {
 		writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
 		return
 	}
@@ -59,8 +65,8 @@ func (p *probes) notReady() error {
 	return fmt.Errorf("not the leader (%s holds lease %s/%s)", s.Holder, s.Namespace, s.Name)
 }
 
-func (p *probes) healthz(w http.ResponseWriter, _ *http.Request) {
-	if err := p.el.Healthy(); err != nil {
+func healthz(w http.ResponseWriter, healthy func() error) {
+	if err := healthy(); err != nil {
 		writeText(w, http.StatusInternalServerError, "unhealthy: "+err.Error())
 		return
 	}

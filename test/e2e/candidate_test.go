@@ -69,6 +69,9 @@ type candidateOptions struct {
 	// everything itself, on the ports it gives.
 	bareArgs bool
 	ports    []int
+	// startedPath is the API path that answers 200 once the process
+	// serves; "/leader" if empty.
+	startedPath string
 }
 
 // startCandidate starts leader-elector with the e2e timings and waits until
@@ -147,6 +150,10 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		if !c.running() {
 			return false, fmt.Errorf("%s exited: %v", name, c.exitErr)
+		}
+		if o.startedPath != "" {
+			status, _, _, err := c.do(http.MethodGet, o.startedPath, nil)
+			return err == nil && status == http.StatusOK, nil
 		}
 		_, err := c.state()
 		return err == nil, nil

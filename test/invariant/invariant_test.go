@@ -42,3 +42,25 @@ func TestChecker(t *testing.T) {
 		})
 	}
 }
+
+func TestPartitions(t *testing.T) {
+	base := time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+	at := func(s float64) *time.Time { v := base.Add(time.Duration(s * float64(time.Second))); return &v }
+	sent := func(s float64) time.Time { return *at(s) }
+	p := NewPartitions()
+	// Partition 0 moves from a to b with a growing token; partition 1 is
+	// claimed by a and b at once, and b's token goes back.
+	p.Record("a", sent(1), []OwnedAnswer{{Partition: 0, FencingToken: 1, Since: at(0), ValidUntil: at(3)}, {Partition: 1, FencingToken: 5, Since: at(0), ValidUntil: at(3)}})
+	p.Record("b", sent(2), []OwnedAnswer{{Partition: 1, FencingToken: 4, Since: at(0.5), ValidUntil: at(4)}})
+	p.Record("b", sent(5), []OwnedAnswer{{Partition: 0, FencingToken: 2, Since: at(4), ValidUntil: at(7)}})
+	r := p.Check(3)
+	want := []string{"partition 1: split brain", "partition 1: fencing token did not grow", "owners of 2 partitions seen, want all 3"}
+	if r.Count() != len(want) {
+		t.Fatalf("violations %q, want %d: %q", r.Violations, len(want), want)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(r.Violations[i], w) {
+			t.Errorf("violation %d = %q, want it to start with %q", i, r.Violations[i], w)
+		}
+	}
+}

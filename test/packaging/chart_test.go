@@ -115,6 +115,15 @@ func TestChartRBAC(t *testing.T) {
 			leaseName: full,
 		},
 		{
+			name:  "partitions.count: no Lease; the sidecars create the group's Leases, list and watch them by label, delete their own membership Lease",
+			set:   []string{"--set", "partitions.count=16"},
+			kinds: []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full},
+			rules: func(t *testing.T) []rbacv1.PolicyRule {
+				return []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}}
+			},
+			subject: full,
+		},
+		{
 			name:    "fullnameOverride",
 			set:     []string{"--set", "fullnameOverride=elector"},
 			kinds:   []string{"ServiceAccount/elector", "Role/elector", "RoleBinding/elector", "Lease/elector"},
@@ -311,6 +320,8 @@ func TestChartGuards(t *testing.T) {
 		{"invalid Lease name", []string{"--set", "lease.name=My_Lease"}, "lease/name"},
 		{"a misspelt value", []string{"--set", "election.leaseDuration=30s"}, "leaseDuration"},
 		{"existing ServiceAccount without a name", []string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
+		{"too many partitions", []string{"--set", "partitions.count=2000"}, "partitions/count"},
+		{"partition group name too long for a label", []string{"--set", "partitions.count=4", "--set", "demo.enabled=true", "--set", "lease.name=" + strings.Repeat("a", 64)}, "partitions.count needs a lease name of at most 63 characters"},
 		{"native sidecar before 1.29", []string{"--kube-version", "1.28.9"}, "sidecar.native needs Kubernetes 1.29 or later"},
 	}
 	for _, tc := range cases {

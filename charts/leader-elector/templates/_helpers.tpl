@@ -129,6 +129,9 @@ ServiceAccount's token.
     - --release-on-shutdown={{ .Values.election.releaseOnShutdown }}
     - --http-address=127.0.0.1:{{ .Values.sidecar.httpPort }}
     - --probe-address=:{{ .Values.sidecar.probePort }}
+    {{- if gt (int .Values.partitions.count) 0 }}
+    - --partitions={{ .Values.partitions.count }}
+    {{- end }}
     - --log-format={{ .Values.sidecar.logFormat }}
     - -v={{ .Values.sidecar.logVerbosity }}
     {{- if ne .Values.routing.mode "none" }}
@@ -281,6 +284,9 @@ that cannot work.
 {{- end }}
 {{- if le $renew (mulf $retry 1.2) }}
 {{- fail (printf "election.renewDeadlineSeconds (%v) must be greater than 1.2 × election.retryPeriodSeconds (%v)" $e.renewDeadlineSeconds $e.retryPeriodSeconds) }}
+{{- end }}
+{{- if and (gt (int .Values.partitions.count) 0) (gt (len (include "leader-elector.leaseName" .)) 63) }}
+{{- fail (printf "partitions.count needs a lease name of at most 63 characters (it is a label value), got %q" (include "leader-elector.leaseName" .)) }}
 {{- end }}
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}

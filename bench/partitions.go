@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leader-elector/leader-elector/test/invariant"
+)
+
+// partitionsState is the part of GET /partitions the benchmark reads.
+type partitionsState struct {
+	Members int                     `json:"members"`
+	Member  bool                    `json:"member"`
+	Owned   []invariant.OwnedAnswer `json:"owned"`
+}
+
+// partitions asks GET /partitions.
+func (c *candidate) partitions(ctx context.Context) (partitionsState, error) {
+	var s partitionsState
+	return s, c.getJSON(ctx, "/partitions", &s)
+}
+
+// partitionResult holds the figures of the partition benchmark.
+type partitionResult struct {
+	joins, crashes []time.Duration
+	safety         invariant.Report
+	idle           idleResult
+	owned          map[*candidate]int
+}
+
+// runPartitions measures partition mode: with Partitions partitions and
+// PartitionMembers members, the time from a new member's start to a full
+// and fair assignment (join), from a member's SIGKILL to a full and fair
+// assignment among the survivors (crash), and each member's API requests
+// while the group is idle, from the audit log. A monitor checks every
+// partition's safety throughout (test/invariant); a violation fails the run.
+func runPartitions(ctx context.Context, opts *options) (err error) {
+	work, err := os.MkdirTemp("", "leader-elector-bench-partitions-")
+	if err != nil {
+		return fmt.Errorf("create work dir: %w", err)
+	}
+	defer func() { finishWorkDir(opts, work, err != nil) }()
+	root, err := repoRoot(ctx)
+	if err != nil {
+		return err
+	}
+	code := describe(ctx, root)
+	im := &impl{key: "partitions", binary: filepath.Join(work, "bin", "leader-elector"), prefix: "pm", leaderElector: true, partitions: opts.Partitions}
+	if err := build(ctx, root, ".", im.binary); err != nil {
+		return err
+	}
+	cp, err := startControlPlane(ctx, work)
+	if err != nil {
+		return err
+	}
+	defer cp.Stop()
+	logf("control plane ready at %s; %d partitions, %d members; timings: lease %v, renew %v, retry %v",
+		cp.Host(), opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod)
+
+	g := newGroup(opts, cp, im, "bench-partitions", work)
+	defer g.stopAll()
+	checker := invariant.NewPartitions()
+	stopMonitor := monitorPartitions(g, checker, max(opts.PollInterval, 20*time.Millisecond))
+	res := &partitionResult{}
+
+	for range opts.PartitionMembers - 1 {
+		if _, err := g.start(ctx); err != nil {
+			return err
+		}
+	}
+	// A settling bound, not a target: a crashed member's partitions wait
+	// for their Leases to expire; everything else takes a few round trips.
+	bound := 3*opts.LeaseDuration + 20*opts.RetryPeriod + 30*time.Second
+	if _, err := waitPartitionsFair(ctx, g, opts.Partitions, time.Now(), bound); err != nil {
+		return fmt.Errorf("first assignment: %w", err)
+	}
+	for round := range opts.PartitionRounds {
+		start := time.Now()
+		if _, err := g.start(ctx); err != nil {
+			return err
+		}
+		took, err := waitPartitionsFair(ctx, g, opts.Partitions, start, bound)
+		if err != nil {
+			return fmt.Errorf("join %d: %w", round+1, err)
+		}
+		res.joins = append(res.joins, took)
+		logf("join %d: full and fair after %v", round+1, took.Round(time.Millisecond))
+
+		live := g.live()
+		victim := live[round%len(live)]
+		start = time.Now()
+		if err := victim.signal(syscall.SIGKILL); err != nil {
+			return err
+		}
+		<-victim.done
+		if took, err = waitPartitionsFair(ctx, g, opts.Partitions, start, bound); err != nil {
+			return fmt.Errorf("crash %d: %w", round+1, err)
+		}
+		res.crashes = append(res.crashes, took)
+		logf("crash %d: full and fair after %v", round+1, took.Round(time.Millisecond))
+	}
+	// Back to the full group for the idle measurement.
+	if _, err := g.start(ctx); err != nil {
+		return err
+	}
+	if _, err := waitPartitionsFair(ctx, g, opts.Partitions, time.Now(), bound); err != nil {
+		return fmt.Errorf("last join: %w", err)
+	}
+	stopMonitor()
+	res.safety = checker.Check(opts.Partitions)
+
+	if err := idlePartitions(ctx, opts, g, res); err != nil {
+		return err
+	}
+	counted := &implResult{idle: res.idle}
+	if err := countRequests(cp, counted); err != nil {
+		return err
+	}
+	res.idle = counted.idle
+
+	table := renderPartitions(opts, res) + fmt.Sprintf("\nCode: %s, %s.\n", code, machine())
+	fmt.Println()
+	fmt.Print(table)
+	if opts.Output != "" {
+		if err := os.WriteFile(opts.Output, []byte(table), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", opts.Output, err)
+		}
+	}
+	if n := res.safety.Count(); n > 0 {
+		return fmt.Errorf("partition mode: %d safety violations: %s", n, strings.Join(res.safety.Violations, "; "))
+	}
+	return nil
+}
+
+// monitorPartitions asks every member, present and future, for GET
+// /partitions every interval and feeds the checker, until the returned
+// function is called.
+func monitorPartitions(g *group, checker *invariant.Partitions, interval time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	seen := map[*candidate]bool{}
+	wg.Go(func() {
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			for _, c := range g.live() {
+				if seen[c] {
+					continue
+				}
+				seen[c] = true
+				wg.Go(func() { pollPartitions(ctx, c, checker, interval) })
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+func pollPartitions(ctx context.Context, c *candidate, checker *invariant.Partitions, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		sent := time.Now()
+		if s, err := c.partitions(ctx); err == nil {
+			checker.Record(c.name, sent, s.Owned)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.done:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// waitPartitionsFair waits until every live member sees all of them as
+// members, every partition is owned by exactly one of them and each owns
+// ⌊N/M⌋ or ⌈N/M⌉, and returns the time since start.
+func waitPartitionsFair(ctx context.Context, g *group, n int, start time.Time, timeout time.Duration) (time.Duration, error) {
+	deadline := time.Now().Add(timeout)
+	why := ""
+	for time.Now().Before(deadline) {
+		var ok bool
+		if ok, why = partitionsFair(ctx, g.live(), n); ok {
+			return time.Since(start), nil
+		}
+		if err := pause(ctx, 5*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("no full and fair assignment within %v: %s", timeout, why)
+}
+
+func partitionsFair(ctx context.Context, members []*candidate, n int) (bool, string) {
+	m := len(members)
+	lo, hi := n/m, (n+m-1)/m
+	owners := map[int]bool{}
+	for _, c := range members {
+		s, err := c.partitions(ctx)
+		switch {
+		case err != nil:
+			return false, err.Error()
+		case !s.Member || s.Members != m:
+			return false, fmt.Sprintf("%s sees %d members (member: %t), want %d", c.name, s.Members, s.Member, m)
+		case len(s.Owned) < lo || len(s.Owned) > hi:
+			return false, fmt.Sprintf("%s owns %d, want %d..%d", c.name, len(s.Owned), lo, hi)
+		}
+		for _, o := range s.Owned {
+			if owners[o.Partition] {
+				return false, fmt.Sprintf("partition %d reported twice", o.Partition)
+			}
+			owners[o.Partition] = true
+		}
+	}
+	return len(owners) == n, fmt.Sprintf("%d of %d partitions owned", len(owners), n)
+}
+
+// idlePartitions lets the stable group sit, unpolled, for IdleWindow and
+// records the window for countRequests.
+func idlePartitions(ctx context.Context, opts *options, g *group, res *partitionResult) error {
+	members := g.live()
+	logf("partitions idle: %d members; settling %v, then measuring %v", len(members), opts.IdleWarmup, opts.IdleWindow)
+	if err := pause(ctx, opts.IdleWarmup); err != nil {
+		return err
+	}
+	from := time.Now()
+	if err := pause(ctx, opts.IdleWindow); err != nil {
+		return err
+	}
+	res.idle = idleResult{from: from, to: time.Now(), leader: members[0], followers: members[1:], cpu: map[*candidate]float64{}}
+	res.owned = map[*candidate]int{}
+	for _, c := range members {
+		res.idle.cpu[c] = 0
+		s, err := c.partitions(ctx)
+		if err != nil {
+			return err
+		}
+		res.owned[c] = len(s.Owned)
+	}
+	return nil
+}
+
+// renderPartitions prints the figures as a markdown table and notes.
+func renderPartitions(opts *options, res *partitionResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Partition mode: %d partitions, %d members; lease %v, renew %v, retry %v.\n\n",
+		opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod)
+	b.WriteString("| measure | median | max | runs |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| join → full and fair assignment (from the new member's start) | %s | %s | %d |\n", ms(percentile(res.joins, 0.5)), ms(maxDuration(res.joins)), len(res.joins))
+	fmt.Fprintf(&b, "| crash (SIGKILL) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.crashes, 0.5)), ms(maxDuration(res.crashes)), len(res.crashes))
+	fmt.Fprintf(&b, "\nIdle, over %v (audit log):\n\n| member | partitions owned | API requests/s | expected renewals/s ((owned + 1 membership Lease) ÷ retry period) | requests other than lease updates |\n|---|---|---|---|---|\n", res.idle.to.Sub(res.idle.from).Round(time.Second))
+	members := append([]*candidate{res.idle.leader}, res.idle.followers...)
+	sort.Slice(members, func(i, j int) bool { return members[i].name < members[j].name })
+	for _, c := range members {
+		other := 0
+		for what, k := range res.idle.requests[c] {
+			if what != "update leases" {
+				other += k
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %d |\n", c.name, res.owned[c], res.idle.rate(c), float64(res.owned[c]+1)/opts.RetryPeriod.Seconds(), other)
+	}
+	fmt.Fprintf(&b, "\nSafety (every partition, whole run before the idle window): %d claims in %d answers, %d violations.\n", res.safety.Claims, res.safety.Observations, res.safety.Count())
+	for _, v := range res.safety.Violations {
+		fmt.Fprintf(&b, "- %s\n", v)
+	}
+	return b.String()
+}

@@ -1,0 +1,173 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leader-elector/leader-elector/partition"
+)
+
+// Partitions is what the HTTP servers need from a partition group member
+// (--partitions).
+type Partitions interface {
+	// Snapshot returns the current state.
+	Snapshot() partition.State
+	// Watch returns the current state and a channel closed at its next
+	// change.
+	Watch() (partition.State, <-chan struct{})
+	// Release hands one owned partition back; partition.ErrOutOfRange or
+	// partition.ErrNotOwned when it cannot.
+	Release(ctx context.Context, i int) (partition.State, error)
+	// Ready fails while the pod holds less than its fair share after the
+	// group had time to settle.
+	Ready() error
+	// Candidate fails until the member runs and has reached the API server.
+	Candidate() error
+	// Healthy fails when one of the member's electors is wedged.
+	Healthy() error
+}
+
+// partitionsResponse is the JSON of GET /partitions, of /events and of
+// POST /partitions/<i>/release.
+type partitionsResponse struct {
+	Lease      leaseRef      `json:"lease"`
+	Identity   string        `json:"identity"`
+	Partitions int           `json:"partitions"`
+	Members    int           `json:"members"`
+	Member     bool          `json:"member"`
+	FairShare  fairShareJSON `json:"fairShare"`
+	Owned      []ownedJSON   `json:"owned"`
+	Revision   uint64        `json:"revision"`
+}
+
+type fairShareJSON struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+type ownedJSON struct {
+	Partition    int    `json:"partition"`
+	FencingToken int64  `json:"fencingToken"`
+	Since        string `json:"since"`
+	ValidUntil   string `json:"validUntil"`
+}
+
+func partitionsJSON(s partition.State) partitionsResponse {
+	owned := make([]ownedJSON, 0, len(s.Owned))
+	for _, o := range s.Owned {
+		owned = append(owned, ownedJSON{Partition: o.Partition, FencingToken: o.FencingToken, Since: formatTime(o.Since), ValidUntil: formatTime(o.ValidUntil)})
+	}
+	return partitionsResponse{
+		Lease:      leaseRef{Namespace: s.Namespace, Name: s.Name},
+		Identity:   s.Identity,
+		Partitions: s.Partitions,
+		Members:    s.Members,
+		Member:     s.Member,
+		FairShare:  fairShareJSON{Min: s.FairShareMin, Max: s.FairShareMax},
+		Owned:      owned,
+		Revision:   s.Revision,
+	}
+}
+
+// NewPartitionsAPIHandler returns the application API of partition mode:
+// GET /partitions (with the long-poll of GET /leader), GET /events (event:
+// partitions) and POST /partitions/<i>/release.
+func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = defaultKeepAlive
+	}
+	a := &partitionsAPI{p: p, keepAlive: opts.KeepAlive}
+	notLeaderMode := func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, r.URL.Path+" is not served in partition mode (--partitions); use GET /partitions")
+	}
+	return routes{
+		"/partitions":  {http.MethodGet: a.partitions},
+		"/partitions/": {http.MethodPost: a.release},
+		"/events":      {http.MethodGet: a.events},
+		"/":            {http.MethodGet: notLeaderMode},
+		"/leader":      {http.MethodGet: notLeaderMode},
+		"/release":     {http.MethodPost: notLeaderMode},
+	}
+}
+
+type partitionsAPI struct {
+	p         Partitions
+	keepAlive time.Duration
+}
+
+func (a *partitionsAPI) source() watchable[partition.State] {
+	return watchable[partition.State]{
+		watch:    a.p.Watch,
+		revision: func(s partition.State) uint64 { return s.Revision },
+		event:    "partitions",
+		encode:   func(s partition.State) ([]byte, error) { return marshalJSON(partitionsJSON(s)) },
+	}
+}
+
+// partitions answers GET /partitions, optionally as a long-poll.
+func (a *partitionsAPI) partitions(w http.ResponseWriter, r *http.Request) {
+	q, ok := waitQuery(w, r)
+	if !ok {
+		return
+	}
+	state := a.p.Snapshot()
+	if q.wait > 0 {
+		state = waitFor(w, r, q, a.source())
+	}
+	writeJSON(w, http.StatusOK, partitionsJSON(state))
+}
+
+func (a *partitionsAPI) events(w http.ResponseWriter, r *http.Request) {
+	stream(w, r, a.keepAlive, a.source())
+}
+
+// release answers POST /partitions/<i>/release.
+func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.Path, "/partitions/")
+	num, ok := strings.CutSuffix(rest, "/release")
+	if !ok || strings.Contains(num, "/") {
+		writeError(w, http.StatusNotFound, "no such path: "+r.URL.Path+" (want POST /partitions/<i>/release)")
+		return
+	}
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "POST /partitions/<i>/release takes no query parameters")
+		return
+	}
+	i, err := strconv.Atoi(num)
+	if err != nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such partition %q: want a number", num))
+		return
+	}
+	state, err := a.p.Release(r.Context(), i)
+	switch {
+	case errors.Is(err, partition.ErrOutOfRange):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, partition.ErrNotOwned):
+		writeError(w, http.StatusConflict, err.Error())
+	case err != nil:
+		// The claim has been given up locally; only clearing the Lease
+		// failed, so another member takes it when it expires.
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("stopped owning partition %d, but could not clear its Lease (it expires on its own): %v", i, err))
+	default:
+		writeJSON(w, http.StatusOK, partitionsJSON(state))
+	}
+}
+
+// NewPartitionsProbeHandler returns the probe server of partition mode:
+// /readyz per mode (ReadyWhenLeader: holds its fair share or the group is
+// settling; ReadyWhenCandidate: running and reached the API server),
+// /healthz, and /metrics from gatherer.
+func NewPartitionsProbeHandler(p Partitions, mode Readiness, gatherer prometheus.Gatherer) http.Handler {
+	ready := p.Ready
+	if mode == ReadyWhenCandidate {
+		ready = p.Candidate
+	}
+	return newProbeRoutes(ready, p.Healthy, gatherer)
+}

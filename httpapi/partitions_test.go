@@ -1,0 +1,174 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leader-elector/leader-elector/partition"
+)
+
+// fakePartitions is a Partitions whose state the test sets.
+type fakePartitions struct {
+	mu       sync.Mutex
+	state    partition.State
+	changed  chan struct{}
+	released []int
+	ready    error
+}
+
+func newFakePartitions() *fakePartitions {
+	valid := time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
+	return &fakePartitions{
+		changed: make(chan struct{}),
+		state: partition.State{
+			Namespace: "default", Name: "work", Identity: "pod-a", Partitions: 4, Members: 2, Member: true,
+			FairShareMin: 2, FairShareMax: 2, Revision: 7,
+			Owned: []partition.Owned{
+				{Partition: 1, FencingToken: 3, Since: valid.Add(-time.Minute), ValidUntil: valid},
+				{Partition: 3, FencingToken: 12, Since: valid.Add(-time.Minute), ValidUntil: valid},
+			},
+		},
+	}
+}
+
+func (f *fakePartitions) Snapshot() partition.State { s, _ := f.Watch(); return s }
+
+func (f *fakePartitions) Watch() (partition.State, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state, f.changed
+}
+
+func (f *fakePartitions) set(change func(*partition.State)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(&f.state)
+	f.state.Revision++
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakePartitions) Release(_ context.Context, i int) (partition.State, error) {
+	switch {
+	case i < 0 || i >= 4:
+		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
+	case i != 1 && i != 3:
+		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
+	case i == 3:
+		return f.Snapshot(), errors.New("API server unreachable")
+	}
+	f.set(func(s *partition.State) { s.Owned = s.Owned[1:] })
+	return f.Snapshot(), nil
+}
+
+func (f *fakePartitions) Ready() error     { return f.ready }
+func (f *fakePartitions) Candidate() error { return nil }
+func (f *fakePartitions) Healthy() error   { return nil }
+
+func TestPartitionsAPI(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, path string
+		wantStatus         int
+		wantBody           string
+	}{
+		{"state", http.MethodGet, "/partitions", http.StatusOK,
+			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z"},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z"}],"revision":7}`},
+		{"release", http.MethodPost, "/partitions/1/release", http.StatusOK, `"owned":[{"partition":3,`},
+		{"out of range", http.MethodPost, "/partitions/4/release", http.StatusNotFound, `{"error":"no such partition: 4`},
+		{"not owned", http.MethodPost, "/partitions/2/release", http.StatusConflict, `{"error":"this pod does not own the partition: 2"}`},
+		{"release write failed", http.MethodPost, "/partitions/3/release", http.StatusBadGateway, `could not clear its Lease`},
+		{"not a number", http.MethodPost, "/partitions/x/release", http.StatusNotFound, `want a number`},
+		{"trailing path", http.MethodPost, "/partitions/1/release/now", http.StatusNotFound, `no such path`},
+		{"query on release", http.MethodPost, "/partitions/1/release?now=1", http.StatusBadRequest, `takes no query parameters`},
+		{"wrong method", http.MethodDelete, "/partitions", http.StatusMethodNotAllowed, `not allowed`},
+		{"bad revision", http.MethodGet, "/partitions?wait=1s&revision=x", http.StatusBadRequest, `invalid revision`},
+		{"leader is not served", http.MethodGet, "/leader", http.StatusNotFound, `partition mode`},
+		{"the retired format is not served", http.MethodGet, "/", http.StatusNotFound, `partition mode`},
+		{"unknown path", http.MethodGet, "/partition", http.StatusNotFound, `no such path`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewPartitionsAPIHandler(newFakePartitions(), APIOptions{})
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+			if rec.Code != tc.wantStatus || !strings.Contains(rec.Body.String(), tc.wantBody) {
+				t.Errorf("%s %s = %d %s, want %d containing %s", tc.method, tc.path, rec.Code, rec.Body, tc.wantStatus, tc.wantBody)
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q", ct)
+			}
+		})
+	}
+}
+
+func TestPartitionsLongPollAndEvents(t *testing.T) {
+	f := newFakePartitions()
+	srv := httptest.NewServer(NewPartitionsAPIHandler(f, APIOptions{KeepAlive: time.Hour}))
+	defer srv.Close()
+
+	answered := make(chan partitionsResponse, 1)
+	go func() {
+		var r partitionsResponse
+		resp, err := http.Get(srv.URL + "/partitions?wait=10s&revision=7")
+		if err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+		}
+		answered <- r
+	}()
+	resp, err := http.Get(srv.URL + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	n, _ := resp.Body.Read(buf)
+	if first := string(buf[:n]); !strings.HasPrefix(first, "id: 7\nevent: partitions\ndata: {") {
+		t.Errorf("first event %q", first)
+	}
+	f.set(func(s *partition.State) { s.Members = 3 })
+	select {
+	case r := <-answered:
+		if r.Revision != 8 || r.Members != 3 {
+			t.Errorf("long-poll answered %+v, want revision 8 with 3 members", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the long-poll did not answer the change")
+	}
+	n, _ = io.ReadAtLeast(resp.Body, buf, 1)
+	if next := string(buf[:n]); !strings.HasPrefix(next, "id: 8\nevent: partitions\n") {
+		t.Errorf("next event %q", next)
+	}
+}
+
+func TestPartitionsReadyz(t *testing.T) {
+	f := newFakePartitions()
+	for _, tc := range []struct {
+		name       string
+		mode       Readiness
+		ready      error
+		wantStatus int
+		wantBody   string
+	}{
+		{"fair share", ReadyWhenLeader, nil, http.StatusOK, "ok\n"},
+		{"below fair share", ReadyWhenLeader, errors.New("owns 0 partitions, below its fair share of 2"), http.StatusServiceUnavailable, "not ready: owns 0 partitions, below its fair share of 2\n"},
+		{"candidate mode ignores the share", ReadyWhenCandidate, errors.New("below"), http.StatusOK, "ok\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.ready = tc.ready
+			rec := httptest.NewRecorder()
+			NewPartitionsProbeHandler(f, tc.mode, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			checkText(t, rec.Code, rec.Header(), rec.Body.String(), tc.wantStatus, tc.wantBody)
+		})
+	}
+}

@@ -1,0 +1,112 @@
+package partition
+
+import (
+	"hash/fnv"
+	"sort"
+)
+
+// FairShare returns the least and the most partitions each of m members
+// owns when n partitions are spread fairly: ⌊n/m⌋ and ⌈n/m⌉.
+func FairShare(n, m int) (lo, hi int) {
+	if m <= 0 {
+		return 0, n
+	}
+	lo = n / m
+	hi = lo
+	if n%m != 0 {
+		hi++
+	}
+	return lo, hi
+}
+
+// Targets returns how many partitions each member should own: ⌈n/m⌉ for
+// n mod m of them, ⌊n/m⌋ for the others. The members that own the most now
+// keep the larger share (ties broken by identity, so that every pod computes
+// the same targets from the same view), which moves as few partitions as
+// possible and none at all once every member is within one of the others.
+func Targets(n int, members []string, owned map[string]int) map[string]int {
+	m := len(members)
+	targets := make(map[string]int, m)
+	if m == 0 {
+		return targets
+	}
+	lo, _ := FairShare(n, m)
+	order := append([]string(nil), members...)
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if owned[a] != owned[b] {
+			return owned[a] > owned[b]
+		}
+		return a < b
+	})
+	for i, who := range order {
+		targets[who] = lo
+		if i < n%m {
+			targets[who]++
+		}
+	}
+	return targets
+}
+
+// Fair reports whether every partition is owned by a member and every
+// member owns its fair share.
+func Fair(n int, members []string, owners []string) bool {
+	counts := map[string]int{}
+	isMember := map[string]bool{}
+	for _, who := range members {
+		isMember[who] = true
+	}
+	for _, who := range owners {
+		if !isMember[who] {
+			return false
+		}
+		counts[who]++
+	}
+	lo, hi := FairShare(n, len(members))
+	for _, who := range members {
+		if counts[who] < lo || counts[who] > hi {
+			return false
+		}
+	}
+	return len(members) > 0
+}
+
+// ToRelease picks which of the partitions a member owns it hands over
+// first when it owns more than its target: the highest-numbered one, so that
+// every member agrees on what moves and a partition that just moved is not
+// the next to move again.
+func ToRelease(own []int) (int, bool) {
+	if len(own) == 0 {
+		return 0, false
+	}
+	highest := own[0]
+	for _, p := range own[1:] {
+		highest = max(highest, p)
+	}
+	return highest, true
+}
+
+// FreeToTry picks up to want free partitions (owners[i] == "") for a member
+// to try, going round from offset. Members start at different offsets (see
+// startOffset), so that members that all need partitions mostly try
+// different ones instead of all failing on the same Lease but one.
+func FreeToTry(owners []string, want, offset int) []int {
+	var out []int
+	n := len(owners)
+	for k := 0; k < n && len(out) < want; k++ {
+		if i := (offset + k) % n; owners[i] == "" {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// startOffset spreads the members' starting points over the partitions.
+func startOffset(identity string, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(identity))
+	return int(h.Sum32() % uint32(n))
+}

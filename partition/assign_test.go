@@ -1,0 +1,233 @@
+package partition
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+func TestFairShare(t *testing.T) {
+	for _, tc := range []struct {
+		n, m, lo, hi int
+	}{
+		{16, 1, 16, 16},
+		{16, 4, 4, 4},
+		{16, 5, 3, 4},
+		{16, 3, 5, 6},
+		{16, 17, 0, 1},
+		{64, 7, 9, 10},
+		{64, 8, 8, 8},
+		{1, 2, 0, 1},
+		{16, 0, 0, 16},
+	} {
+		t.Run(fmt.Sprintf("%d over %d", tc.n, tc.m), func(t *testing.T) {
+			if lo, hi := FairShare(tc.n, tc.m); lo != tc.lo || hi != tc.hi {
+				t.Errorf("FairShare(%d, %d) = %d, %d; want %d, %d", tc.n, tc.m, lo, hi, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
+func TestTargets(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		members []string
+		owned   map[string]int
+		want    map[string]int
+	}{
+		{
+			name: "one member takes everything", n: 16, members: []string{"a"},
+			want: map[string]int{"a": 16},
+		},
+		{
+			name: "even split", n: 16, members: []string{"a", "b", "c", "d"}, owned: map[string]int{"a": 16},
+			want: map[string]int{"a": 4, "b": 4, "c": 4, "d": 4},
+		},
+		{
+			name: "the member that owns most keeps the larger share", n: 16, members: []string{"a", "b", "c", "d", "e"},
+			owned: map[string]int{"a": 4, "b": 4, "c": 4, "d": 4},
+			want:  map[string]int{"a": 4, "b": 3, "c": 3, "d": 3, "e": 3},
+		},
+		{
+			name: "ties go by identity, whatever the order of members", n: 16, members: []string{"e", "d", "c", "b", "a"},
+			owned: map[string]int{"d": 4, "b": 4},
+			want:  map[string]int{"b": 4, "d": 3, "a": 3, "c": 3, "e": 3},
+		},
+		{
+			name: "a stable fair assignment is its own target: nothing moves", n: 16, members: []string{"a", "b", "c", "d", "e"},
+			owned: map[string]int{"a": 3, "b": 3, "c": 4, "d": 3, "e": 3},
+			want:  map[string]int{"a": 3, "b": 3, "c": 4, "d": 3, "e": 3},
+		},
+		{
+			name: "a crashed member's partitions go to the survivors", n: 64, members: []string{"a", "b", "c", "d", "e", "f", "g"},
+			owned: map[string]int{"a": 8, "b": 8, "c": 8, "d": 8, "e": 8, "f": 8, "g": 8},
+			want:  map[string]int{"a": 10, "b": 9, "c": 9, "d": 9, "e": 9, "f": 9, "g": 9},
+		},
+		{
+			name: "more members than partitions", n: 2, members: []string{"a", "b", "c"}, owned: map[string]int{"c": 1},
+			want: map[string]int{"c": 1, "a": 1, "b": 0},
+		},
+		{
+			name: "no members", n: 4,
+			want: map[string]int{},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Targets(tc.n, tc.members, tc.owned)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Targets = %v, want %v", got, tc.want)
+			}
+			sum := 0
+			for _, v := range got {
+				sum += v
+			}
+			if len(tc.members) > 0 && sum != tc.n {
+				t.Errorf("targets add up to %d, want %d", sum, tc.n)
+			}
+		})
+	}
+}
+
+func TestFair(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		members []string
+		owners  []string
+		want    bool
+	}{
+		{"all owned, even", 4, []string{"a", "b"}, []string{"a", "b", "a", "b"}, true},
+		{"all owned, within one", 5, []string{"a", "b"}, []string{"a", "b", "a", "b", "b"}, true},
+		{"a free partition", 4, []string{"a", "b"}, []string{"a", "b", "", "b"}, false},
+		{"an imbalance of two", 4, []string{"a", "b"}, []string{"a", "a", "a", "b"}, false},
+		{"owned by a pod that is no member", 2, []string{"a"}, []string{"a", "gone"}, false},
+		{"no members", 1, nil, []string{""}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Fair(tc.n, tc.members, tc.owners); got != tc.want {
+				t.Errorf("Fair = %t, want %t", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestToRelease(t *testing.T) {
+	for _, tc := range []struct {
+		own  []int
+		want int
+		ok   bool
+	}{
+		{nil, 0, false},
+		{[]int{3}, 3, true},
+		{[]int{0, 7, 2}, 7, true},
+	} {
+		if got, ok := ToRelease(tc.own); got != tc.want || ok != tc.ok {
+			t.Errorf("ToRelease(%v) = %d, %t; want %d, %t", tc.own, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestFreeToTry(t *testing.T) {
+	owners := []string{"a", "", "b", "", "", "c"}
+	for _, tc := range []struct {
+		name         string
+		want, offset int
+		out          []int
+	}{
+		{"from the start", 2, 0, []int{1, 3}},
+		{"from an offset, going round", 2, 4, []int{4, 1}},
+		{"more wanted than free", 5, 0, []int{1, 3, 4}},
+		{"none wanted", 0, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FreeToTry(owners, tc.want, tc.offset); !reflect.DeepEqual(got, tc.out) {
+				t.Errorf("FreeToTry(%d, %d) = %v, want %v", tc.want, tc.offset, got, tc.out)
+			}
+		})
+	}
+}
+
+// TestRebalanceConverges plays the rules the members follow — take free
+// partitions while below target, hand the highest surplus partition over
+// while above — one step at a time from many starting points, and checks
+// that the group ends full and fair without moving a partition back and
+// forth, and that a fair assignment moves nothing.
+func TestRebalanceConverges(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		members []string
+		owners  []string // "" free; a name not among members is gone
+	}{
+		{"first member", 16, []string{"a"}, make([]string, 16)},
+		{"1 → 4", 16, []string{"a", "b", "c", "d"}, repeat("a", 16)},
+		{"4 → 5", 16, []string{"a", "b", "c", "d", "e"}, cycle(16, "a", "b", "c", "d")},
+		{"5 → 4 after a crash", 16, []string{"a", "b", "c", "d"}, cycle(16, "a", "b", "c", "d", "")},
+		{"7 → 8", 64, []string{"a", "b", "c", "d", "e", "f", "g", "h"}, cycle(64, "a", "b", "c", "d", "e", "f", "g")},
+		{"8 → 7 after a crash", 64, []string{"a", "b", "c", "d", "e", "f", "g"}, cycle(64, "a", "b", "c", "d", "e", "f", "g", "")},
+		{"already fair", 16, []string{"a", "b", "c", "d", "e"}, cycle(16, "a", "b", "c", "d", "e")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			owners := append([]string(nil), tc.owners...)
+			moves := map[int]int{}
+			wasFair := Fair(tc.n, tc.members, owners)
+			for step := 0; step < 10*tc.n && !Fair(tc.n, tc.members, owners); step++ {
+				changed := false
+				for _, who := range tc.members {
+					counts := map[string]int{}
+					var mine []int
+					for i, o := range owners {
+						counts[o]++
+						if o == who {
+							mine = append(mine, i)
+						}
+					}
+					target := Targets(tc.n, tc.members, counts)[who]
+					switch {
+					case len(mine) < target:
+						if free := FreeToTry(owners, 1, startOffset(who, tc.n)); len(free) == 1 {
+							owners[free[0]] = who
+							changed = true
+						}
+					case len(mine) > target:
+						p, _ := ToRelease(mine)
+						owners[p] = ""
+						moves[p]++
+						changed = true
+					}
+				}
+				if !changed {
+					t.Fatalf("stuck, not fair: %v", owners)
+				}
+			}
+			if !Fair(tc.n, tc.members, owners) {
+				t.Fatalf("not fair after %d steps: %v", 10*tc.n, owners)
+			}
+			for p, k := range moves {
+				if k > 1 {
+					t.Errorf("partition %d was handed over %d times", p, k)
+				}
+			}
+			if wasFair && len(moves) > 0 {
+				t.Errorf("a fair assignment moved %d partitions", len(moves))
+			}
+		})
+	}
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+func cycle(n int, names ...string) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = names[i%len(names)]
+	}
+	return out
+}

@@ -1,0 +1,347 @@
+// Package partition spreads N partition Leases fairly across the pods of a
+// group (lease-based consumption, as the Kinesis Client Library does with
+// shard leases): each partition is one election of package election, with
+// its time-bounded ownership and fencing token, and a Gate keeps every pod to
+// its fair share. Each pod also holds a membership Lease of its own, so that
+// every pod can count the live members. One label-selected watch feeds all of
+// it: a pod that owns nothing sends no requests.
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// ErrOutOfRange is returned for a partition number outside 0..N-1.
+var ErrOutOfRange = errors.New("no such partition")
+
+// ErrNotOwned is returned by Release for a partition this pod does not own.
+var ErrNotOwned = errors.New("this pod does not own the partition")
+
+// Config configures a Member.
+type Config struct {
+	// Namespace and Name identify the group: its Leases are Name-p<i> and
+	// Name-m-<hash of identity>, in Namespace.
+	Namespace, Name string
+	// Identity is this pod's identity (the pod name).
+	Identity string
+	// Partitions is N, 1..MaxPartitions.
+	Partitions int
+	// LeaseDuration, RenewDeadline and RetryPeriod apply to every Lease of
+	// the group, as in election.Config.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// ReleaseOnShutdown clears every Lease this pod holds when Run's context
+	// ends, so that the others take its partitions at once.
+	ReleaseOnShutdown bool
+	// Client and WatchClient as in election.Config (see
+	// election.NewClientsets).
+	Client, WatchClient kubernetes.Interface
+	// Clock is for tests; nil means the real clock.
+	Clock clock.WithDelayedExecution
+}
+
+// Validate checks the group's own rules; the electors check the rest.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Partitions < 1 || c.Partitions > MaxPartitions {
+		errs = append(errs, fmt.Errorf("partitions must be within 1..%d, got %d", MaxPartitions, c.Partitions))
+	}
+	if len(c.Name) > MaxGroupNameLength {
+		errs = append(errs, fmt.Errorf("group name %q is longer than %d characters (it is a label value)", c.Name, MaxGroupNameLength))
+	}
+	return errors.Join(errs...)
+}
+
+// Member takes part in a partition group until its context ends.
+type Member struct {
+	cfg        Config
+	clock      clock.WithDelayedExecution
+	group      *election.LeaseGroup
+	membership *election.Elector
+	partitions []*election.Elector
+	metrics    *metrics
+	logger     klog.Logger
+	// offset is where this pod starts looking for free partitions, so
+	// that members that all need some do not all race for the same ones.
+	offset int
+	// wake is poked (never blocking) by every change the Member should
+	// react to.
+	wake chan struct{}
+
+	mu sync.Mutex
+	// inflight counts acquisitions admitted by the gate and not yet
+	// returned.
+	inflight int
+	// handover is the partition this pod released to fix an imbalance and
+	// nobody has taken yet; another is released only once it is taken, so
+	// that processing moves one partition at a time.
+	handover      int
+	handoverSince time.Time
+	releasing     bool
+	// membersChanged is when this pod last saw the set of members change;
+	// settled is whether it has seen a full and fair assignment since.
+	members        []string
+	membersChanged time.Time
+	settled        bool
+	published      string
+	revision       uint64
+	changed        chan struct{}
+	owned          map[int]int64
+}
+
+// New returns a Member for cfg.
+func New(cfg Config) (*Member, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	m := &Member{
+		cfg:      cfg,
+		clock:    clk,
+		wake:     make(chan struct{}, 1),
+		handover: -1,
+		changed:  make(chan struct{}),
+		owned:    map[int]int64{},
+		logger:   klog.Background(),
+		offset:   startOffset(cfg.Identity, cfg.Partitions),
+	}
+	watches := cfg.WatchClient
+	if watches == nil {
+		watches = cfg.Client
+	}
+	m.group = election.NewLeaseGroup(cfg.Namespace, groupLabels(cfg.Name), watches, clk, m.poke)
+	elector := func(name, kind string, gate election.Gate) (*election.Elector, error) {
+		// A membership Lease goes with its pod (it is named after it);
+		// partition Leases stay, with their fencing tokens.
+		return election.New(election.Config{
+			Namespace:         cfg.Namespace,
+			Name:              name,
+			Identity:          cfg.Identity,
+			LeaseDuration:     cfg.LeaseDuration,
+			RenewDeadline:     cfg.RenewDeadline,
+			RetryPeriod:       cfg.RetryPeriod,
+			ReleaseOnShutdown: cfg.ReleaseOnShutdown,
+			DeleteOnShutdown:  kind == KindMember,
+			Client:            cfg.Client,
+			WatchClient:       watches,
+			Labels:            leaseLabels(cfg.Name, kind),
+			Group:             m.group,
+			Gate:              gate,
+			OnChange:          m.poke,
+			Clock:             cfg.Clock,
+		})
+	}
+	var err error
+	if m.membership, err = elector(MemberLease(cfg.Name, cfg.Identity), KindMember, nil); err != nil {
+		return nil, err
+	}
+	m.partitions = make([]*election.Elector, cfg.Partitions)
+	for i := range m.partitions {
+		if m.partitions[i], err = elector(PartitionLease(cfg.Name, i), KindPartition, gate{m}); err != nil {
+			return nil, err
+		}
+	}
+	m.metrics = newMetrics(m)
+	return m, nil
+}
+
+// poke wakes the reconcile loop; it never blocks.
+func (m *Member) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run takes part in the group until ctx ends; then every Lease this pod
+// holds stops being claimed at once and, with ReleaseOnShutdown, is cleared.
+func (m *Member) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("group", klog.KRef(m.cfg.Namespace, m.cfg.Name), "identity", m.cfg.Identity)
+	ctx = klog.NewContext(ctx, logger)
+	m.mu.Lock()
+	m.logger = logger
+	m.mu.Unlock()
+
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	var watchDone sync.WaitGroup
+	watchDone.Go(func() { m.group.Run(watchCtx) })
+	defer func() {
+		stopWatch()
+		watchDone.Wait()
+	}()
+
+	electors := append([]*election.Elector{m.membership}, m.partitions...)
+	errs := make(chan error, len(electors))
+	var running sync.WaitGroup
+	for _, e := range electors {
+		running.Go(func() { errs <- e.Run(ctx) })
+	}
+
+	m.mu.Lock()
+	m.membersChanged = m.clock.Now()
+	m.mu.Unlock()
+	// Time alone changes the view too (a member's Lease expires); the
+	// timer bounds how late that is noticed.
+	tick := m.clock.NewTimer(m.cfg.RetryPeriod)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		m.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+		case <-m.wake:
+		case <-tick.C():
+		}
+		tick.Reset(m.cfg.RetryPeriod)
+	}
+	running.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	m.publish(m.assess())
+	return errors.Join(all...)
+}
+
+// reconcile publishes the state and moves this pod towards its fair share:
+// it asks for free partitions while it owns fewer than its target, and hands
+// surplus partitions over one at a time while it owns more.
+func (m *Member) reconcile(ctx context.Context) {
+	now := m.clock.Now()
+	v := m.assess()
+	m.publish(v)
+	if !v.member {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if want := v.target - len(v.mine) - m.inflight; want > 0 {
+		for _, i := range FreeToTry(v.owners, want, m.offset) {
+			m.partitions[i].TryNow()
+		}
+	}
+	if m.handover >= 0 && (v.owners[m.handover] != "" || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
+		m.handover = -1
+	}
+	if len(v.mine) <= v.target || m.handover >= 0 || m.releasing {
+		return
+	}
+	p, ok := ToRelease(v.mine)
+	if !ok {
+		return
+	}
+	m.handover, m.handoverSince, m.releasing = p, now, true
+	m.metrics.rebalances.Inc()
+	go func() {
+		logger := klog.FromContext(ctx)
+		logger.Info("Handing over a partition above the fair share", "partition", p, "owned", len(v.mine), "target", v.target, "members", len(v.members))
+		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, election.ErrNotLeader) {
+			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
+		}
+		m.mu.Lock()
+		m.releasing = false
+		m.mu.Unlock()
+		m.poke()
+	}()
+}
+
+// view is what this pod sees of the group at one moment.
+type view struct {
+	// member: this pod holds its membership Lease.
+	member bool
+	// members are the live members' identities, sorted.
+	members []string
+	// owners[i] is partition i's owner, "" if none.
+	owners []string
+	// mine are the partitions this pod owns, with their states.
+	mine   []int
+	states []election.State
+	// target is this pod's fair share under Targets.
+	target int
+}
+
+// assess takes this pod's view of the group: every state is time-bounded,
+// as each elector's own.
+func (m *Member) assess() view {
+	v := view{
+		owners: make([]string, len(m.partitions)),
+		states: make([]election.State, len(m.partitions)),
+	}
+	v.member = m.membership.Snapshot().IsLeader
+	v.members = m.group.Holders(memberPrefix(m.cfg.Name))
+	if v.member {
+		v.members = insertSorted(v.members, m.cfg.Identity)
+	}
+	counts := map[string]int{}
+	for i, e := range m.partitions {
+		s := e.Snapshot()
+		v.states[i] = s
+		// Our own name without a valid claim (lapsed, being released, a
+		// previous incarnation's) is neither ours nor free.
+		v.owners[i] = s.Holder
+		if s.IsLeader {
+			v.mine = append(v.mine, i)
+		}
+		if v.owners[i] != "" {
+			counts[v.owners[i]]++
+		}
+	}
+	counts[m.cfg.Identity] = len(v.mine)
+	v.target = Targets(len(m.partitions), v.members, counts)[m.cfg.Identity]
+	return v
+}
+
+func insertSorted(sorted []string, s string) []string {
+	for i, x := range sorted {
+		if x == s {
+			return sorted
+		}
+		if x > s {
+			return append(sorted[:i], append([]string{s}, sorted[i:]...)...)
+		}
+	}
+	return append(sorted, s)
+}
+
+// gate keeps the partition electors of this pod to its fair share.
+type gate struct{ m *Member }
+
+func (g gate) Admits() bool {
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	return g.m.admitsLocked()
+}
+
+func (g gate) Admit() (func(), bool) {
+	g.m.mu.Lock()
+	defer g.m.mu.Unlock()
+	if !g.m.admitsLocked() {
+		return nil, false
+	}
+	g.m.inflight++
+	return func() {
+		g.m.mu.Lock()
+		g.m.inflight--
+		g.m.mu.Unlock()
+		g.m.poke()
+	}, true
+}
+
+// admitsLocked: only a live member below its target, counting the
+// acquisitions on their way, takes a partition.
+func (m *Member) admitsLocked() bool {
+	v := m.assess()
+	return v.member && len(v.mine)+m.inflight < v.target
+}

@@ -1,0 +1,47 @@
+package partition
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+)
+
+// Labels on every Lease of a partition group, so that one watch with a label
+// selector finds them all.
+const (
+	// GroupLabel names the group (--lease-name).
+	GroupLabel = "leader-elector.io/partition-group"
+	// KindLabel says what the Lease is for: KindPartition or KindMember.
+	KindLabel     = "leader-elector.io/kind"
+	KindPartition = "partition"
+	KindMember    = "member"
+)
+
+// MaxPartitions is the most partitions a group may have.
+const MaxPartitions = 1024
+
+// MaxGroupNameLength keeps the group name a valid label value (63
+// characters), which also keeps every Lease name of the group short.
+const MaxGroupNameLength = 63
+
+// PartitionLease is the name of partition i's Lease.
+func PartitionLease(group string, i int) string { return fmt.Sprintf("%s-p%d", group, i) }
+
+// memberPrefix starts the name of every membership Lease of the group.
+func memberPrefix(group string) string { return group + "-m-" }
+
+// MemberLease is the name of the membership Lease of the pod with this
+// identity. The identity is hashed: any string may be an identity, but not
+// every string may be part of a Lease name.
+func MemberLease(group, identity string) string {
+	sum := sha256.Sum256([]byte(identity))
+	return memberPrefix(group) + hex.EncodeToString(sum[:5])
+}
+
+func groupLabels(group string) map[string]string {
+	return map[string]string{GroupLabel: group}
+}
+
+func leaseLabels(group, kind string) map[string]string {
+	return map[string]string{GroupLabel: group, KindLabel: kind}
+}

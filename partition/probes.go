@@ -1,0 +1,75 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// settleBound is how long after a change of members the group may take to
+// reach a full and fair assignment: a dead member's partitions expire after
+// the lease duration, and the survivors take them within a few retry
+// periods.
+func (m *Member) settleBound() time.Duration {
+	return m.cfg.LeaseDuration + 4*m.cfg.RetryPeriod
+}
+
+// Ready is the readiness of a pod in partition mode: it is a live member and
+// owns at least its fair share ⌊N/M⌋, or the members changed less than
+// lease duration + 4 retry periods ago (the group is still settling).
+func (m *Member) Ready() error {
+	s := m.Snapshot()
+	if !s.Member {
+		return errors.New("not a member of the partition group yet (no membership Lease)")
+	}
+	if len(s.Owned) >= s.FairShareMin {
+		return nil
+	}
+	m.mu.Lock()
+	since := m.clock.Since(m.membersChanged)
+	m.mu.Unlock()
+	if since < m.settleBound() {
+		return nil
+	}
+	return fmt.Errorf("owns %d partitions, below its fair share of %d (members: %d, partitions: %d)", len(s.Owned), s.FairShareMin, s.Members, s.Partitions)
+}
+
+// Candidate fails until the membership elector runs and has reached the API
+// server (--readiness=candidate).
+func (m *Member) Candidate() error { return m.membership.Candidate() }
+
+// Healthy fails when any of this pod's electors is wedged.
+func (m *Member) Healthy() error {
+	if err := m.membership.Healthy(); err != nil {
+		return err
+	}
+	for i, e := range m.partitions {
+		if err := e.Healthy(); err != nil {
+			return fmt.Errorf("partition %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// Release hands partition i back: this pod stops claiming it, clears its
+// Lease and stays away from it for one lease duration, so a member below its
+// fair share takes it (if none is, it stays free for that time).
+func (m *Member) Release(ctx context.Context, i int) (State, error) {
+	if i < 0 || i >= len(m.partitions) {
+		return m.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", ErrOutOfRange, i, len(m.partitions)-1)
+	}
+	if !m.partitions[i].Snapshot().IsLeader {
+		return m.Snapshot(), fmt.Errorf("%w: %d", ErrNotOwned, i)
+	}
+	if _, err := m.partitions[i].Release(ctx); err != nil {
+		if errors.Is(err, election.ErrNotLeader) {
+			err = fmt.Errorf("%w: %d", ErrNotOwned, i)
+		}
+		return m.Snapshot(), err
+	}
+	m.poke()
+	return m.Snapshot(), nil
+}

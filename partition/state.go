@@ -1,0 +1,135 @@
+package partition
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// State is this pod's view of its group at one moment. It is a value:
+// readers get a copy and may keep it.
+type State struct {
+	// Namespace and Name identify the group.
+	Namespace, Name string
+	// Identity is this pod's identity.
+	Identity string
+	// Partitions is N.
+	Partitions int
+	// Members counts the live members, this pod included once it holds its
+	// membership Lease.
+	Members int
+	// Member: this pod holds its membership Lease.
+	Member bool
+	// Owned are the partitions this pod owns, in order. Ownership is
+	// time-bounded like leadership: each is claimed only until its
+	// ValidUntil.
+	Owned []Owned
+	// FairShareMin and FairShareMax are ⌊N/M⌋ and ⌈N/M⌉.
+	FairShareMin, FairShareMax int
+	// Revision increases by one on every change of Members or of the owned
+	// partitions and their fencing tokens.
+	Revision uint64
+}
+
+// Owned is one partition this pod owns.
+type Owned struct {
+	Partition int
+	// FencingToken is the partition Lease's leaseTransitions for this
+	// pod's term; it strictly increases from one owner to the next.
+	FencingToken int64
+	// Since is when this pod's claim began; ValidUntil is when it ends
+	// unless renewed.
+	Since, ValidUntil time.Time
+}
+
+// Snapshot returns the current state.
+func (m *Member) Snapshot() State {
+	s, _ := m.Watch()
+	return s
+}
+
+// Watch returns the current state and a channel closed at its next change.
+func (m *Member) Watch() (State, <-chan struct{}) {
+	v := m.assess()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.publishLocked(v)
+	return m.stateLocked(v), m.changed
+}
+
+func (m *Member) stateLocked(v view) State {
+	lo, hi := FairShare(len(m.partitions), len(v.members))
+	s := State{
+		Namespace:    m.cfg.Namespace,
+		Name:         m.cfg.Name,
+		Identity:     m.cfg.Identity,
+		Partitions:   len(m.partitions),
+		Members:      len(v.members),
+		Member:       v.member,
+		FairShareMin: lo,
+		FairShareMax: hi,
+		Revision:     m.revision,
+	}
+	for _, i := range v.mine {
+		st := v.states[i]
+		s.Owned = append(s.Owned, Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil})
+	}
+	return s
+}
+
+func (m *Member) publish(v view) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.publishLocked(v)
+}
+
+// publishLocked bumps the revision and wakes watchers when the members or
+// the owned partitions changed, and keeps the measures of rebalancing.
+func (m *Member) publishLocked(v view) {
+	now := m.clock.Now()
+	if strings.Join(v.members, "\n") != strings.Join(m.members, "\n") {
+		m.members = v.members
+		m.membersChanged = now
+		m.settled = false
+	}
+	if !m.settled && Fair(len(m.partitions), v.members, v.owners) {
+		m.settled = true
+		m.metrics.assignment.Set(now.Sub(m.membersChanged).Seconds())
+	}
+	key := publishedKey(v)
+	if key == m.published {
+		return
+	}
+	m.logChanges(v)
+	m.published = key
+	m.revision++
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// logChanges logs the partitions this pod gained and lost.
+func (m *Member) logChanges(v view) {
+	logger := m.logger
+	now := map[int]int64{}
+	for _, i := range v.mine {
+		now[i] = v.states[i].FencingToken
+		if token, had := m.owned[i]; !had || token != now[i] {
+			logger.Info("Owns partition", "partition", i, "fencingToken", now[i], "owned", len(v.mine), "members", len(v.members))
+		}
+	}
+	for i, token := range m.owned {
+		if _, still := now[i]; !still {
+			logger.Info("No longer owns partition", "partition", i, "fencingToken", token, "owned", len(v.mine), "members", len(v.members))
+		}
+	}
+	m.owned = now
+}
+
+func publishedKey(v view) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%t|%s|", v.member, strings.Join(v.members, ","))
+	for _, i := range v.mine {
+		fmt.Fprintf(&b, "%d:%d:%d,", i, v.states[i].FencingToken, v.states[i].LeaderSince.UnixNano())
+	}
+	return b.String()
+}
