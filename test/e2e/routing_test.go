@@ -62,16 +62,18 @@ func tokenOf(t *testing.T, c *candidate) int64 {
 }
 
 // TestRouteEndpointSlice: the leader's EndpointSlice lists the leader
-// alone, with its fencing token; on a graceful handover the old leader
-// withdraws and the new one replaces the slice in one write; after a crash
-// the next leader replaces it once the Lease expires. Every version of the
+// alone, with its fencing token; after a crash the next leader replaces it
+// once the Lease expires; on a release or a graceful stop the old leader
+// withdraws and the new one replaces the slice in one write. Every version of the
 // slice over the run lists at most one pod, always its writer, with a
 // token that never goes back.
 func TestRouteEndpointSlice(t *testing.T) {
 	const namespace = "route-endpointslice"
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
-	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c")
+	// Four: one is killed, one releases (and sits out a lease duration),
+	// one stops, one is left to lead.
+	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c", "pod-d")
 
 	first := g.waitLeader(30 * time.Second)
 	slice.waitSlice(first, tokenOf(t, first), 10*time.Second)
@@ -85,23 +87,34 @@ func TestRouteEndpointSlice(t *testing.T) {
 		}
 	}
 
-	// Graceful: SIGTERM → withdraw and release → the next leader publishes.
-	term := time.Now()
-	first.signal(syscall.SIGTERM)
-	if code, err := first.waitExit(10 * time.Second); err != nil || code != 0 {
-		t.Fatalf("leader exit %d, %v", code, err)
-	}
-	second := g.waitLeader(10*time.Second, first)
-	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
-	gap := noEndpointGap(slice.versions(), term)
-	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v", published.Sub(term).Round(time.Millisecond), gap.Round(time.Millisecond))
-
 	// Crash: SIGKILL → the Lease expires → the next leader replaces the slice.
 	kill := time.Now()
-	second.signal(syscall.SIGKILL)
-	third := g.waitLeader(leaseDuration+5*time.Second, first, second)
-	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
+	first.signal(syscall.SIGKILL)
+	second := g.waitLeader(leaseDuration+5*time.Second, first)
+	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
 	t.Logf("MEASURED endpointslice crash failover: slice lists the new leader %v after SIGKILL (lease duration %v)", published.Sub(kill).Round(time.Millisecond), leaseDuration)
+
+	// POST /release (what the examples' preStop hook does): the leader
+	// withdraws and releases, the next leader publishes.
+	release := time.Now()
+	if code, _, body, err := second.do("POST", "/release", nil); err != nil || code != http.StatusOK {
+		t.Fatalf("POST /release: %d %s %v", code, body, err)
+	}
+	third := g.waitLeader(10*time.Second, first, second)
+	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
+	t.Logf("MEASURED endpointslice handover on POST /release: slice lists the new leader %v after the request; no endpoint listed for %v",
+		published.Sub(release).Round(time.Millisecond), noEndpointGap(slice.versions(), release).Round(time.Millisecond))
+
+	// Graceful: SIGTERM → withdraw and release → the next leader publishes.
+	term := time.Now()
+	third.signal(syscall.SIGTERM)
+	if code, err := third.waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("leader exit %d, %v", code, err)
+	}
+	fourth := g.waitLeader(10*time.Second, first, second, third)
+	published = slice.waitSlice(fourth, tokenOf(t, fourth), 10*time.Second)
+	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v",
+		published.Sub(term).Round(time.Millisecond), noEndpointGap(slice.versions(), term).Round(time.Millisecond))
 	noneRefused(t, g)
 }
 
