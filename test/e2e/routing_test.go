@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/routing"
@@ -147,7 +148,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	ctx := context.Background()
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
-	proxy, proxied := startHoldingProxy(t, kubeconfig)
+	proxy, proxied := startHoldingProxy(t, kubeconfig, sliceWrites)
 
 	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
 	old := g.waitLeader(30 * time.Second)
@@ -307,19 +308,41 @@ func checkPodLabels(t *testing.T, namespace, lease, leader string, pods []string
 	}
 }
 
-// TestRouteLabelFencing: the leader is frozen (SIGSTOP), a new leader takes
-// over, clears the frozen pod's label and sets its own; resumed, the old
-// leader does not label itself again. No two pods carry "true" at once.
+// TestRouteLabelFencing: the leader is frozen (SIGSTOP) while its patch
+// labelling itself "true" is on the way — a proxy holds it — a new leader
+// takes over, fences the old leader's pod (its token on it, label "false")
+// and labels itself; then the old patch is sent. The API server refuses it
+// (the fencing write changed the pod's resourceVersion), and the resumed
+// old leader does not label itself again. No two pods carry "true" at
+// once.
 func TestRouteLabelFencing(t *testing.T) {
 	const namespace = "route-label-fencing"
+	ctx := context.Background()
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
 	pods := []string{"pod-a", "pod-b"}
 	createPods(t, namespace, spec, podLabels, pods...)
 	labels := watchLabels(t, namespace)
-	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
+	proxy, proxied := startHoldingProxy(t, kubeconfig, podPatches("pod-a"))
 
+	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
 	old := g.waitLeader(30 * time.Second)
 	labels.waitLabelled(old, 10*time.Second)
+	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
+	g.add(next)
+	waitFollowing(t, next, old)
+
+	// Something else clears the leader's label; its next check labels it
+	// again, and that patch is held on the way.
+	proxy.setHolding(true)
+	patch := []byte(`{"metadata":{"labels":{"` + routing.DefaultLeaderLabel + `":"false"}}}`)
+	if _, err := controlPlane.AdminClient().CoreV1().Pods(namespace).Patch(ctx, old.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
+		return proxy.heldCount() > 0, nil
+	}); err != nil {
+		t.Fatalf("the leader did not label itself again within its resync period (%v)", leaseDuration)
+	}
 	old.signal(syscall.SIGSTOP)
 	frozen := true
 	defer func() {
@@ -327,8 +350,14 @@ func TestRouteLabelFencing(t *testing.T) {
 			old.signal(syscall.SIGCONT)
 		}
 	}()
-	next := g.waitLeader(leaseDuration+5*time.Second, old)
+	g.waitLeader(leaseDuration+5*time.Second, old)
 	labels.waitLabelled(next, 10*time.Second)
+
+	for _, code := range proxy.release() {
+		if code != http.StatusConflict {
+			t.Errorf("the old leader's late label patch got %d, want 409 Conflict (stale resourceVersion)", code)
+		}
+	}
 	old.signal(syscall.SIGCONT)
 	frozen = false
 
@@ -340,6 +369,7 @@ func TestRouteLabelFencing(t *testing.T) {
 		return ""
 	})
 	checkPodLabels(t, namespace, lease, next.name, pods)
+	t.Logf("the old leader's routing metrics after resuming: %s", routeMetrics(t, old))
 	noneRefused(t, g)
 }
 
