@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -170,18 +171,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
-		return proxy.heldCount() > 0, nil
-	}); err != nil {
-		t.Fatalf("the leader did not rewrite the emptied slice within its resync period (%v)", leaseDuration)
-	}
-	old.signal(syscall.SIGSTOP)
-	frozen := true
-	defer func() {
-		if frozen {
-			old.signal(syscall.SIGCONT)
-		}
-	}()
+	resume := freezeWithWriteHeld(t, proxy, old)
 
 	g.waitLeader(leaseDuration+5*time.Second, old)
 	newToken := tokenOf(t, next)
@@ -190,13 +180,8 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	}
 	slice.waitSlice(next, newToken, 10*time.Second)
 
-	for _, code := range proxy.release() {
-		if code != http.StatusConflict {
-			t.Errorf("the old leader's late slice write got %d, want 409 Conflict (stale resourceVersion)", code)
-		}
-	}
-	old.signal(syscall.SIGCONT)
-	frozen = false
+	deliverLate(t, proxy)
+	resume()
 
 	// The resumed old leader learns it no longer leads and leaves the
 	// slice alone.
@@ -210,6 +195,35 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	})
 	t.Logf("after resuming, the old leader wrote nothing for %v; its routing metrics: %s", time.Since(resumed).Round(time.Millisecond), routeMetrics(t, old))
 	noneRefused(t, g)
+}
+
+// freezeWithWriteHeld waits until the proxy holds a routing write of old
+// (its check repairs what the test changed within its resync period, a
+// lease duration), then freezes old and returns what resumes it (also done
+// when the test ends).
+func freezeWithWriteHeld(t *testing.T, proxy *holdingProxy, old *candidate) (resume func()) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
+		return proxy.heldCount() > 0, nil
+	}); err != nil {
+		t.Fatalf("%s sent no routing write within its resync period (%v)", old.name, leaseDuration)
+	}
+	old.signal(syscall.SIGSTOP)
+	var once sync.Once
+	resume = func() { once.Do(func() { old.signal(syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// deliverLate sends the held writes now, after a new leader's, and expects
+// the API server to refuse each on its stale resourceVersion.
+func deliverLate(t *testing.T, proxy *holdingProxy) {
+	t.Helper()
+	for _, code := range proxy.release() {
+		if code != http.StatusConflict {
+			t.Errorf("the old leader's late routing write got %d, want 409 Conflict (stale resourceVersion)", code)
+		}
+	}
 }
 
 // afterResume waits until the resumed old leader follows next, then checks
@@ -338,28 +352,12 @@ func TestRouteLabelFencing(t *testing.T) {
 	if _, err := controlPlane.AdminClient().CoreV1().Pods(namespace).Patch(ctx, old.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
-		return proxy.heldCount() > 0, nil
-	}); err != nil {
-		t.Fatalf("the leader did not label itself again within its resync period (%v)", leaseDuration)
-	}
-	old.signal(syscall.SIGSTOP)
-	frozen := true
-	defer func() {
-		if frozen {
-			old.signal(syscall.SIGCONT)
-		}
-	}()
+	resume := freezeWithWriteHeld(t, proxy, old)
 	g.waitLeader(leaseDuration+5*time.Second, old)
 	labels.waitLabelled(next, 10*time.Second)
 
-	for _, code := range proxy.release() {
-		if code != http.StatusConflict {
-			t.Errorf("the old leader's late label patch got %d, want 409 Conflict (stale resourceVersion)", code)
-		}
-	}
-	old.signal(syscall.SIGCONT)
-	frozen = false
+	deliverLate(t, proxy)
+	resume()
 
 	afterResume(t, old, next, func() string {
 		hs := labels.states()
