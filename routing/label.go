@@ -20,6 +20,13 @@ import (
 // Lease. The leader also sets "false" on any other pod of its Lease that
 // still says "true": an old leader cut off from the API server cannot clear
 // its own label.
+//
+// Fencing: a new leader writes its fencing token on every other pod of its
+// Lease before it labels itself. That write changes each pod's
+// resourceVersion, so a "true" patch an old leader had on its way — sent
+// with the version it read before — fails its precondition. A pod labels
+// itself "true" only once it carries GroupLabel, so that a new leader finds
+// it.
 type labelWriter struct {
 	cfg     Config
 	fence   fence
@@ -31,7 +38,7 @@ func (w *labelWriter) publish(ctx context.Context, s election.State) error {
 	for range maxAttempts {
 		// Others first, so that a Service selecting on the label never
 		// lists two pods because of this write.
-		conflict, err := w.clearOthers(ctx, s.FencingToken)
+		conflict, err := w.fenceOthers(ctx, s.FencingToken)
 		if err != nil {
 			return err
 		}
@@ -41,6 +48,14 @@ func (w *labelWriter) publish(ctx context.Context, s election.State) error {
 		pod, err := pods.Get(ctx, w.cfg.PodName, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("get pod %s/%s: %w", w.cfg.Namespace, w.cfg.PodName, err)
+		}
+		if pod.Labels[GroupLabel] != w.cfg.LeaseName {
+			// Join the group first (as a follower), so that the next
+			// leader fences this pod; then read it again.
+			if err := w.patch(ctx, pod, "false", nil); err != nil && !apierrors.IsConflict(err) {
+				return err
+			}
+			continue
 		}
 		token := formatToken(s.FencingToken)
 		if w.labelled(pod, "true") && pod.Annotations[FencingTokenAnnotation] == token {
@@ -65,17 +80,20 @@ func (w *labelWriter) publish(ctx context.Context, s election.State) error {
 	return fmt.Errorf("label pod %s/%s: the pods kept changing under us", w.cfg.Namespace, w.cfg.PodName)
 }
 
-// clearOthers sets the label to "false" on the other pods of this Lease
-// that say "true". conflict reports a pod that changed since it was listed.
-func (w *labelWriter) clearOthers(ctx context.Context, token int64) (conflict bool, err error) {
-	selector := labels.SelectorFromSet(labels.Set{w.cfg.LeaderLabel: "true", GroupLabel: w.cfg.LeaseName}).String()
+// fenceOthers writes this term's fencing token on every other pod of this
+// Lease that does not carry it yet, and sets their label to "false".
+// conflict reports a pod that changed since it was listed.
+func (w *labelWriter) fenceOthers(ctx context.Context, token int64) (conflict bool, err error) {
+	selector := labels.SelectorFromSet(labels.Set{GroupLabel: w.cfg.LeaseName}).String()
 	list, err := w.cfg.Client.CoreV1().Pods(w.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return false, fmt.Errorf("list pods %s in %s: %w", selector, w.cfg.Namespace, err)
 	}
+	mine := formatToken(token)
 	for i := range list.Items {
 		other := &list.Items[i]
-		if other.Name == w.cfg.PodName {
+		wasLeader := other.Labels[w.cfg.LeaderLabel] == "true"
+		if other.Name == w.cfg.PodName || (!wasLeader && other.Annotations[FencingTokenAnnotation] == mine) {
 			continue
 		}
 		if err := w.fence.newer(ctx, other, token); err != nil {
@@ -85,7 +103,7 @@ func (w *labelWriter) clearOthers(ctx context.Context, token int64) (conflict bo
 		if err != nil {
 			return false, err
 		}
-		err = w.patch(wctx, other, "false", nil)
+		err = w.patch(wctx, other, "false", map[string]string{FencingTokenAnnotation: mine})
 		cancel()
 		if apierrors.IsConflict(err) {
 			w.metrics.conflicts.Inc()
@@ -94,7 +112,9 @@ func (w *labelWriter) clearOthers(ctx context.Context, token int64) (conflict bo
 		if err != nil {
 			return false, err
 		}
-		klog.FromContext(ctx).Info("Cleared the leader label of an old leader", "pod", klog.KObj(other), "theirToken", other.Annotations[FencingTokenAnnotation], "fencingToken", token)
+		if wasLeader {
+			klog.FromContext(ctx).Info("Cleared the leader label of an old leader", "pod", klog.KObj(other), "theirToken", other.Annotations[FencingTokenAnnotation], "fencingToken", token)
+		}
 	}
 	return false, nil
 }

@@ -377,11 +377,17 @@ func TestLabelPublish(t *testing.T) {
 			t.Errorf("%s: leader label %q, want %q", name, got, want)
 		}
 	}
-	if _, token := leaderLabel(t, cs, me); token != "5" {
-		t.Errorf("this pod's fencing token %q, want 5", token)
+	for _, name := range []string{me, "pod-b", "pod-c"} {
+		if _, token := leaderLabel(t, cs, name); token != "5" {
+			t.Errorf("%s: fencing token %q, want 5: the new leader fences every pod of its Lease", name, token)
+		}
 	}
-	// The old leader is cleared before this pod is set, so a Service never
-	// selects both; every patch is conditional on the version read.
+	if _, token := leaderLabel(t, cs, "other-x"); token != "9" {
+		t.Errorf("another Lease's pod got fencing token %q", token)
+	}
+	// The others are fenced (and the old leader cleared) before this pod
+	// joins its group and is labelled, so a Service never selects two pods;
+	// every patch is conditional on the version read.
 	var patched []string
 	for _, a := range cs.Actions() {
 		if p, ok := a.(k8stesting.PatchAction); ok {
@@ -391,8 +397,18 @@ func TestLabelPublish(t *testing.T) {
 			}
 		}
 	}
-	if !slices.Equal(patched, []string{"pod-b", me}) {
-		t.Errorf("patched %v, want [pod-b %s] in that order", patched, me)
+	if want := []string{"pod-b", "pod-c", me, me}; !slices.Equal(patched, want) {
+		t.Errorf("patched %v, want %v in that order", patched, want)
+	}
+	// Published: the next check writes nothing.
+	before := len(cs.Actions())
+	if err := w.publish(ctx, leading(5)); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cs.Actions()[before:] {
+		if a.GetVerb() == "patch" {
+			t.Errorf("publishing again patched %s", a.(k8stesting.PatchAction).GetName())
+		}
 	}
 }
 

@@ -278,10 +278,10 @@ func (m *labelMonitor) waitLabelled(c *candidate, timeout time.Duration) time.Ti
 }
 
 // holdingProxy stands between one sidecar and the API server, as a network
-// that can delay a request: while holding, it keeps the sidecar's
-// EndpointSlice writes instead of sending them (the sidecar times out), and
-// sends them late when released — a stale leader's write landing after a
-// new leader's.
+// that can delay a request: while holding, it keeps the sidecar's routing
+// writes (those heldWrite selects) instead of sending them (the sidecar
+// times out), and sends them late when released — a stale leader's write
+// landing after a new leader's.
 type holdingProxy struct {
 	t       *testing.T
 	server  *httptest.Server
@@ -290,6 +290,8 @@ type holdingProxy struct {
 	mu      sync.Mutex
 	holding bool
 	held    []heldRequest
+	// heldWrite selects the requests to hold.
+	heldWrite func(*http.Request) bool
 }
 
 type heldRequest struct {
@@ -301,7 +303,7 @@ type heldRequest struct {
 // startHoldingProxy proxies for the API server of kubeconfig (a
 // ServiceAccount token, which it passes through) and returns the proxy and
 // a kubeconfig that goes through it.
-func startHoldingProxy(t *testing.T, kubeconfig string) (*holdingProxy, string) {
+func startHoldingProxy(t *testing.T, kubeconfig string, heldWrite func(*http.Request) bool) (*holdingProxy, string) {
 	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(kubeconfig)
 	if err != nil {
@@ -319,7 +321,7 @@ func startHoldingProxy(t *testing.T, kubeconfig string) (*holdingProxy, string) 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cluster.CertificateAuthorityData)
 	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
-	p := &holdingProxy{t: t, target: target, client: &http.Client{Transport: transport, Timeout: 10 * time.Second}}
+	p := &holdingProxy{t: t, target: target, client: &http.Client{Transport: transport, Timeout: 10 * time.Second}, heldWrite: heldWrite}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
 	rp.FlushInterval = -1 // watches stream
@@ -341,10 +343,22 @@ func startHoldingProxy(t *testing.T, kubeconfig string) (*holdingProxy, string) 
 	return p, path
 }
 
-// hold keeps r if it is an EndpointSlice write and the proxy is holding;
-// the client gets no answer.
+// sliceWrites selects EndpointSlice writes.
+func sliceWrites(r *http.Request) bool {
+	return (r.Method == http.MethodPut || r.Method == http.MethodPost) && strings.Contains(r.URL.Path, "/endpointslices")
+}
+
+// podPatches selects patches of the pod named name.
+func podPatches(name string) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		return r.Method == http.MethodPatch && strings.HasSuffix(r.URL.Path, "/pods/"+name)
+	}
+}
+
+// hold keeps r if it is a write heldWrite selects and the proxy is
+// holding; the client gets no answer.
 func (p *holdingProxy) hold(r *http.Request) bool {
-	if (r.Method != http.MethodPut && r.Method != http.MethodPost) || !strings.Contains(r.URL.Path, "/endpointslices") {
+	if !p.heldWrite(r) {
 		return false
 	}
 	p.mu.Lock()

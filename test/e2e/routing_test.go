@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/routing"
@@ -62,16 +64,18 @@ func tokenOf(t *testing.T, c *candidate) int64 {
 }
 
 // TestRouteEndpointSlice: the leader's EndpointSlice lists the leader
-// alone, with its fencing token; on a graceful handover the old leader
-// withdraws and the new one replaces the slice in one write; after a crash
-// the next leader replaces it once the Lease expires. Every version of the
+// alone, with its fencing token; after a crash the next leader replaces it
+// once the Lease expires; on a release or a graceful stop the old leader
+// withdraws and the new one replaces the slice in one write. Every version of the
 // slice over the run lists at most one pod, always its writer, with a
 // token that never goes back.
 func TestRouteEndpointSlice(t *testing.T) {
 	const namespace = "route-endpointslice"
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
-	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c")
+	// Four: one is killed, one releases (and sits out a lease duration),
+	// one stops, one is left to lead.
+	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c", "pod-d")
 
 	first := g.waitLeader(30 * time.Second)
 	slice.waitSlice(first, tokenOf(t, first), 10*time.Second)
@@ -85,23 +89,34 @@ func TestRouteEndpointSlice(t *testing.T) {
 		}
 	}
 
-	// Graceful: SIGTERM → withdraw and release → the next leader publishes.
-	term := time.Now()
-	first.signal(syscall.SIGTERM)
-	if code, err := first.waitExit(10 * time.Second); err != nil || code != 0 {
-		t.Fatalf("leader exit %d, %v", code, err)
-	}
-	second := g.waitLeader(10*time.Second, first)
-	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
-	gap := noEndpointGap(slice.versions(), term)
-	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v", published.Sub(term).Round(time.Millisecond), gap.Round(time.Millisecond))
-
 	// Crash: SIGKILL → the Lease expires → the next leader replaces the slice.
 	kill := time.Now()
-	second.signal(syscall.SIGKILL)
-	third := g.waitLeader(leaseDuration+5*time.Second, first, second)
-	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
+	first.signal(syscall.SIGKILL)
+	second := g.waitLeader(leaseDuration+5*time.Second, first)
+	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
 	t.Logf("MEASURED endpointslice crash failover: slice lists the new leader %v after SIGKILL (lease duration %v)", published.Sub(kill).Round(time.Millisecond), leaseDuration)
+
+	// POST /release (what the examples' preStop hook does): the leader
+	// withdraws and releases, the next leader publishes.
+	release := time.Now()
+	if code, _, body, err := second.do("POST", "/release", nil); err != nil || code != http.StatusOK {
+		t.Fatalf("POST /release: %d %s %v", code, body, err)
+	}
+	third := g.waitLeader(10*time.Second, first, second)
+	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
+	t.Logf("MEASURED endpointslice handover on POST /release: slice lists the new leader %v after the request; no endpoint listed for %v",
+		published.Sub(release).Round(time.Millisecond), noEndpointGap(slice.versions(), release).Round(time.Millisecond))
+
+	// Graceful: SIGTERM → withdraw and release → the next leader publishes.
+	term := time.Now()
+	third.signal(syscall.SIGTERM)
+	if code, err := third.waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("leader exit %d, %v", code, err)
+	}
+	fourth := g.waitLeader(10*time.Second, first, second, third)
+	published = slice.waitSlice(fourth, tokenOf(t, fourth), 10*time.Second)
+	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v",
+		published.Sub(term).Round(time.Millisecond), noEndpointGap(slice.versions(), term).Round(time.Millisecond))
 	noneRefused(t, g)
 }
 
@@ -134,7 +149,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	ctx := context.Background()
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
-	proxy, proxied := startHoldingProxy(t, kubeconfig)
+	proxy, proxied := startHoldingProxy(t, kubeconfig, sliceWrites)
 
 	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
 	old := g.waitLeader(30 * time.Second)
@@ -156,18 +171,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
-		return proxy.heldCount() > 0, nil
-	}); err != nil {
-		t.Fatalf("the leader did not rewrite the emptied slice within its resync period (%v)", leaseDuration)
-	}
-	old.signal(syscall.SIGSTOP)
-	frozen := true
-	defer func() {
-		if frozen {
-			old.signal(syscall.SIGCONT)
-		}
-	}()
+	resume := freezeWithWriteHeld(t, proxy, old)
 
 	g.waitLeader(leaseDuration+5*time.Second, old)
 	newToken := tokenOf(t, next)
@@ -176,13 +180,8 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	}
 	slice.waitSlice(next, newToken, 10*time.Second)
 
-	for _, code := range proxy.release() {
-		if code != http.StatusConflict {
-			t.Errorf("the old leader's late slice write got %d, want 409 Conflict (stale resourceVersion)", code)
-		}
-	}
-	old.signal(syscall.SIGCONT)
-	frozen = false
+	deliverLate(t, proxy)
+	resume()
 
 	// The resumed old leader learns it no longer leads and leaves the
 	// slice alone.
@@ -196,6 +195,35 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	})
 	t.Logf("after resuming, the old leader wrote nothing for %v; its routing metrics: %s", time.Since(resumed).Round(time.Millisecond), routeMetrics(t, old))
 	noneRefused(t, g)
+}
+
+// freezeWithWriteHeld waits until the proxy holds a routing write of old
+// (its check repairs what the test changed within its resync period, a
+// lease duration), then freezes old and returns what resumes it (also done
+// when the test ends).
+func freezeWithWriteHeld(t *testing.T, proxy *holdingProxy, old *candidate) (resume func()) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
+		return proxy.heldCount() > 0, nil
+	}); err != nil {
+		t.Fatalf("%s sent no routing write within its resync period (%v)", old.name, leaseDuration)
+	}
+	old.signal(syscall.SIGSTOP)
+	var once sync.Once
+	resume = func() { once.Do(func() { old.signal(syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
+// deliverLate sends the held writes now, after a new leader's, and expects
+// the API server to refuse each on its stale resourceVersion.
+func deliverLate(t *testing.T, proxy *holdingProxy) {
+	t.Helper()
+	for _, code := range proxy.release() {
+		if code != http.StatusConflict {
+			t.Errorf("the old leader's late routing write got %d, want 409 Conflict (stale resourceVersion)", code)
+		}
+	}
 }
 
 // afterResume waits until the resumed old leader follows next, then checks
@@ -294,30 +322,42 @@ func checkPodLabels(t *testing.T, namespace, lease, leader string, pods []string
 	}
 }
 
-// TestRouteLabelFencing: the leader is frozen (SIGSTOP), a new leader takes
-// over, clears the frozen pod's label and sets its own; resumed, the old
-// leader does not label itself again. No two pods carry "true" at once.
+// TestRouteLabelFencing: the leader is frozen (SIGSTOP) while its patch
+// labelling itself "true" is on the way — a proxy holds it — a new leader
+// takes over, fences the old leader's pod (its token on it, label "false")
+// and labels itself; then the old patch is sent. The API server refuses it
+// (the fencing write changed the pod's resourceVersion), and the resumed
+// old leader does not label itself again. No two pods carry "true" at
+// once.
 func TestRouteLabelFencing(t *testing.T) {
 	const namespace = "route-label-fencing"
+	ctx := context.Background()
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
 	pods := []string{"pod-a", "pod-b"}
 	createPods(t, namespace, spec, podLabels, pods...)
 	labels := watchLabels(t, namespace)
-	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
+	proxy, proxied := startHoldingProxy(t, kubeconfig, podPatches("pod-a"))
 
+	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
 	old := g.waitLeader(30 * time.Second)
 	labels.waitLabelled(old, 10*time.Second)
-	old.signal(syscall.SIGSTOP)
-	frozen := true
-	defer func() {
-		if frozen {
-			old.signal(syscall.SIGCONT)
-		}
-	}()
-	next := g.waitLeader(leaseDuration+5*time.Second, old)
+	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
+	g.add(next)
+	waitFollowing(t, next, old)
+
+	// Something else clears the leader's label; its next check labels it
+	// again, and that patch is held on the way.
+	proxy.setHolding(true)
+	patch := []byte(`{"metadata":{"labels":{"` + routing.DefaultLeaderLabel + `":"false"}}}`)
+	if _, err := controlPlane.AdminClient().CoreV1().Pods(namespace).Patch(ctx, old.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	resume := freezeWithWriteHeld(t, proxy, old)
+	g.waitLeader(leaseDuration+5*time.Second, old)
 	labels.waitLabelled(next, 10*time.Second)
-	old.signal(syscall.SIGCONT)
-	frozen = false
+
+	deliverLate(t, proxy)
+	resume()
 
 	afterResume(t, old, next, func() string {
 		hs := labels.states()
@@ -327,6 +367,7 @@ func TestRouteLabelFencing(t *testing.T) {
 		return ""
 	})
 	checkPodLabels(t, namespace, lease, next.name, pods)
+	t.Logf("the old leader's routing metrics after resuming: %s", routeMetrics(t, old))
 	noneRefused(t, g)
 }
 
