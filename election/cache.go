@@ -40,9 +40,18 @@ type leaseCache struct {
 	// syncedCh is closed once the watch has delivered the Lease's state.
 	syncedCh chan struct{}
 
+	// delivering is held while a version is taken into the cache and
+	// handed to onChange, and while a reader acts on the version it was
+	// served (see whileServedCurrent), so that onChange and readers see the
+	// Lease's versions in order, never an older one after a newer.
+	delivering sync.Mutex
+
 	mu     sync.Mutex
 	latest *coordinationv1.Lease
-	synced bool
+	// servedCurrent is set when a reader is served latest, cleared when a
+	// newer version (or a deletion) arrives.
+	servedCurrent bool
+	synced        bool
 	// waited is set after the first read has waited for the watch to sync.
 	waited bool
 }
@@ -113,17 +122,43 @@ func (c *leaseCache) observe(obj any) {
 	if !ok {
 		return
 	}
+	c.offer(lease)
+}
+
+// offer takes lease into the cache if it is newer than what the cache holds
+// and hands it to onChange.
+func (c *leaseCache) offer(lease *coordinationv1.Lease) {
+	c.delivering.Lock()
+	defer c.delivering.Unlock()
 	if c.remember(lease) && c.onChange != nil {
 		c.onChange(lease)
 	}
 }
 
 func (c *leaseCache) observeDeleted() {
+	c.delivering.Lock()
+	defer c.delivering.Unlock()
 	c.mu.Lock()
 	c.latest = nil
+	c.servedCurrent = false
 	c.mu.Unlock()
 	if c.onChange != nil {
 		c.onChange(nil)
+	}
+}
+
+// whileServedCurrent runs f unless a newer version of the Lease (or its
+// deletion) has reached the cache since the last reader was served: a
+// reader that acts on what it read must not undo what onChange has already
+// been told. No version is delivered while f runs.
+func (c *leaseCache) whileServedCurrent(f func()) {
+	c.delivering.Lock()
+	defer c.delivering.Unlock()
+	c.mu.Lock()
+	current := c.servedCurrent
+	c.mu.Unlock()
+	if current {
+		f()
 	}
 }
 
@@ -137,6 +172,7 @@ func (c *leaseCache) remember(lease *coordinationv1.Lease) bool {
 		return false
 	}
 	c.latest = lease.DeepCopy()
+	c.servedCurrent = false
 	return true
 }
 
@@ -179,7 +215,16 @@ func (c *leaseCache) get(ctx context.Context) (*coordinationv1.Lease, error) {
 	if latest == nil {
 		return nil, apierrors.NewNotFound(coordinationv1.Resource("leases"), c.name)
 	}
-	return latest.DeepCopy(), nil
+	return c.serve(latest), nil
+}
+
+// serve returns a copy of lease for a reader, noting whether it is the
+// cache's latest version.
+func (c *leaseCache) serve(lease *coordinationv1.Lease) *coordinationv1.Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.servedCurrent = c.latest == lease
+	return lease.DeepCopy()
 }
 
 // refresh reads the Lease from the API server into the cache and returns
@@ -192,16 +237,19 @@ func (c *leaseCache) refresh(ctx context.Context) (*coordinationv1.Lease, error)
 	if err != nil {
 		return nil, err
 	}
-	if c.remember(lease) && c.onChange != nil {
-		c.onChange(lease)
-	}
+	c.offer(lease)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.latest == nil {
-		// Deleted by the watch meanwhile; what was read is all there is.
+	latest := c.latest
+	c.mu.Unlock()
+	if latest == nil {
+		// Deleted by the watch meanwhile; what was read is all there is
+		// (served as not current: the deletion is newer).
+		c.mu.Lock()
+		c.servedCurrent = false
+		c.mu.Unlock()
 		return lease.DeepCopy(), nil
 	}
-	return c.latest.DeepCopy(), nil
+	return c.serve(latest), nil
 }
 
 // Leases implements coordinationv1client.LeasesGetter for LeaseLock.

@@ -231,3 +231,46 @@ func TestCacheReadNeverGoesBack(t *testing.T) {
 		t.Errorf("refresh returned token %d, want the newer 18", got)
 	}
 }
+
+// A reader that was served a version and acts on it after the watch has
+// delivered a newer one (or the deletion) must not act: onChange already
+// told the tracker about the newer version, and acting on the older one
+// would show a fencing token going back.
+func TestReaderActsOnlyOnTheCurrentVersion(t *testing.T) {
+	version := func(rv string, transitions int32) *coordinationv1.Lease {
+		l := testLease("pod-a", transitions)
+		l.ResourceVersion = rv
+		return l
+	}
+	for _, tc := range []struct {
+		name  string
+		after func(c *leaseCache)
+		acts  bool
+	}{
+		{"nothing newer", func(*leaseCache) {}, true},
+		{"an older version offered", func(c *leaseCache) { c.offer(version("9", 1)) }, true},
+		{"a newer version delivered", func(c *leaseCache) { c.offer(version("11", 2)) }, false},
+		{"deleted", func(c *leaseCache) { c.observeDeleted() }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var delivered []string
+			c := newLeaseCache(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), func(l *coordinationv1.Lease) {
+				if l != nil {
+					delivered = append(delivered, l.ResourceVersion)
+				}
+			})
+			c.offer(version("10", 1))
+			c.markSynced()
+			served, err := c.get(context.Background())
+			if err != nil || served.ResourceVersion != "10" {
+				t.Fatalf("get = %v, %v; want version 10", served, err)
+			}
+			tc.after(c)
+			acted := false
+			c.whileServedCurrent(func() { acted = true })
+			if acted != tc.acts {
+				t.Errorf("acted on the version served = %v, want %v (delivered %v)", acted, tc.acts, delivered)
+			}
+		})
+	}
+}

@@ -210,6 +210,7 @@ func New(cfg Config) (*Elector, error) {
 			Labels:     cfg.Labels,
 		},
 		tracker: t,
+		cache:   e.cache,
 		metrics: e.metrics,
 		onLapse: e.stopRound,
 		gate:    cfg.Gate,
@@ -465,6 +466,9 @@ func (e *Elector) serveRelease(ctx context.Context) {
 	e.mu.Unlock()
 	if ctx.Err() == nil {
 		e.tracker.setClaiming(true)
+		// The Lease may have changed during the sit-out, when no attempt
+		// was scheduled: schedule one from what was observed.
+		e.scheduleAttempt()
 	}
 }
 

@@ -58,6 +58,8 @@ type observingLock struct {
 	gate Gate
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
+	// cache serves inner's reads, if the lock reads through one.
+	cache *leaseCache
 	// writing is held for the whole of every write, so that a round is never
 	// cut short while a write is on its way (see Elector.attemptNow).
 	writing *sync.Mutex
@@ -73,6 +75,19 @@ const previousIncarnationSuffix = " (previous incarnation)"
 // admit a new term on a Lease that is free or expired.
 const notAdmittedHolder = "(not admitted by the gate)"
 
+// observeRead tells the tracker what Get read — unless, with a watch-backed
+// cache, a newer version has already reached the tracker: a read that lost
+// that race must not show the tracker (and the app) an older Lease, a
+// fencing token going back.
+func (l *observingLock) observeRead(rec *resourcelock.LeaderElectionRecord) {
+	observe := func() { l.tracker.observeRead(recordOf(rec)) }
+	if l.cache == nil {
+		observe()
+		return
+	}
+	l.cache.whileServedCurrent(observe)
+}
+
 func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	rec, raw, err := l.inner.Get(ctx)
 	if err != nil {
@@ -84,7 +99,7 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 		}
 		return rec, raw, err
 	}
-	l.tracker.observeRead(recordOf(rec))
+	l.observeRead(rec)
 	shown := *rec
 	holding := l.tracker.holdingLease()
 	free := rec.HolderIdentity == "" || (!holding && l.tracker.holderExpired())
