@@ -2,12 +2,10 @@ package node_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
@@ -33,21 +31,13 @@ func runRoutedChecks(t *testing.T, d *deployment) {
 	if !d.routed() {
 		t.Fatalf("%s does not run the sidecar in a routing mode", d.name)
 	}
-	steps := []struct {
-		name string
-		run  func(*testing.T, *deployment)
-	}{
+	runSteps(t, d, []step{
 		{"OneLeaderServes", checkDeployed},
 		{"LeastPrivilege", checkLeastPrivilege},
 		{"DeleteLeaderPod", checkDeleteLeader},
 		{"RollingUpdates", checkRollingUpdates},
 		{"FrozenSidecarFenced", checkFrozenSidecar},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, func(t *testing.T) { s.run(t, d) }) {
-			t.FailNow()
-		}
-	}
+	})
 }
 
 // checkRollingUpdates restarts the Deployment several times with its
@@ -59,18 +49,13 @@ func checkRollingUpdates(t *testing.T, d *deployment) {
 	ctx := context.Background()
 	var gaps, answerGaps, durations []time.Duration
 	for i := range rollouts {
-		old := d.waitSettled(t, d.settleTimeout())
-		d.waitServed(t, old)
+		old := d.servingLeader(t).Name
 		before, err := d.pods(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		o := d.observe(t)
-		began := time.Now()
-		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, began.Format(time.RFC3339Nano))
-		if _, err := d.client.AppsV1().Deployments(d.namespace).Patch(ctx, d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		began := d.rolloutRestart(t)
 		d.waitRolloutStatus(t, len(before))
 		leader := d.waitSettled(t, d.settleTimeout())
 		d.waitServed(t, leader)
@@ -129,13 +114,8 @@ func (d *deployment) waitRolloutStatus(t *testing.T, replicas int) {
 // fencing token never goes back (the observer checks), and the old pod never
 // answers after the takeover.
 func checkFrozenSidecar(t *testing.T, d *deployment) {
-	ctx := context.Background()
-	old := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, old)
-	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := d.servingLeader(t)
+	old := pod.Name
 	id := containerID(t, pod, packaging.SidecarName)
 	term := d.term(t)
 	o := d.observe(t)

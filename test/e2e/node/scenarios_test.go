@@ -31,23 +31,43 @@ func TestExample(t *testing.T) { runChecks(t, deployExample(t, "example")) }
 func TestChart(t *testing.T)   { runChecks(t, deployChart(t)) }
 
 func runChecks(t *testing.T, d *deployment) {
-	steps := []struct {
-		name string
-		run  func(*testing.T, *deployment)
-	}{
+	runSteps(t, d, []step{
 		{"OneReadyLeaderServes", checkDeployed},
 		{"LeastPrivilege", checkLeastPrivilege},
 		{"DeleteLeaderPod", checkDeleteLeader},
 		{"KillSidecar", checkKillSidecar},
 		{"FreezeLeaderPod", checkFreezePod},
 		{"RolloutRestart", checkRollout},
-	}
+	})
+}
+
+// step is one check of a deployment, run as a subtest.
+type step struct {
+	name string
+	run  func(*testing.T, *deployment)
+}
+
+// runSteps runs the steps in order and stops at the first that fails:
+// later steps assume a healthy deployment.
+func runSteps(t *testing.T, d *deployment, steps []step) {
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, d) }) {
-			// Later steps assume a healthy deployment.
 			t.FailNow()
 		}
 	}
+}
+
+// servingLeader waits for a settled leader that answers the Service and
+// returns its pod.
+func (d *deployment) servingLeader(t *testing.T) *corev1.Pod {
+	t.Helper()
+	leader := d.waitSettled(t, d.settleTimeout())
+	d.waitServed(t, leader)
+	pod, err := d.client.CoreV1().Pods(d.namespace).Get(context.Background(), leader, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
 }
 
 // checkDeployed: exactly one pod is Ready, the EndpointSlices list exactly
@@ -118,11 +138,7 @@ func (d *deployment) waitServed(t *testing.T, pod string) {
 // Role (the audit log names the user).
 func checkLeastPrivilege(t *testing.T, d *deployment) {
 	ctx := context.Background()
-	leader := d.waitSettled(t, d.settleTimeout())
-	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, leader, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := d.servingLeader(t)
 	for _, name := range []string{packaging.SidecarName, "app"} {
 		pid, err := theNode.ContainerPID(ctx, containerID(t, pod, name))
 		if err != nil {
@@ -186,12 +202,8 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 	ctx := context.Background()
 	var gaps, answerGaps, handovers []time.Duration
 	for i := range deleteRepetitions {
-		old := d.waitSettled(t, d.settleTimeout())
-		d.waitServed(t, old)
-		pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pod := d.servingLeader(t)
+		old := pod.Name
 		o := d.observe(t)
 		var order *stopOrder
 		if i == 0 {
@@ -292,12 +304,8 @@ func (s *stopOrder) check(t *testing.T, released time.Time, routed bool) {
 // the Service never routes to two pods.
 func checkKillSidecar(t *testing.T, d *deployment) {
 	ctx := context.Background()
-	old := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, old)
-	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := d.servingLeader(t)
+	old := pod.Name
 	term := d.term(t)
 	o := d.observe(t)
 	killed := time.Now()
@@ -347,13 +355,8 @@ func (d *deployment) checkTakeoverAtExpiry(t *testing.T, r observation, start ti
 // the pod turns unready, the other pod takes the Lease at expiry and serves;
 // thawed, the old pod stands by and never serves again.
 func checkFreezePod(t *testing.T, d *deployment) {
-	ctx := context.Background()
-	old := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, old)
-	pod, err := d.client.CoreV1().Pods(d.namespace).Get(ctx, old, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pod := d.servingLeader(t)
+	old := pod.Name
 	term := d.term(t)
 	o := d.observe(t)
 	frozen := time.Now()
@@ -405,18 +408,13 @@ func checkFreezePod(t *testing.T, d *deployment) {
 // available) and measures the gap with no ready endpoint.
 func checkRollout(t *testing.T, d *deployment) {
 	ctx := context.Background()
-	old := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, old)
+	d.servingLeader(t)
 	before, err := d.pods(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := d.observe(t)
-	began := time.Now()
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, began.Format(time.RFC3339))
-	if _, err := d.client.AppsV1().Deployments(d.namespace).Patch(ctx, d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	began := d.rolloutRestart(t)
 	deadline := time.Now().Add(d.settleTimeout())
 	var leader string
 	for {
@@ -492,6 +490,18 @@ func (d *deployment) waitNewTerm(t *testing.T, term int32) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// rolloutRestart does what `kubectl rollout restart` does — stamps the pod
+// template with the time — and returns that time.
+func (d *deployment) rolloutRestart(t *testing.T) time.Time {
+	t.Helper()
+	now := time.Now()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, now.Format(time.RFC3339Nano))
+	if _, err := d.client.AppsV1().Deployments(d.namespace).Patch(context.Background(), d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return now
 }
 
 func containerID(t *testing.T, pod *corev1.Pod, name string) string {
