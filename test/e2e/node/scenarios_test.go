@@ -328,16 +328,23 @@ func checkKillSidecar(t *testing.T, d *deployment) {
 // later (a retry period and the time to observe it).
 func (d *deployment) checkTakeoverAtExpiry(t *testing.T, r observation, start time.Time) {
 	t.Helper()
-	var lastRenew time.Time
 	var term int32
 	for _, l := range r.leases {
 		if l.at.Before(start) {
-			lastRenew, term = l.renw, l.transitions
+			term = l.transitions
 		}
 	}
 	next, ok := r.firstLeaseAfter(start, func(l leaseAt) bool { return l.transitions > term })
 	if !ok {
 		t.Fatalf("no new term after %s:\n%s", start.Format("15:04:05.000"), r)
+	}
+	// The old term's last renewal: a renewal sent just before the fault
+	// may reach the watch after it.
+	var lastRenew time.Time
+	for _, l := range r.leases {
+		if l.transitions == term && l.renw.After(lastRenew) {
+			lastRenew = l.renw
+		}
 	}
 	wait := next.acquire.Sub(lastRenew)
 	t.Logf("MEASURED %s: last renewal %s, new term %d acquired %s by %s: %v after the renewal (lease duration %v)",
