@@ -13,7 +13,7 @@ help: ## list the targets
 build: ## build bin/leader-elector (static)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/leader-elector .
 
-test: lint unit e2e ## everything CI runs: lint, unit tests, e2e tests on a real control plane
+test: lint unit e2e ## everything CI runs: lint, unit, e2e on a real control plane, benchmarks (smoke), packaging, e2e on a real node
 
 lint: ## gofmt, go vet, go mod tidy check
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
