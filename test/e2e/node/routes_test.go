@@ -158,3 +158,23 @@ func checkFrozenSidecar(t *testing.T, d *deployment) {
 	t.Logf("MEASURED %s: leader's sidecar frozen → %s leads and serves after %v; no ready endpoint for %v; highest EndpointSlice token seen %d",
 		d.name, leader, since2(frozen, tookOver), r.endpointGap().Round(time.Millisecond), o.sliceToken)
 }
+
+// TestChartRoutes installs the chart's demo in each routing mode, as a user
+// would choose it (routing.mode, election.readiness=candidate): one leader
+// serves, the leader pod's deletion and rolling updates move traffic within
+// the same bounds as the kustomize overlays.
+func TestChartRoutes(t *testing.T) {
+	for _, mode := range []string{"endpointslice", "label"} {
+		t.Run(mode, func(t *testing.T) {
+			d := deployChart(t, "routing.mode="+mode, "election.readiness=candidate")
+			if d.route != mode {
+				t.Fatalf("the chart's sidecar runs with --route=%s, want %s", d.route, mode)
+			}
+			runSteps(t, d, []step{
+				{"OneLeaderServes", checkDeployed},
+				{"DeleteLeaderPod", checkDeleteLeader},
+				{"RollingUpdates", checkRollingUpdates},
+			})
+		})
+	}
+}
