@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -56,7 +54,7 @@ func checkRollingUpdates(t *testing.T, d *deployment) {
 		}
 		o := d.observe(t)
 		began := d.rolloutRestart(t)
-		d.waitRolloutStatus(t, len(before))
+		d.waitRolledOut(t, before, false)
 		leader := d.waitSettled(t, d.settleTimeout())
 		d.waitServed(t, leader)
 		done := time.Now()
@@ -77,34 +75,6 @@ func checkRollingUpdates(t *testing.T, d *deployment) {
 	}
 	t.Logf("MEASURED %s: rolling update ×%d (rollout status complete): duration %s; time with no ready endpoint %s; longest gap between answers %s",
 		d.name, rollouts, summary(durations), summary(gaps), summary(answerGaps))
-}
-
-// waitRolloutStatus waits until the Deployment's rollout is complete by the
-// rule `kubectl rollout status` applies, and the old pods are gone.
-func (d *deployment) waitRolloutStatus(t *testing.T, replicas int) {
-	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods, err := d.pods(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := *dep.Spec.Replicas
-		st := dep.Status
-		if st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas == want && st.Replicas == want && st.AvailableReplicas == want && len(pods) == replicas {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rollout did not complete in 2 minutes: updated %d, replicas %d, available %d of %d; %d pods",
-				st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want, len(pods))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // checkFrozenSidecar freezes the leader's sidecar alone (its app runs on, as

@@ -153,7 +153,7 @@ func checkLeastPrivilege(t *testing.T, d *deployment) {
 			t.Errorf("%s runs as uid %q gid %q, want 65532", name, uid, gid)
 		}
 		token := fmt.Sprintf("/proc/%d/root%s/token", pid, packaging.TokenMountPath)
-		_, statErr := statFile(token)
+		_, statErr := os.Stat(token)
 		switch name {
 		case packaging.SidecarName:
 			if !ro {
@@ -422,8 +422,28 @@ func checkRollout(t *testing.T, d *deployment) {
 	}
 	o := d.observe(t)
 	began := d.rolloutRestart(t)
+	d.waitRolledOut(t, before, true)
+	leader := d.waitSettled(t, d.settleTimeout())
+	if slices.ContainsFunc(before, func(p corev1.Pod) bool { return p.Name == leader }) {
+		t.Fatalf("the old pod %s still leads after the rollout", leader)
+	}
+	d.waitServed(t, leader)
+	done := time.Now()
+	r := o.stop(t, 1)
+	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
+		d.name, leader, since2(began, done), r.endpointGap().Round(time.Millisecond), r.answerGap().Round(time.Millisecond))
+}
+
+// waitRolledOut waits until the rollout that replaces the pods before has
+// finished: the Deployment has seen its new generation, every replica is
+// updated, only new pods are left, and the available replicas are all of
+// them — or, with onlyLeaderAvailable (readiness = leadership), exactly one,
+// and never more while it waits. All of them available is the rule
+// `kubectl rollout status` applies.
+func (d *deployment) waitRolledOut(t *testing.T, before []corev1.Pod, onlyLeaderAvailable bool) {
+	t.Helper()
+	ctx := context.Background()
 	deadline := time.Now().Add(d.settleTimeout())
-	var leader string
 	for {
 		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
 		if err != nil {
@@ -433,38 +453,30 @@ func checkRollout(t *testing.T, d *deployment) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var fresh int
+		old := 0
 		for _, p := range pods {
-			if p.DeletionTimestamp == nil && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID }) {
-				fresh++
+			if slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID }) {
+				old++
 			}
 		}
-		want := *dep.Spec.Replicas
-		s, err := d.state(ctx)
-		if err != nil {
-			t.Fatal(err)
+		want, st := *dep.Spec.Replicas, dep.Status
+		wantAvailable := want
+		if onlyLeaderAvailable {
+			wantAvailable = 1
+			if st.AvailableReplicas > 1 {
+				t.Errorf("%d replicas available during the rollout, want at most 1 (the leader)", st.AvailableReplicas)
+			}
 		}
-		l, ok := s.settled(d.routed())
-		if dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas == want && dep.Status.Replicas == want &&
-			len(pods) == int(want) && fresh == int(want) && ok && !slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.Name == l }) &&
-			dep.Status.AvailableReplicas == 1 {
-			leader = l
-			break
-		}
-		if dep.Status.AvailableReplicas > 1 {
-			t.Errorf("%d replicas available during the rollout, want at most 1 (the leader)", dep.Status.AvailableReplicas)
+		if st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas == want && st.Replicas == want &&
+			st.AvailableReplicas == wantAvailable && old == 0 && len(pods) == int(want) {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the rollout did not complete: updated %d/%d, replicas %d, available %d, fresh pods %d, leader %q",
-				dep.Status.UpdatedReplicas, want, dep.Status.Replicas, dep.Status.AvailableReplicas, fresh, l)
+			t.Fatalf("the rollout did not finish in %v: updated %d, replicas %d, available %d of %d; %d pods, %d of them old",
+				d.settleTimeout(), st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want, len(pods), old)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	d.waitServed(t, leader)
-	done := time.Now()
-	r := o.stop(t, 1)
-	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
-		d.name, leader, since2(began, done), r.endpointGap().Round(time.Millisecond), r.answerGap().Round(time.Millisecond))
 }
 
 // term is the Lease's current leaseTransitions (the fencing token).
@@ -536,5 +548,3 @@ func summary(ds []time.Duration) string {
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	return fmt.Sprintf("min %v / median %v / max %v (n=%d)", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]), len(s))
 }
-
-func statFile(path string) (os.FileInfo, error) { return os.Stat(path) }
