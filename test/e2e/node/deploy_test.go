@@ -167,6 +167,14 @@ func (d *deployment) pods(ctx context.Context) ([]corev1.Pod, error) {
 	return list.Items, nil
 }
 
+func names(pods []corev1.Pod) []string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.Name
+	}
+	return out
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,15 +57,13 @@ func checkRollingUpdates(t *testing.T, d *deployment) {
 		began := d.rolloutRestart(t)
 		d.waitRolledOut(t, before, false)
 		leader := d.waitSettled(t, d.settleTimeout())
-		d.waitServed(t, leader)
+		d.waitServed(t, leader, names(before)...)
 		done := time.Now()
 		// One pod at a time: leadership may move to a surviving old pod
 		// first, then to a new one.
 		r := o.stop(t, 2)
-		for _, p := range before {
-			if p.Name == leader {
-				t.Fatalf("rollout %d: the old pod %s still leads after the rollout", i+1, leader)
-			}
+		if slices.Contains(names(before), leader) {
+			t.Fatalf("rollout %d: the old pod %s still leads after the rollout", i+1, leader)
 		}
 		gaps, answerGaps, durations = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap()), append(durations, done.Sub(began))
 		if gaps[i] >= maxRolloutGap {
@@ -101,7 +100,7 @@ func checkFrozenSidecar(t *testing.T, d *deployment) {
 	}()
 	d.waitNewTerm(t, term)
 	leader := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, leader)
+	d.waitServed(t, leader, old)
 	tookOver := time.Now()
 	if leader == old {
 		t.Fatalf("the pod with the frozen sidecar, %s, leads", old)

@@ -103,8 +103,12 @@ func checkDeployed(t *testing.T, d *deployment) {
 }
 
 // waitServed waits until 10 requests in a row to the ClusterIP are answered
-// by pod (kube-proxy follows the EndpointSlice within a moment).
-func (d *deployment) waitServed(t *testing.T, pod string) {
+// by pod. Until pod has answered once, answers from the previous leaders are
+// tolerated: kube-proxy follows the EndpointSlice a moment after the API
+// does, and in the routing modes the old app still serves while its preStop
+// hook hands over. Once pod has answered, any other answer fails the test
+// (the observer also fails a switch back).
+func (d *deployment) waitServed(t *testing.T, pod string, previous ...string) {
 	t.Helper()
 	ctx := context.Background()
 	url, err := d.serviceURL(ctx)
@@ -113,6 +117,7 @@ func (d *deployment) waitServed(t *testing.T, pod string) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	inARow := 0
+	answered := false
 	var last string
 	var lastErr error
 	for inARow < 10 {
@@ -120,8 +125,9 @@ func (d *deployment) waitServed(t *testing.T, pod string) {
 		switch {
 		case err == nil && got == pod:
 			inARow++
+			answered = true
 			continue
-		case err == nil:
+		case err == nil && (answered || !slices.Contains(previous, got)):
 			t.Fatalf("the Service was answered by %s, not the leader %s", got, pod)
 		}
 		inARow, last, lastErr = 0, got, err
@@ -214,7 +220,7 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 			t.Fatal(err)
 		}
 		leader := d.waitSettledExcept(t, d.settleTimeout(), old)
-		d.waitServed(t, leader)
+		d.waitServed(t, leader, old)
 		r := o.stop(t, 1)
 		if leader == old {
 			t.Fatalf("the deleted pod %s still leads", old)
@@ -229,7 +235,7 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 		gaps, answerGaps = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap())
 		handovers = append(handovers, released.at.Sub(deleted))
 		if order != nil {
-			order.check(t, released.at, d.routed())
+			order.check(t, released, d.routed())
 		}
 		t.Logf("delete %d: %s → %s; Lease left the old pod %v after the delete; no ready endpoint for %v; longest gap between answers %v",
 			i+1, old, leader, since2(deleted, released.at), gaps[i].Round(time.Millisecond), answerGaps[i].Round(time.Millisecond))
@@ -279,19 +285,28 @@ func watchStopOrder(podIP string) *stopOrder {
 // before: their manifests give the app a preStop hook that hands leadership
 // over (POST /release) so that the new leader's routing write moves the
 // traffic while the old app still serves.
-func (s *stopOrder) check(t *testing.T, released time.Time, routed bool) {
+//
+// In readiness mode the release is taken as the watch saw it (no earlier
+// than it happened). In the routing modes it is the renewTime the sidecar
+// stamped on the releasing write — the same node clock, and no later than
+// the write, which completes before the hook returns — since the watch may
+// deliver it after the app, stopped a few milliseconds later, is gone.
+func (s *stopOrder) check(t *testing.T, released leaseAt, routed bool) {
 	t.Helper()
 	<-s.done
 	if s.appStopped.IsZero() {
 		t.Fatal("the deleted pod's app never stopped answering")
 	}
-	t.Logf("MEASURED native sidecar order: app stopped at %s (last answer %s), sidecar last answered at %s, Lease released (seen) at %s",
-		s.appStopped.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"), s.sidecarLastOK.Format("15:04:05.000"), released.Format("15:04:05.000"))
+	t.Logf("MEASURED native sidecar order: app stopped at %s (last answer %s), sidecar last answered at %s, Lease released at %s (written), seen at %s",
+		s.appStopped.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"), s.sidecarLastOK.Format("15:04:05.000"),
+		released.renw.Format("15:04:05.000"), released.at.Format("15:04:05.000"))
 	switch {
-	case !routed && !s.appStopped.Before(released):
-		t.Errorf("the Lease was released (%s) before the app stopped (%s)", released.Format("15:04:05.000"), s.appStopped.Format("15:04:05.000"))
-	case routed && !released.Before(s.appStopped):
-		t.Errorf("the app stopped (%s) before its preStop hook had the Lease released (%s)", s.appStopped.Format("15:04:05.000"), released.Format("15:04:05.000"))
+	case !routed && !s.appStopped.Before(released.at):
+		t.Errorf("the Lease was released (seen %s) before the app stopped (%s)", released.at.Format("15:04:05.000"), s.appStopped.Format("15:04:05.000"))
+	case routed && released.holder != "":
+		t.Errorf("the Lease went to %s without a release: the app's preStop hook did not hand over", released.holder)
+	case routed && !released.renw.Before(s.appStopped):
+		t.Errorf("the app stopped (%s) before its preStop hook had the Lease released (%s)", s.appStopped.Format("15:04:05.000"), released.renw.Format("15:04:05.000"))
 	}
 	if !s.sidecarLastOK.After(s.appLastOK) {
 		t.Errorf("the sidecar stopped answering (%s) before the app (%s)", s.sidecarLastOK.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"))
@@ -315,7 +330,7 @@ func checkKillSidecar(t *testing.T, d *deployment) {
 	}
 	d.waitNewTerm(t, term)
 	leader := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, leader)
+	d.waitServed(t, leader, old)
 	settled := time.Now()
 	r := o.stop(t, 1)
 	d.checkTakeoverAtExpiry(t, r, killed)
@@ -378,7 +393,7 @@ func checkFreezePod(t *testing.T, d *deployment) {
 	}()
 	d.waitNewTerm(t, term)
 	leader := d.waitSettled(t, d.settleTimeout())
-	d.waitServed(t, leader)
+	d.waitServed(t, leader, old)
 	settled := time.Now()
 	if leader == old {
 		t.Fatalf("the frozen pod %s leads", old)
@@ -424,10 +439,10 @@ func checkRollout(t *testing.T, d *deployment) {
 	began := d.rolloutRestart(t)
 	d.waitRolledOut(t, before, true)
 	leader := d.waitSettled(t, d.settleTimeout())
-	if slices.ContainsFunc(before, func(p corev1.Pod) bool { return p.Name == leader }) {
+	if slices.Contains(names(before), leader) {
 		t.Fatalf("the old pod %s still leads after the rollout", leader)
 	}
-	d.waitServed(t, leader)
+	d.waitServed(t, leader, names(before)...)
 	done := time.Now()
 	r := o.stop(t, 1)
 	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
