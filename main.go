@@ -42,6 +42,11 @@ const (
 // shutdownTimeout bounds the graceful stop of the HTTP servers.
 const shutdownTimeout = 5 * time.Second
 
+// eventsFlushTimeout bounds the wait, at shutdown, for the last Events
+// (this pod's "stopped leading") to be written. The Lease is released
+// before, so it does not delay the handover.
+const eventsFlushTimeout = 2 * time.Second
+
 func main() {
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -105,7 +110,11 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	w, err := newWorkload(opts, requests, watches)
+	events, err := eventRecorder(ctx, opts, restConfig)
+	if err != nil {
+		return err
+	}
+	w, err := newWorkload(opts, requests, watches, events)
 	if err != nil {
 		return err
 	}
@@ -148,6 +157,7 @@ func run(ctx context.Context, opts *options) error {
 		"readiness", opts.Readiness,
 		"releaseOnShutdown", opts.ReleaseOnShutdown,
 		"partitions", opts.Partitions,
+		"events", events != nil,
 	)
 	reportStartup(ctx, opts, routeClient)
 
@@ -174,6 +184,13 @@ func run(ctx context.Context, opts *options) error {
 	// until it has done so.
 	electionErr := w.run(runCtx)
 	<-routingDone
+	if events != nil {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), eventsFlushTimeout)
+		if err := events.Close(flushCtx); err != nil {
+			logger.Error(err, "Failed to record the last Events")
+		}
+		cancel()
+	}
 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()
@@ -191,6 +208,19 @@ func run(ctx context.Context, opts *options) error {
 		return cause
 	}
 	return nil
+}
+
+// eventRecorder returns the recorder of the Lease's Events, or nil when
+// they are off (--events=false, or partition mode, which records none).
+func eventRecorder(ctx context.Context, opts *options, restConfig *rest.Config) (*election.EventRecorder, error) {
+	if !opts.Events || opts.Partitions > 0 {
+		return nil, nil
+	}
+	client, err := sideClient(restConfig, "leader-elector-events", 0)
+	if err != nil {
+		return nil, err
+	}
+	return election.NewEventRecorder(ctx, client, opts.Identity), nil
 }
 
 // clientConfig loads the kubeconfig given, or the in-cluster configuration.

@@ -40,12 +40,14 @@ type options struct {
 	ProbeAddress      string
 	Readiness         string
 	ReleaseOnShutdown bool
-	Kubeconfig        string
-	KubeAPIQPS        float32
-	KubeAPIBurst      int
-	LogFormat         string
-	Version           bool
-	Routing           routeOptions
+	// Events records Kubernetes Events on the Lease (leader election only).
+	Events       bool
+	Kubeconfig   string
+	KubeAPIQPS   float32
+	KubeAPIBurst int
+	LogFormat    string
+	Version      bool
+	Routing      routeOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
 
@@ -79,6 +81,7 @@ func newOptions() *options {
 		ProbeAddress:      ":8080",
 		Readiness:         string(httpapi.ReadyWhenLeader),
 		ReleaseOnShutdown: true,
+		Events:            true,
 		LogFormat:         "text",
 		Routing:           newRouteOptions(),
 	}
@@ -96,6 +99,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ProbeAddress, "probe-address", o.ProbeAddress, "Address of /readyz, /healthz and /metrics.")
 	fs.StringVar(&o.Readiness, "readiness", o.Readiness, "What /readyz reports: \"leader\" (ready only while this pod leads) or \"candidate\" (ready once the elector has reached the API server).")
 	fs.BoolVar(&o.ReleaseOnShutdown, "release-on-shutdown", o.ReleaseOnShutdown, "On SIGTERM/SIGINT, stop claiming leadership, then clear the Lease so a standby takes over at once.")
+	fs.BoolVar(&o.Events, "events", o.Events, "Record Kubernetes Events on the Lease when this pod becomes leader and when it stops leading, with the fencing token (needs create on events; leader election only, not with --partitions).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file, for running outside a pod (default $KUBECONFIG, else in-cluster configuration).")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (0: client-go's default).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server (0: client-go's default).")

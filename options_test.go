@@ -78,6 +78,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		ProbeAddress:      ":8080",
 		Readiness:         "leader",
 		ReleaseOnShutdown: true,
+		Events:            true,
 		LogFormat:         "text",
 		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
 	}
@@ -110,6 +111,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		"--probe-address=:9090",
 		"--readiness=candidate",
 		"--release-on-shutdown=false",
+		"--events=false",
 		"--kubeconfig=/tmp/kubeconfig",
 		"--kube-api-qps=7.5",
 		"--kube-api-burst=15",
@@ -302,6 +304,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 				"LEADER_ELECTOR_PROBE_ADDRESS":       ":2222",
 				"LEADER_ELECTOR_READINESS":           "candidate",
 				"LEADER_ELECTOR_RELEASE_ON_SHUTDOWN": "false",
+				"LEADER_ELECTOR_EVENTS":              "false",
 				"LEADER_ELECTOR_KUBECONFIG":          "/env/kubeconfig",
 				"LEADER_ELECTOR_KUBE_API_QPS":        "50",
 				"LEADER_ELECTOR_KUBE_API_BURST":      "100",

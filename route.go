@@ -23,12 +23,18 @@ const rolloutCheckTimeout = 10 * time.Second
 // check: like the Lease client, a request timeout of half the renew
 // deadline, which the API server also applies to the request.
 func routingClient(cfg *rest.Config, renewDeadline time.Duration) (kubernetes.Interface, error) {
+	return sideClient(cfg, "leader-elector-routing", renewDeadline/2)
+}
+
+// sideClient builds a client of its own, with its own rate limits, for
+// requests that must never hold up a renewal of the Lease.
+func sideClient(cfg *rest.Config, userAgent string, timeout time.Duration) (kubernetes.Interface, error) {
 	c := rest.CopyConfig(cfg)
-	rest.AddUserAgent(c, "leader-elector-routing")
-	c.Timeout = renewDeadline / 2
+	rest.AddUserAgent(c, userAgent)
+	c.Timeout = timeout
 	cs, err := kubernetes.NewForConfig(c)
 	if err != nil {
-		return nil, fmt.Errorf("build routing client: %w", err)
+		return nil, fmt.Errorf("build %s client: %w", userAgent, err)
 	}
 	return cs, nil
 }

@@ -24,7 +24,9 @@ type workload struct {
 	probes     func(prometheus.Gatherer) http.Handler
 }
 
-func newWorkload(opts *options, requests, watches kubernetes.Interface) (*workload, error) {
+// newWorkload builds what run serves; events, if not nil, records the
+// Lease's Events in leader election.
+func newWorkload(opts *options, requests, watches kubernetes.Interface, events *election.EventRecorder) (*workload, error) {
 	readiness := httpapi.Readiness(opts.Readiness)
 	if opts.Partitions > 0 {
 		cfg := opts.partitionConfig()
@@ -44,6 +46,10 @@ func newWorkload(opts *options, requests, watches kubernetes.Interface) (*worklo
 	}
 	cfg := opts.electionConfig()
 	cfg.Client, cfg.WatchClient = requests, watches
+	if events != nil {
+		// Not a nil *EventRecorder in the interface: client-go checks for nil.
+		cfg.Events = events
+	}
 	elector, err := election.New(cfg)
 	if err != nil {
 		return nil, err

@@ -78,6 +78,9 @@ type Config struct {
 	// (renewals of its own term are not asked). Nil admits every term, as in
 	// plain leader election.
 	Gate Gate
+	// Events, if set, records "became leader" and "stopped leading" as
+	// Kubernetes Events on the Lease (see EventRecorder).
+	Events resourcelock.EventRecorder
 	// OnChange, if set, is called after every change of the state's
 	// revision. It must not block: it runs under the state's lock.
 	OnChange func()
@@ -206,7 +209,7 @@ func New(cfg Config) (*Elector, error) {
 		inner: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 			Client:     e.cache,
-			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity},
+			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Events},
 			Labels:     cfg.Labels,
 		},
 		tracker: t,

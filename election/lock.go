@@ -58,6 +58,9 @@ type observingLock struct {
 	gate Gate
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
+	// ownToken is the fencing token of the last term this process wrote as
+	// its own.
+	ownToken int64
 	// cache serves inner's reads, if the lock reads through one.
 	cache *leaseCache
 	// writing is held for the whole of every write, so that a round is never
@@ -212,14 +215,26 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	l.metrics.observeRenewal(l.tracker.clock.Since(start))
 	l.wroteOnce = true
 	if ler.HolderIdentity == l.inner.Identity() {
+		l.ownToken = int64(ler.LeaderTransitions)
 		l.tracker.observeWrite(start, recordOf(&ler))
 	}
 	return nil
 }
 
-func (l *observingLock) RecordEvent(s string) { l.inner.RecordEvent(s) }
-func (l *observingLock) Identity() string     { return l.inner.Identity() }
-func (l *observingLock) Describe() string     { return l.inner.Describe() }
+// RecordEvent records client-go's "became leader" and "stopped leading" on
+// the Lease, with the fencing token of the term they are about: the last
+// one this process wrote. client-go records them only after a successful
+// write of this process's own term, which is also what gives the inner lock
+// the Lease object (and its UID) that the Event refers to.
+func (l *observingLock) RecordEvent(s string) {
+	if !l.wroteOnce {
+		return
+	}
+	l.inner.RecordEvent(fmt.Sprintf("%s (fencing token %d)", s, l.ownToken))
+}
+
+func (l *observingLock) Identity() string { return l.inner.Identity() }
+func (l *observingLock) Describe() string { return l.inner.Describe() }
 
 func recordOf(r *resourcelock.LeaderElectionRecord) record {
 	return record{

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -117,14 +120,18 @@ func applyRBAC(t *testing.T, namespace string, rules []rbacv1.PolicyRule, withou
 
 // TestShippedRBAC: candidates running with the ServiceAccount token bound
 // only by the shipped Role, on the shipped Lease, elect a leader, hand over
-// on SIGTERM (release is an update) — so the Role is enough — and that token
-// can do nothing else, not even on another Lease — so it is no more than
-// needed.
+// on SIGTERM (release is an update) and record the handover as Events on
+// the Lease — so the Role is enough — and that token can do nothing else,
+// not even on another Lease — so it is no more than needed.
 func TestShippedRBAC(t *testing.T) {
 	const namespace = "rbac-shipped"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
 	leader := g.waitLeader(30 * time.Second)
+	first, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
 	leader.signal(syscall.SIGTERM)
 	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
@@ -132,7 +139,24 @@ func TestShippedRBAC(t *testing.T) {
 	if !strings.Contains(leader.log(), "Released lease") {
 		t.Errorf("leader did not release the Lease with the shipped RBAC")
 	}
-	g.waitLeader(leaseDuration+2*time.Second, leader)
+	// The old leader's Events were written before it exited: read once,
+	// without waiting. (The new leader's may be there too.)
+	want := []string{
+		fmt.Sprintf("%s became leader (fencing token %d)", leader.name, first.FencingToken),
+		fmt.Sprintf("%s stopped leading (fencing token %d)", leader.name, first.FencingToken),
+	}
+	if got := leaseEvents(t, namespace, lease); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
+		t.Errorf("Events on the Lease when the old leader had exited:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	next := g.waitLeader(leaseDuration+2*time.Second, leader)
+	want = append(want, fmt.Sprintf("%s became leader (fencing token %d)", next.name, first.FencingToken+1))
+	var got []string
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		got = leaseEvents(t, namespace, lease)
+		return len(got) >= len(want), nil
+	}); err != nil || !slices.Equal(got, want) {
+		t.Errorf("Events on the Lease after the handover:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
 	for _, c := range g.members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
@@ -141,19 +165,54 @@ func TestShippedRBAC(t *testing.T) {
 
 	// What the token may do, asked of the API server's authorizer.
 	allowed, sa := allowedAccess(t, kubeconfig, []string{namespace, "default"}, []groupResource{
-		{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "secrets"}, {"", "configmaps"}, {"", "events"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
+		{"coordination.k8s.io", "leases"}, {"", "pods"}, {"", "secrets"}, {"", "configmaps"}, {"", "events"}, {"events.k8s.io", "events"}, {"", "endpoints"}, {"discovery.k8s.io", "endpointslices"},
 	}, []string{"", lease, "another-lease"})
-	want := []access{
+	wantAccess := []access{
 		{namespace, "coordination.k8s.io", "leases", lease, "get"},
 		{namespace, "coordination.k8s.io", "leases", lease, "watch"},
 		{namespace, "coordination.k8s.io", "leases", lease, "update"},
+		// Event names are generated: create is allowed under any name.
+		{namespace, "", "events", "", "create"},
+		{namespace, "", "events", lease, "create"},
+		{namespace, "", "events", "another-lease", "create"},
 	}
-	if !slices.Equal(allowed, want) {
-		t.Errorf("the shipped RBAC allows %v, want exactly %v", allowed, want)
+	if !slices.Equal(allowed, wantAccess) {
+		t.Errorf("the shipped RBAC allows %v, want exactly %v", allowed, wantAccess)
 	}
 	if _, err := sa.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing namespaces (cluster-scoped) with the sidecar's token: %v, want forbidden", err)
 	}
+}
+
+// leaseEvents returns the messages of the Events about the Lease, in the
+// order they were recorded, as `kubectl describe lease` finds them (by the
+// Lease's kind, name and UID).
+func leaseEvents(t *testing.T, namespace, lease string) []string {
+	t.Helper()
+	ctx := context.Background()
+	cs := controlPlane.AdminClient()
+	l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Lease", "involvedObject.name": lease, "involvedObject.uid": string(l.UID),
+	}.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := list.Items
+	// Timestamps are whole seconds; the names end in the recording time in
+	// nanoseconds, in hexadecimal of a fixed width.
+	slices.SortFunc(events, func(a, b corev1.Event) int { return strings.Compare(a.Name, b.Name) })
+	var messages []string
+	for _, e := range events {
+		if e.Reason != "LeaderElection" || e.Type != corev1.EventTypeNormal || e.Source.Component != "leader-elector" {
+			t.Errorf("Event %s: %s %s from %+v, want Normal LeaderElection from leader-elector", e.Name, e.Type, e.Reason, e.Source)
+		}
+		messages = append(messages, e.Message)
+	}
+	return messages
 }
 
 // TestEveryShippedVerbIsNeeded: reading needs get or watch (watch makes
@@ -163,26 +222,56 @@ func TestShippedRBAC(t *testing.T) {
 // it). Each candidate reports the refusal and keeps running.
 func TestEveryShippedVerbIsNeeded(t *testing.T) {
 	_, role, _, _ := shippedRBAC(t)
-	if len(role.Rules) != 1 {
-		t.Fatalf("expected one rule in the shipped Role, got %d", len(role.Rules))
+	if len(role.Rules) != 2 || !slices.Equal(role.Rules[1].Resources, []string{"events"}) {
+		t.Fatalf("expected the Lease's rule and the Events rule in the shipped Role, got %v", role.Rules)
 	}
+	leaseRule, eventsRule := role.Rules[0], role.Rules[1]
 	// Whether the candidate can still lead without the verb ("lease": with
 	// the shipped Role but without the shipped Lease).
 	leadsWithout := map[string]bool{"get": true, "watch": true, "get+watch": false, "update": false, "lease": false}
-	for _, verb := range role.Rules[0].Verbs {
+	for _, verb := range leaseRule.Verbs {
 		if _, known := leadsWithout[verb]; !known {
 			t.Fatalf("the shipped Role has verb %q that this test does not know", verb)
 		}
 	}
+	if !slices.Equal(eventsRule.Verbs, []string{"create"}) {
+		t.Fatalf("the shipped Role's Events rule has verbs %v that this test does not know", eventsRule.Verbs)
+	}
+	t.Run("without events", func(t *testing.T) {
+		// Leads and hands over all the same, and says once what it lacks.
+		const namespace = "rbac-no-events"
+		kubeconfig, lease := applyRBAC(t, namespace, []rbacv1.PolicyRule{leaseRule}, false)
+		c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
+		g := &group{t: t, lease: lease, candidates: []*candidate{c}}
+		g.waitLeader(10 * time.Second)
+		if status, _, body, err := c.do(http.MethodPost, "/release", nil); err != nil || status != http.StatusOK {
+			t.Fatalf("POST /release: %d %s, %v", status, body, err)
+		}
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return strings.Contains(c.log(), "Released lease"), nil
+		}); err != nil {
+			t.Fatalf("no release without the Events rule:\n%s", c.log())
+		}
+		time.Sleep(time.Second) // time for the second Event to be refused
+		if n := strings.Count(c.log(), "Cannot record Events"); n != 1 {
+			t.Errorf("said %d times that it cannot record Events, want once:\n%s", n, c.log())
+		}
+		if got := leaseEvents(t, namespace, lease); len(got) != 0 {
+			t.Errorf("Events recorded without the permission: %v", got)
+		}
+		if !c.running() {
+			t.Error("exited without the Events rule")
+		}
+	})
 	for _, verb := range []string{"get", "watch", "get+watch", "update", "lease"} {
 		leads := leadsWithout[verb]
 		t.Run("without "+verb, func(t *testing.T) {
 			namespace := "rbac-no-" + strings.ReplaceAll(verb, "+", "-")
 			var rules []rbacv1.PolicyRule
 			if verb != "lease" {
-				rule := role.Rules[0]
+				rule := leaseRule
 				rule.Verbs = slices.DeleteFunc(slices.Clone(rule.Verbs), func(v string) bool { return slices.Contains(strings.Split(verb, "+"), v) })
-				rules = []rbacv1.PolicyRule{rule}
+				rules = []rbacv1.PolicyRule{rule, eventsRule}
 			}
 			// The shipped Lease exists (without a holder) unless the case
 			// is its absence, so taking it needs an update.

@@ -47,10 +47,20 @@ func baseRole(t *testing.T) rbacv1.Role {
 	if err := yaml.UnmarshalStrict(b, &role); err != nil {
 		t.Fatal(err)
 	}
-	if len(role.Rules) != 1 {
-		t.Fatalf("manifests/base/role.yaml: want one rule, got %d", len(role.Rules))
+	if len(role.Rules) != 2 || !equality.Semantic.DeepEqual(role.Rules[1], eventsRule) {
+		t.Fatalf("manifests/base/role.yaml: want the Lease's rule, then the Events rule %s; got %s", asJSON(eventsRule), asJSON(role.Rules))
 	}
 	return role
+}
+
+// eventsRule lets the sidecar record Events (--events, on by default).
+var eventsRule = rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create"}}
+
+// sidecarRules are the rules of manifests/base on the named Lease: the
+// Lease's rule and the Events rule.
+func sidecarRules(t *testing.T, lease string) []rbacv1.PolicyRule {
+	t.Helper()
+	return []rbacv1.PolicyRule{leaseRule(t, lease), eventsRule}
 }
 
 // leaseRule is the one rule a sidecar needs, on the named Lease, with the
@@ -82,7 +92,7 @@ func TestChartRBAC(t *testing.T) {
 		{
 			name:    "defaults: the Lease is created, the Role names it and cannot create",
 			kinds:   []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full, "Lease/" + full},
-			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, full)} },
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return sidecarRules(t, full) },
 			subject: full, leaseName: full,
 		},
 		{
@@ -90,7 +100,7 @@ func TestChartRBAC(t *testing.T) {
 			set:   []string{"--set", "lease.create=false"},
 			kinds: []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full},
 			rules: func(t *testing.T) []rbacv1.PolicyRule {
-				return []rbacv1.PolicyRule{leaseRule(t, full), {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}}
+				return []rbacv1.PolicyRule{leaseRule(t, full), {APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create"}}, eventsRule}
 			},
 			subject: full,
 		},
@@ -98,14 +108,14 @@ func TestChartRBAC(t *testing.T) {
 			name:    "lease.name",
 			set:     []string{"--set", "lease.name=my-app"},
 			kinds:   []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full, "Lease/my-app"},
-			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, "my-app")} },
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return sidecarRules(t, "my-app") },
 			subject: full, leaseName: "my-app",
 		},
 		{
 			name:    "an existing ServiceAccount",
 			set:     []string{"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=existing"},
 			kinds:   []string{"Role/" + full, "RoleBinding/" + full, "Lease/" + full},
-			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, full)} },
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return sidecarRules(t, full) },
 			subject: "existing", leaseName: full,
 		},
 		{
@@ -124,10 +134,17 @@ func TestChartRBAC(t *testing.T) {
 			subject: full,
 		},
 		{
+			name:    "election.events=false: no Events rule",
+			set:     []string{"--set", "election.events=false"},
+			kinds:   []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full, "Lease/" + full},
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, full)} },
+			subject: full, leaseName: full,
+		},
+		{
 			name:    "fullnameOverride",
 			set:     []string{"--set", "fullnameOverride=elector"},
 			kinds:   []string{"ServiceAccount/elector", "Role/elector", "RoleBinding/elector", "Lease/elector"},
-			rules:   func(t *testing.T) []rbacv1.PolicyRule { return []rbacv1.PolicyRule{leaseRule(t, "elector")} },
+			rules:   func(t *testing.T) []rbacv1.PolicyRule { return sidecarRules(t, "elector") },
 			subject: "elector", leaseName: "elector",
 		},
 	}
@@ -514,5 +531,42 @@ func TestChartValuesDocumented(t *testing.T) {
 	}
 	if leaves < 30 {
 		t.Errorf("found only %d values in values.yaml: the parser is broken", leaves)
+	}
+}
+
+// TestChartEventsMatchTheRole: the sidecar records Events exactly when the
+// Role lets it (election.events), and never in partition mode, which
+// records none.
+func TestChartEventsMatchTheRole(t *testing.T) {
+	for _, tc := range []struct {
+		set        []string
+		arg        string // --events value; "" for none
+		eventsRule bool
+	}{
+		{nil, "true", true},
+		{[]string{"--set", "election.events=false"}, "false", false},
+		{[]string{"--set", "partitions.count=4"}, "", false},
+	} {
+		t.Run(strings.Join(tc.set, " "), func(t *testing.T) {
+			objs := helmTemplate(t, append([]string{"--set", "demo.enabled=true"}, tc.set...)...)
+			var d appsv1.Deployment
+			if err := objs.OneInto("Deployment", &d); err != nil {
+				t.Fatal(err)
+			}
+			sc, _, err := Sidecar(&d.Spec.Template.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := FlagValue(sc.Args, "events"); v != tc.arg {
+				t.Errorf("--events=%q, want %q", v, tc.arg)
+			}
+			var role rbacv1.Role
+			if err := objs.OneInto("Role", &role); err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return equality.Semantic.DeepEqual(r, eventsRule) }); got != tc.eventsRule {
+				t.Errorf("the Role grants Events: %v, want %v (rules %s)", got, tc.eventsRule, asJSON(role.Rules))
+			}
+		})
 	}
 }

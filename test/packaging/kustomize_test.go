@@ -58,7 +58,7 @@ func TestKustomizeExample(t *testing.T) {
 	if err := objs.OneInto("Role", &role); err != nil {
 		t.Fatal(err)
 	}
-	if want := []rbacv1.PolicyRule{leaseRule(t, "example-leader-elector")}; !equality.Semantic.DeepEqual(role.Rules, want) {
+	if want := sidecarRules(t, "example-leader-elector"); !equality.Semantic.DeepEqual(role.Rules, want) {
 		t.Errorf("Role rules:\n%s\nwant exactly:\n%s", asJSON(role.Rules), asJSON(want))
 	}
 	var binding rbacv1.RoleBinding

@@ -34,7 +34,7 @@ func RouteRules(mode routing.Mode, service string) []rbacv1.PolicyRule {
 }
 
 // routedWorkload checks what a routing mode needs of the rendered objects:
-// the Role's rules exactly (the Lease's, then the mode's), the sidecar Ready
+// the Role's rules exactly (the Lease's and the Events', then the mode's), the sidecar Ready
 // as a candidate, a one-at-a-time rollout, leader-elector accepting the
 // sidecar's configuration (arguments and literal environment values, with
 // the downward API's pod IP), and a Service shaped for the mode: for
@@ -46,7 +46,7 @@ func routedWorkload(t *testing.T, objs Objects, d *appsv1.Deployment, mode routi
 	if err := objs.OneInto("Role", &role); err != nil {
 		t.Fatal(err)
 	}
-	if want := append([]rbacv1.PolicyRule{leaseRule(t, lease)}, RouteRules(mode, service)...); !equality.Semantic.DeepEqual(role.Rules, want) {
+	if want := append(sidecarRules(t, lease), RouteRules(mode, service)...); !equality.Semantic.DeepEqual(role.Rules, want) {
 		t.Errorf("Role rules:\n%s\nwant exactly:\n%s", asJSON(role.Rules), asJSON(want))
 	}
 	checkWiring(t, objs, d)

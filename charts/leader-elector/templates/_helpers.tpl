@@ -131,6 +131,8 @@ ServiceAccount's token.
     - --probe-address=:{{ .Values.sidecar.probePort }}
     {{- if gt (int .Values.partitions.count) 0 }}
     - --partitions={{ .Values.partitions.count }}
+    {{- else }}
+    - --events={{ .Values.election.events }}
     {{- end }}
     - --log-format={{ .Values.sidecar.logFormat }}
     - -v={{ .Values.sidecar.logVerbosity }}
