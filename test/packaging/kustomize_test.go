@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -155,4 +156,30 @@ func tokenVolume(spec *corev1.PodSpec) *corev1.Volume {
 		}
 	}
 	return nil
+}
+
+// TestKustomizePartitions: the partitions component, used in an overlay of
+// the base, replaces the leader Role's rules with exactly the chart's
+// partition-mode rules (which the e2e suite runs partition mode with), and
+// keeps the base's Lease to carry the renamed group name.
+func TestKustomizePartitions(t *testing.T) {
+	objs, err := KustomizeBuild(context.Background(), filepath.Join(RepoRoot(), "test", "packaging", "testdata", "partitions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "workers-leader-elector"
+	want := []string{"ServiceAccount/" + name, "Role/" + name, "RoleBinding/" + name, "Lease/" + name}
+	if got := objs.Kinds(); !sameElements(got, want) {
+		t.Errorf("objects %v, want %v", got, want)
+	}
+	var role, chartRole rbacv1.Role
+	if err := objs.OneInto("Role", &role); err != nil {
+		t.Fatal(err)
+	}
+	if err := helmTemplate(t, "--set", "partitions.count=16").OneInto("Role", &chartRole); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(role.Rules, chartRole.Rules) {
+		t.Errorf("Role rules:\n%s\nwant the chart's partition-mode rules:\n%s", asJSON(role.Rules), asJSON(chartRole.Rules))
+	}
 }
