@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/leader-elector/leader-elector/test/node"
@@ -207,9 +208,11 @@ func checkLeastPrivilege(t *testing.T, d *deployment) {
 func checkDeleteLeader(t *testing.T, d *deployment) {
 	ctx := context.Background()
 	var gaps, answerGaps, handovers []time.Duration
+	var wantEvents []string
 	for i := range deleteRepetitions {
 		pod := d.servingLeader(t)
 		old := pod.Name
+		oldTerm := d.term(t)
 		o := d.observe(t)
 		var order *stopOrder
 		if i == 0 {
@@ -232,6 +235,9 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 		if released.at.Sub(deleted) >= d.leaseDur {
 			t.Errorf("the Lease left %s only %v after the deletion: it expired instead of being released", old, released.at.Sub(deleted))
 		}
+		wantEvents = append(wantEvents,
+			fmt.Sprintf("%s stopped leading (fencing token %d)", old, oldTerm),
+			fmt.Sprintf("%s became leader (fencing token %d)", leader, d.term(t)))
 		gaps, answerGaps = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap())
 		handovers = append(handovers, released.at.Sub(deleted))
 		if order != nil {
@@ -242,6 +248,46 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 	}
 	t.Logf("MEASURED %s: delete leader pod ×%d: time with no ready endpoint %s; longest gap between answers %s; delete → Lease released %s",
 		d.name, deleteRepetitions, summary(gaps), summary(answerGaps), summary(handovers))
+	d.checkLeaseEvents(t, wantEvents)
+}
+
+// checkLeaseEvents: every handover left its Events on the Lease, recorded
+// by the sidecars with the shipped RBAC, as `kubectl describe lease` finds
+// them (by the Lease's kind, name and UID) — the deleted leader's "stopped
+// leading" too, written before its sidecar exited.
+func (d *deployment) checkLeaseEvents(t *testing.T, want []string) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := d.client.CoordinationV1().Leases(d.namespace).Get(ctx, d.lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := fields.Set{"involvedObject.kind": "Lease", "involvedObject.name": d.lease, "involvedObject.uid": string(lease.UID)}.String()
+	var got []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := d.client.CoreV1().Events(d.namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = got[:0]
+		for _, e := range list.Items {
+			if e.Reason == "LeaderElection" && e.Source.Component == "leader-elector" {
+				got = append(got, e.Message)
+			}
+		}
+		missing := slices.DeleteFunc(slices.Clone(want), func(m string) bool { return slices.Contains(got, m) })
+		if len(missing) == 0 {
+			t.Logf("%d LeaderElection Events on the Lease, every handover's among them", len(got))
+			return
+		}
+		if time.Now().After(deadline) {
+			slices.Sort(got)
+			t.Errorf("Events on the Lease lack %q; they are:\n  %s", missing, strings.Join(got, "\n  "))
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // stopOrder polls the old leader pod's app (:8081) and sidecar probe port
