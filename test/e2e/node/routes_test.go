@@ -83,7 +83,7 @@ func checkRollingUpdates(t *testing.T, d *deployment) {
 // fencing token never goes back (the observer checks), and the old pod never
 // answers after the takeover.
 func checkFrozenSidecar(t *testing.T, d *deployment) {
-	pod := d.servingLeader(t)
+	pod := d.faultReadyLeader(t)
 	old := pod.Name
 	id := containerID(t, pod, packaging.SidecarName)
 	term := d.term(t)
