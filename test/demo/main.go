@@ -20,9 +20,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
 )
@@ -131,6 +136,9 @@ func run(hold bool) error {
 	}
 	say("%s leads %v after the SIGKILL", third.name, time.Since(killed).Round(time.Millisecond))
 	show(candidates)
+	if err := showEvents(ctx, cp, third.name); err != nil {
+		return err
+	}
 
 	if !hold {
 		say("Done. Run with HOLD=1 (make demo HOLD=1) to keep the candidates running and kill them yourself.")
@@ -151,6 +159,36 @@ func run(hold bool) error {
 			last = line
 		}
 	}
+}
+
+// showEvents prints the Events the sidecars recorded on the Lease, as
+// `kubectl describe lease` lists them, once the last leader's "became
+// leader" is among them (it is written a moment after it leads). The
+// crashed leader could not record its "stopped leading"; the one that left
+// gracefully did.
+func showEvents(ctx context.Context, cp *cluster.ControlPlane, lastLeader string) error {
+	var events []corev1.Event
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		list, err := cp.AdminClient().CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.kind": "Lease", "involvedObject.name": leaseName}.String(),
+		})
+		if err != nil {
+			return fmt.Errorf("list the Lease's Events: %w", err)
+		}
+		events = list.Items
+		recorded := slices.ContainsFunc(events, func(e corev1.Event) bool { return strings.HasPrefix(e.Message, lastLeader+" became leader") })
+		if recorded || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Names end in the recording time in nanoseconds (hexadecimal).
+	slices.SortFunc(events, func(a, b corev1.Event) int { return strings.Compare(a.Name, b.Name) })
+	say("Events on the Lease (kubectl describe lease %s):", leaseName)
+	for _, e := range events {
+		say("  %s %s %s: %s", e.Type, e.Reason, e.Source.Component, e.Message)
+	}
+	return nil
 }
 
 func start(binary, name, kubeconfig, logPath string) (*candidate, error) {
