@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -81,17 +82,7 @@ func (d *deployment) servingLeader(t *testing.T) *corev1.Pod {
 // Pod deletions just before leave such fresh replacements behind.
 func (d *deployment) faultReadyLeader(t *testing.T) *corev1.Pod {
 	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(d.settleTimeout())
-	for {
-		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods, err := d.pods(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+	d.waitPods(t, 200*time.Millisecond, func(dep *appsv1.Deployment, pods []corev1.Pod) (bool, string) {
 		// StartedAt has whole seconds: 3 s before now is at least 2 s of
 		// running, many watch round trips.
 		watching := 0
@@ -103,15 +94,37 @@ func (d *deployment) faultReadyLeader(t *testing.T) *corev1.Pod {
 				}
 			}
 		}
-		if watching == len(pods) && watching == int(*dep.Spec.Replicas) {
-			break
+		return watching == len(pods) && watching == int(*dep.Spec.Replicas),
+			fmt.Sprintf("%d of %d pods have had their sidecar running for 3 s", watching, len(pods))
+	})
+	return d.servingLeader(t)
+}
+
+// waitPods polls the Deployment and its pods every interval until done
+// reports true, and fails the test with done's description of the state if
+// that takes longer than the settle timeout.
+func (d *deployment) waitPods(t *testing.T, interval time.Duration, done func(*appsv1.Deployment, []corev1.Pod) (bool, string)) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(d.settleTimeout())
+	for {
+		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := d.pods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, state := done(dep, pods)
+		if ok {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not every pod's sidecar has been running for 3 s after %v", d.settleTimeout())
+			t.Fatalf("not done after %v: %s", d.settleTimeout(), state)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(interval)
 	}
-	return d.servingLeader(t)
 }
 
 // checkDeployed: exactly one pod is Ready, the EndpointSlices list exactly
@@ -547,17 +560,7 @@ func checkRollout(t *testing.T, d *deployment) {
 // `kubectl rollout status` applies.
 func (d *deployment) waitRolledOut(t *testing.T, before []corev1.Pod, onlyLeaderAvailable bool) {
 	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(d.settleTimeout())
-	for {
-		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods, err := d.pods(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+	d.waitPods(t, 100*time.Millisecond, func(dep *appsv1.Deployment, pods []corev1.Pod) (bool, string) {
 		old := 0
 		for _, p := range pods {
 			if slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.UID == p.UID }) {
@@ -572,16 +575,11 @@ func (d *deployment) waitRolledOut(t *testing.T, before []corev1.Pod, onlyLeader
 				t.Errorf("%d replicas available during the rollout, want at most 1 (the leader)", st.AvailableReplicas)
 			}
 		}
-		if st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas == want && st.Replicas == want &&
-			st.AvailableReplicas == wantAvailable && old == 0 && len(pods) == int(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rollout did not finish in %v: updated %d, replicas %d, available %d of %d; %d pods, %d of them old",
-				d.settleTimeout(), st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want, len(pods), old)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return st.ObservedGeneration >= dep.Generation && st.UpdatedReplicas == want && st.Replicas == want &&
+				st.AvailableReplicas == wantAvailable && old == 0 && len(pods) == int(want),
+			fmt.Sprintf("the rollout: updated %d, replicas %d, available %d of %d; %d pods, %d of them old",
+				st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want, len(pods), old)
+	})
 }
 
 // term is the Lease's current leaseTransitions (the fencing token).
