@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/leader-elector/leader-elector/test/invariant"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
+	"github.com/leader-elector/leader-elector/test/invariant"
 )
 
 // leaderState is the part of GET /leader both implementations answer, plus
