@@ -45,8 +45,8 @@ const (
 // It is client-go's record.EventRecorder cut down to what a sidecar needs,
 // for one reason: Close waits until the queued Events are written. client-go's
 // broadcasters write in the background and cannot be flushed, so the
-// "stopped leading" of a graceful shutdown would usually be lost with the
-// process. Recording never blocks the election: Events are queued, and
+// "stopped leading" of a graceful shutdown, recorded as the process is about
+// to exit, could be lost with it. Recording never blocks the election: Events are queued, and
 // dropped (with a log line) when the queue is full or the recorder closed.
 type EventRecorder struct {
 	client   kubernetes.Interface
@@ -56,16 +56,19 @@ type EventRecorder struct {
 	logger   klog.Logger
 	// retryWait separates the attempts at one Event.
 	retryWait time.Duration
-
-	mu     sync.Mutex
-	closed bool
-	queue  chan *corev1.Event
 	// written is closed when the writer has written (or given up on)
 	// every queued Event after Close.
 	written chan struct{}
 	// refused is set once the API server refused an Event as forbidden, so
-	// that the missing permission is reported once, not per Event.
+	// that the missing permission is reported once, not per Event. Only the
+	// writer goroutine uses it.
 	refused bool
+
+	// mu guards closed and sending on queue, so that nothing is sent after
+	// Close has closed it.
+	mu     sync.Mutex
+	closed bool
+	queue  chan *corev1.Event
 }
 
 // NewEventRecorder starts a recorder that writes Events with client,
