@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -578,6 +579,42 @@ func TestLockDelegates(t *testing.T) {
 		t.Errorf("Describe() = %q, want %q", got, want)
 	}
 	l.RecordEvent("became leader") // no recorder: must not panic
+}
+
+// capturedEvents records what client-go's LeaseLock hands its recorder.
+type capturedEvents struct{ messages, objects []string }
+
+func (c *capturedEvents) Eventf(obj runtime.Object, eventType, reason, message string, args ...interface{}) {
+	lease := obj.(*coordinationv1.Lease)
+	c.messages = append(c.messages, eventType+" "+reason+" "+fmt.Sprintf(message, args...))
+	c.objects = append(c.objects, lease.Namespace+"/"+lease.Name)
+}
+
+// client-go's "became leader" carries the token this process wrote — here
+// one the lock raised above client-go's, after the Lease was deleted — and
+// nothing is recorded before this process has written the Lease.
+func TestLockRecordEventCarriesTheTerm(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l := newTestLock(t, []string{"get", "create"})
+	events := &capturedEvents{}
+	l.inner.LockConfig.EventRecorder = events
+	l.RecordEvent("stopped leading")
+	if len(events.messages) != 0 {
+		t.Fatalf("recorded %v before any write", events.messages)
+	}
+	l.tracker.observeRead(other("pod-b", 5, t0))
+	l.tracker.observeDeleted()
+	if _, _, err := l.Get(ctx); !apierrors.IsNotFound(err) {
+		t.Fatalf("Get error = %v, want NotFound", err)
+	}
+	if err := l.Create(ctx, ownRecord(0, l.clock.Now())); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	l.RecordEvent("became leader")
+	want := []string{"Normal LeaderElection " + testIdentity + " became leader (fencing token 6)"}
+	if !slices.Equal(events.messages, want) || !slices.Equal(events.objects, []string{testNamespace + "/" + testName}) {
+		t.Errorf("recorded %v about %v, want %v about the Lease", events.messages, events.objects, want)
+	}
 }
 
 func TestRecordOfTruncatesToMicroseconds(t *testing.T) {
