@@ -96,7 +96,7 @@ func TestRouteEndpointSlice(t *testing.T) {
 	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
 	t.Logf("MEASURED endpointslice crash failover: slice lists the new leader %v after SIGKILL (lease duration %v)", published.Sub(kill).Round(time.Millisecond), leaseDuration)
 
-	// POST /release (what the examples' preStop hook does): the leader
+	// POST /release (what the examples' apps do on SIGTERM): the leader
 	// withdraws and releases, the next leader publishes.
 	release := time.Now()
 	if code, _, body, err := second.do("POST", "/release", nil); err != nil || code != http.StatusOK {

@@ -162,8 +162,8 @@ func checkDeployed(t *testing.T, d *deployment) {
 // waitServed waits until 10 requests in a row to the ClusterIP are answered
 // by pod. Until pod has answered once, answers from the previous leaders are
 // tolerated: kube-proxy follows the EndpointSlice a moment after the API
-// does, and in the routing modes the old app still serves while its preStop
-// hook hands over. Once pod has answered, any other answer fails the test
+// does, and in the routing modes the old app still serves while it hands
+// over (on SIGTERM, before it stops). Once pod has answered, any other answer fails the test
 // (the observer also fails a switch back).
 func (d *deployment) waitServed(t *testing.T, pod string, previous ...string) {
 	t.Helper()
@@ -384,14 +384,14 @@ func watchStopOrder(podIP string) *stopOrder {
 
 // check: the sidecar still answered after the app had stopped, and the
 // Lease was released after the app stopped — or, in the routing modes,
-// before: their manifests give the app a preStop hook that hands leadership
-// over (POST /release) so that the new leader's routing write moves the
-// traffic while the old app still serves.
+// before: their apps hand leadership over on SIGTERM (POST /release) before
+// they stop, so that the new leader's routing write moves the traffic while
+// the old app still serves.
 //
 // In readiness mode the release is taken as the watch saw it (no earlier
 // than it happened). In the routing modes it is the renewTime the sidecar
 // stamped on the releasing write — the same node clock, and no later than
-// the write, which completes before the hook returns — since the watch may
+// the write, which completes before the app stops — since the watch may
 // deliver it after the app, stopped a few milliseconds later, is gone.
 func (s *stopOrder) check(t *testing.T, released leaseAt, routed bool) {
 	t.Helper()
@@ -406,9 +406,9 @@ func (s *stopOrder) check(t *testing.T, released leaseAt, routed bool) {
 	case !routed && !s.appStopped.Before(released.at):
 		t.Errorf("the Lease was released (seen %s) before the app stopped (%s)", released.at.Format("15:04:05.000"), s.appStopped.Format("15:04:05.000"))
 	case routed && released.holder != "":
-		t.Errorf("the Lease went to %s without a release: the app's preStop hook did not hand over", released.holder)
+		t.Errorf("the Lease went to %s without a release: the app did not hand over on SIGTERM", released.holder)
 	case routed && !released.renw.Before(s.appStopped):
-		t.Errorf("the app stopped (%s) before its preStop hook had the Lease released (%s)", s.appStopped.Format("15:04:05.000"), released.renw.Format("15:04:05.000"))
+		t.Errorf("the app stopped (%s) before it had the Lease released (%s)", s.appStopped.Format("15:04:05.000"), released.renw.Format("15:04:05.000"))
 	}
 	if !s.sidecarLastOK.After(s.appLastOK) {
 		t.Errorf("the sidecar stopped answering (%s) before the app (%s)", s.sidecarLastOK.Format("15:04:05.000"), s.appLastOK.Format("15:04:05.000"))
