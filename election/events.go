@@ -168,6 +168,8 @@ func (r *EventRecorder) writeOne(event *corev1.Event) {
 			if !r.refused {
 				r.refused = true
 				r.logger.Error(err, "Cannot record Events: grant `create` on events in the Lease's namespace, or turn them off with --events=false")
+			} else {
+				r.logger.V(2).Info("Event not recorded: forbidden", "reason", event.Reason, "message", event.Message)
 			}
 			return
 		case apierrors.IsAlreadyExists(err):

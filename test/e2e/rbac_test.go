@@ -252,7 +252,13 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 		}); err != nil {
 			t.Fatalf("no release without the Events rule:\n%s", c.log())
 		}
-		time.Sleep(time.Second) // time for the second Event to be refused
+		// The second Event ("stopped leading") is refused too, and said
+		// only at -v=2.
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return strings.Contains(c.log(), "Event not recorded: forbidden"), nil
+		}); err != nil {
+			t.Fatalf("the second Event was never refused:\n%s", c.log())
+		}
 		if n := strings.Count(c.log(), "Cannot record Events"); n != 1 {
 			t.Errorf("said %d times that it cannot record Events, want once:\n%s", n, c.log())
 		}

@@ -1,8 +1,6 @@
 package node_test
 
 import (
-	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -45,32 +43,18 @@ func runRoutedChecks(t *testing.T, d *deployment) {
 // a new pod leads and serves, and the Service is without a ready endpoint
 // for less than maxRolloutGap.
 func checkRollingUpdates(t *testing.T, d *deployment) {
-	ctx := context.Background()
 	var gaps, answerGaps, durations []time.Duration
 	for i := range rollouts {
 		old := d.servingLeader(t).Name
-		before, err := d.pods(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o := d.observe(t)
-		began := d.rolloutRestart(t)
-		d.waitRolledOut(t, before, false)
-		leader := d.waitSettled(t, d.settleTimeout())
-		d.waitServed(t, leader, names(before)...)
-		done := time.Now()
 		// One pod at a time: leadership may move to a surviving old pod
 		// first, then to a new one.
-		r := o.stop(t, 2)
-		if slices.Contains(names(before), leader) {
-			t.Fatalf("rollout %d: the old pod %s still leads after the rollout", i+1, leader)
-		}
-		gaps, answerGaps, durations = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap()), append(durations, done.Sub(began))
+		leader, took, r := d.rollOut(t, false, 2)
+		gaps, answerGaps, durations = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap()), append(durations, took)
 		if gaps[i] >= maxRolloutGap {
 			t.Errorf("rollout %d: the Service had no ready endpoint for %v, want < %v:\n%s", i+1, gaps[i], maxRolloutGap, r)
 		}
 		t.Logf("rollout %d: %s → %s in %v; no ready endpoint for %v; longest gap between answers %v",
-			i+1, old, leader, since2(began, done), gaps[i].Round(time.Millisecond), answerGaps[i].Round(time.Millisecond))
+			i+1, old, leader, took.Round(time.Millisecond), gaps[i].Round(time.Millisecond), answerGaps[i].Round(time.Millisecond))
 	}
 	t.Logf("MEASURED %s: rolling update ×%d (rollout status complete): duration %s; time with no ready endpoint %s; longest gap between answers %s",
 		d.name, rollouts, summary(durations), summary(gaps), summary(answerGaps))

@@ -532,24 +532,33 @@ func checkFreezePod(t *testing.T, d *deployment) {
 // test checks exactly that documented state (all replicas updated, one
 // available) and measures the gap with no ready endpoint.
 func checkRollout(t *testing.T, d *deployment) {
-	ctx := context.Background()
 	d.servingLeader(t)
-	before, err := d.pods(ctx)
+	// All at once: leadership moves once, to a new pod.
+	leader, took, r := d.rollOut(t, true, 1)
+	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
+		d.name, leader, took.Round(time.Millisecond), r.endpointGap().Round(time.Millisecond), r.answerGap().Round(time.Millisecond))
+}
+
+// rollOut restarts the Deployment (kubectl rollout restart) while observing
+// it, waits until the rollout has finished (see waitRolledOut) and a new pod
+// leads and serves, and returns that pod, the time it took and what was
+// observed (the answering pod may change at most maxSwitches times).
+func (d *deployment) rollOut(t *testing.T, onlyLeaderAvailable bool, maxSwitches int) (string, time.Duration, observation) {
+	t.Helper()
+	before, err := d.pods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := d.observe(t)
 	began := d.rolloutRestart(t)
-	d.waitRolledOut(t, before, true)
+	d.waitRolledOut(t, before, onlyLeaderAvailable)
 	leader := d.waitSettled(t, d.settleTimeout())
 	if slices.Contains(names(before), leader) {
 		t.Fatalf("the old pod %s still leads after the rollout", leader)
 	}
 	d.waitServed(t, leader, names(before)...)
-	done := time.Now()
-	r := o.stop(t, 1)
-	t.Logf("MEASURED %s: rollout restart: all pods replaced, new leader %s serving after %v; no ready endpoint for %v; longest gap between answers %v",
-		d.name, leader, since2(began, done), r.endpointGap().Round(time.Millisecond), r.answerGap().Round(time.Millisecond))
+	took := time.Since(began)
+	return leader, took, o.stop(t, maxSwitches)
 }
 
 // waitRolledOut waits until the rollout that replaces the pods before has
