@@ -36,6 +36,9 @@ type leaseCache struct {
 	// onChange is called with every version of the Lease the watch delivers
 	// (nil when it is deleted), on the informer's goroutine.
 	onChange func(*coordinationv1.Lease)
+	// onKeep, if set, is called with every version the cache takes in,
+	// from the watch, a write or a direct read.
+	onKeep func(*coordinationv1.Lease)
 
 	// syncedCh is closed once the watch has delivered the Lease's state.
 	syncedCh chan struct{}
@@ -167,13 +170,21 @@ func (c *leaseCache) whileServedCurrent(f func()) {
 // and the watch may deliver an older version after our write has returned.
 func (c *leaseCache) remember(lease *coordinationv1.Lease) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.latest != nil && !newer(lease.ResourceVersion, c.latest.ResourceVersion) {
+		c.mu.Unlock()
 		return false
 	}
+	c.keepLocked(lease)
+	c.mu.Unlock()
+	if c.onKeep != nil {
+		c.onKeep(lease)
+	}
+	return true
+}
+
+func (c *leaseCache) keepLocked(lease *coordinationv1.Lease) {
 	c.latest = lease.DeepCopy()
 	c.servedCurrent = false
-	return true
 }
 
 // newer compares resourceVersions. They are opaque to clients in general;
@@ -187,6 +198,14 @@ func newer(candidate, current string) bool {
 		return candidate != current
 	}
 	return a > b
+}
+
+// wentBack reports whether the server's version now is older than one it
+// issued before; only integers compare (see newer).
+func wentBack(before, now string) bool {
+	a, errA := strconv.ParseUint(before, 10, 64)
+	b, errB := strconv.ParseUint(now, 10, 64)
+	return errA == nil && errB == nil && b < a
 }
 
 // get returns a copy of the cached Lease. The first read waits briefly for
@@ -284,19 +303,54 @@ func (l cachedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o
 		return nil, fmt.Errorf("refusing to update lease %s/%s without a resourceVersion", lease.Namespace, lease.Name)
 	}
 	updated, err := l.LeaseInterface.Update(ctx, lease, opts)
+	if apierrors.IsConflict(err) {
+		l.cache.refreshAfterConflict(ctx, lease.ResourceVersion)
+		return updated, err
+	}
 	l.afterWrite(ctx, updated, err)
 	return updated, err
 }
 
-// afterWrite remembers a written Lease, and on a conflict (the cache was
-// behind) or AlreadyExists reads the Lease afresh for the next attempt.
+// afterWrite remembers a written Lease, and on AlreadyExists reads the Lease
+// afresh for the next attempt.
 func (l cachedLeases) afterWrite(ctx context.Context, written *coordinationv1.Lease, err error) {
 	switch {
 	case err == nil:
 		l.cache.remember(written)
-	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+	case apierrors.IsAlreadyExists(err):
 		if _, rerr := l.cache.refresh(ctx); rerr != nil {
 			klog.FromContext(ctx).V(4).Info("Could not refresh the lease after a conflict", "err", rerr)
 		}
+	}
+}
+
+// refreshAfterConflict reads the Lease afresh after an update based on
+// version basedOn was refused as a conflict. Normally what it reads is
+// newer than basedOn. If it is older, the API server's resourceVersions
+// have gone back (etcd restored from a backup without --bump-revision):
+// the direct read is then the truth, and the cache takes it although it
+// looks older — otherwise every write would be based on a version the
+// server no longer has, and fail, for as long as the process runs.
+func (c *leaseCache) refreshAfterConflict(ctx context.Context, basedOn string) {
+	lease, err := c.requests.CoordinationV1().Leases(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("Could not refresh the lease after a conflict", "err", err)
+		return
+	}
+	if !wentBack(basedOn, lease.ResourceVersion) {
+		c.offer(lease)
+		return
+	}
+	klog.FromContext(ctx).Info("The API server's resourceVersions went back (etcd restored?); taking its Lease as current", "lease", klog.KObj(lease), "resourceVersion", lease.ResourceVersion, "cached", basedOn)
+	c.delivering.Lock()
+	defer c.delivering.Unlock()
+	c.mu.Lock()
+	c.keepLocked(lease)
+	c.mu.Unlock()
+	if c.onKeep != nil {
+		c.onKeep(lease)
+	}
+	if c.onChange != nil {
+		c.onChange(lease)
 	}
 }

@@ -274,3 +274,45 @@ func TestReaderActsOnlyOnTheCurrentVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheAfterResourceVersionsGoBack: after an etcd restore without
+// --bump-revision the server's resourceVersions are lower than the cached
+// one. The direct read after the conflict is taken as the truth, so the next
+// write succeeds instead of conflicting for as long as the process runs.
+func TestCacheAfterResourceVersionsGoBack(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	restored := testLease("pod-b", 3)
+	restored.ResourceVersion = "5"
+	requests := fake.NewClientset(restored)
+	// The server refuses any update not based on its current version.
+	requests.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lease := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if lease.ResourceVersion != "5" {
+			return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), lease.Name, nil)
+		}
+		return false, nil, nil
+	})
+	c := newLeaseCache(testNamespace, testName, requests, requests, nil)
+	// What the cache held before the restore.
+	before := testLease("pod-b", 9)
+	before.ResourceVersion = "100"
+	c.remember(before)
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+
+	leases := c.Leases(testNamespace)
+	for attempt := range 2 {
+		lease, err := leases.Get(ctx, testName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		switch {
+		case attempt == 0 && !apierrors.IsConflict(err):
+			t.Fatalf("first update, based on the pre-restore version: error %v, want a conflict", err)
+		case attempt == 1 && err != nil:
+			t.Fatalf("update after the conflict: %v (the cache kept a version the server no longer has)", err)
+		}
+	}
+}

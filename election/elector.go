@@ -70,6 +70,12 @@ type Config struct {
 	// Labels are set on the Lease when this pod creates or writes it, so
 	// that a LeaseGroup's label selector finds it.
 	Labels map[string]string
+	// OwnLease says that the Lease is named after this candidate and no
+	// other candidate contends it (a partition membership Lease): when it
+	// is missing, it is created already held. Otherwise a missing Lease is
+	// created without a holder and taken a lease duration later, like a
+	// Lease replaced as `spec: {}` (see docs/safety.md).
+	OwnLease bool
 	// Group, if set, feeds this elector's Lease from the group's one watch
 	// instead of a watch of its own. The Lease must carry the group's labels
 	// (set Labels).
@@ -186,7 +192,7 @@ func New(cfg Config) (*Elector, error) {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline)
+	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline, cfg.LeaseDuration)
 	t.onChange = cfg.OnChange
 	e := &Elector{
 		cfg:     cfg,
@@ -200,6 +206,7 @@ func New(cfg Config) (*Elector, error) {
 		watches = cfg.Client
 	}
 	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
+	e.cache.onKeep = t.observeObject
 	if cfg.Group != nil {
 		if err := cfg.Group.feed(e.cache); err != nil {
 			return nil, err
@@ -212,12 +219,13 @@ func New(cfg Config) (*Elector, error) {
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Events},
 			Labels:     cfg.Labels,
 		},
-		tracker: t,
-		cache:   e.cache,
-		metrics: e.metrics,
-		onLapse: e.stopRound,
-		gate:    cfg.Gate,
-		writing: &e.writing,
+		tracker:  t,
+		cache:    e.cache,
+		metrics:  e.metrics,
+		onLapse:  e.stopRound,
+		gate:     cfg.Gate,
+		ownLease: cfg.OwnLease,
+		writing:  &e.writing,
 	}
 	return e, nil
 }
@@ -353,6 +361,10 @@ func (e *Elector) Run(ctx context.Context) error {
 	stopClaiming := context.AfterFunc(ctx, func() { e.tracker.setClaiming(false) })
 	defer stopClaiming()
 	defer e.tracker.stop()
+
+	e.lock.logExhausted = func(err error) {
+		logger.Error(err, "Cannot start a new term on this lease")
+	}
 
 	logDone := make(chan struct{})
 	go func() {

@@ -29,7 +29,7 @@ type LeaseGroup struct {
 	watches   kubernetes.Interface
 	clock     clock.WithDelayedExecution
 	// renewDeadline is only needed by the observers' trackers, which never
-	// hold a Lease themselves.
+	// hold a Lease themselves (nor use their lease duration, twice it).
 	renewDeadline time.Duration
 	onChange      func()
 
@@ -115,7 +115,7 @@ func (g *LeaseGroup) observe(obj any) {
 	if !isFed {
 		t = g.observers[lease.Name]
 		if t == nil {
-			t = newTracker(g.clock, g.namespace, lease.Name, "", g.renewDeadline)
+			t = newTracker(g.clock, g.namespace, lease.Name, "", g.renewDeadline, 2*g.renewDeadline)
 			t.onChange = g.onChange
 			g.observers[lease.Name] = t
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -47,6 +48,16 @@ var errNotExpired = errors.New("the lease holder has renewed within the lease du
 //   - A renewal of a claim that has lapsed (the process was paused past the
 //     renew deadline) is refused, and onLapse is called, so that leadership
 //     never silently resumes: the elector starts over and a new claim begins.
+//   - A Lease without a holder's history (created or replaced as `spec: {}`,
+//     or deleted) is shown as held by an unknown holder for a lease duration
+//     from when it was first seen so: whoever held the object before may
+//     still claim it until its renew deadline.
+//   - A new term's fencing token is not client-go's "previous plus one" but
+//     newTermToken's, which never goes back across a deletion, replacement
+//     or restore of the Lease; a token that would overflow the int32 field is
+//     refused.
+//   - A missing Lease is created without a holder (it then has no history,
+//     as above), unless the Lease is this candidate's own (ownLease).
 //
 // client-go uses a lock from one goroutine at a time, and so does this.
 type observingLock struct {
@@ -56,6 +67,10 @@ type observingLock struct {
 	onLapse func()
 	// gate, if set, admits new terms (not renewals of this process's own).
 	gate Gate
+	// ownLease: the Lease is named after this candidate and nobody else
+	// contends it (a partition membership Lease), so a missing Lease is
+	// created already held.
+	ownLease bool
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
 	// ownToken is the fencing token of the last term this process wrote as
@@ -66,6 +81,18 @@ type observingLock struct {
 	// writing is held for the whole of every write, so that a round is never
 	// cut short while a write is on its way (see Elector.attemptNow).
 	writing *sync.Mutex
+	// onExhausted is told, once, that no new term can start because the
+	// token has reached its limit.
+	exhaustedOnce sync.Once
+	logExhausted  func(error)
+}
+
+func (l *observingLock) onExhausted(err error) {
+	l.exhaustedOnce.Do(func() {
+		if l.logExhausted != nil {
+			l.logExhausted(err)
+		}
+	})
 }
 
 var _ resourcelock.Interface = (*observingLock)(nil)
@@ -77,6 +104,10 @@ const previousIncarnationSuffix = " (previous incarnation)"
 // notAdmittedHolder is the holder client-go is shown while the gate does not
 // admit a new term on a Lease that is free or expired.
 const notAdmittedHolder = "(not admitted by the gate)"
+
+// unknownHolder is the holder client-go is shown while a Lease without a
+// holder's history may still be claimed by whoever held it before.
+const unknownHolder = "(unknown holder of a replaced lease)"
 
 // observeRead tells the tracker what Get read — unless, with a watch-backed
 // cache, a newer version has already reached the tracker: a read that lost
@@ -97,7 +128,7 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 		if apierrors.IsNotFound(err) {
 			l.tracker.observeNotFound()
 			if !l.admits() {
-				return l.show(resourcelock.LeaderElectionRecord{})
+				return l.show(resourcelock.LeaderElectionRecord{}, notAdmittedHolder)
 			}
 		}
 		return rec, raw, err
@@ -107,8 +138,10 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	holding := l.tracker.holdingLease()
 	free := rec.HolderIdentity == "" || (!holding && l.tracker.holderExpired())
 	switch {
+	case !holding && l.tracker.unknownHolder():
+		return l.show(shown, unknownHolder)
 	case free && !holding && !l.admits():
-		return l.show(shown)
+		return l.show(shown, notAdmittedHolder)
 	case rec.HolderIdentity != "" && !holding && l.tracker.holderExpired():
 		// Expired by this pod's own full-precision observation: shown as
 		// free so that client-go tries at once instead of measuring the
@@ -131,13 +164,15 @@ func (l *observingLock) admits() bool {
 	return l.gate == nil || l.gate.Admits()
 }
 
-// show returns r to client-go as held by notAdmittedHolder and renewed just
-// now: client-go then counts the Lease as valid and does not try it. The
-// renew time changes on every read, so client-go never sees it expire; the
-// owner of the gate starts a new round once it admits.
-func (l *observingLock) show(r resourcelock.LeaderElectionRecord) (*resourcelock.LeaderElectionRecord, []byte, error) {
+// show returns r to client-go as held by holder and renewed just now:
+// client-go then counts the Lease as valid and does not try it. The renew
+// time changes on every read, so client-go never sees it expire; a new
+// round is started when the Lease may be taken (the owner of the gate once
+// it admits, the elector's attempt timer once an unknown holder's claim has
+// certainly ended).
+func (l *observingLock) show(r resourcelock.LeaderElectionRecord, holder string) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	now := metav1.NewTime(l.tracker.clock.Now())
-	r.HolderIdentity = notAdmittedHolder
+	r.HolderIdentity = holder
 	r.RenewTime = now
 	if r.LeaseDurationSeconds == 0 {
 		r.LeaseDurationSeconds = 1
@@ -165,12 +200,47 @@ func (l *observingLock) admitted(newTerm bool, write func() error) error {
 }
 
 func (l *observingLock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
-	// If the Lease was deleted, a new one would restart the fencing token at
-	// 0; continue from the last token this pod saw instead.
-	if last, ok := l.tracker.lastToken(); ok && int64(ler.LeaderTransitions) <= last {
-		ler.LeaderTransitions = int(last) + 1
+	if !l.ownLease {
+		return l.createWithoutHolder(ctx)
 	}
-	return l.admitted(true, func() error { return l.write(ctx, ler, l.inner.Create) })
+	return l.admitted(true, func() error {
+		if err := l.setNewTermToken(&ler); err != nil {
+			return err
+		}
+		return l.write(ctx, ler, l.inner.Create)
+	})
+}
+
+// errCreatedWithoutHolder ends the round in which this process created a
+// missing Lease without a holder.
+var errCreatedWithoutHolder = errors.New("created the missing lease without a holder; it is taken once a lease duration has passed since it was found missing")
+
+// createWithoutHolder creates the missing Lease as `spec: {}`, as kubectl
+// would: a Lease that went missing may have had a holder that still claims
+// it until its renew deadline, and a new object restarts spec.leaseTransitions,
+// so it is taken, like any Lease without history, only after a lease duration
+// (counted from when it was found missing) and with a token above the
+// seconds to its creation (newTermToken).
+func (l *observingLock) createWithoutHolder(ctx context.Context) error {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: l.inner.LeaseMeta.Namespace, Name: l.inner.LeaseMeta.Name, Labels: l.inner.Labels}}
+	if _, err := l.inner.Client.Leases(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
+	}
+	return errCreatedWithoutHolder
+}
+
+// setNewTermToken gives a new term of this process its fencing token, or
+// refuses it (see newTermToken).
+func (l *observingLock) setNewTermToken(ler *resourcelock.LeaderElectionRecord) error {
+	token, err := l.tracker.newTermToken(int64(ler.LeaderTransitions))
+	if err != nil {
+		if errors.Is(err, errTokenExhausted) {
+			l.onExhausted(err)
+		}
+		return err
+	}
+	ler.LeaderTransitions = int(token)
+	return nil
 }
 
 func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
@@ -188,7 +258,14 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		if !l.tracker.mayAcquire() {
 			return errNotExpired
 		}
-		return l.admitted(!l.tracker.holdingLease(), func() error { return l.write(ctx, ler, l.inner.Update) })
+		return l.admitted(!l.tracker.holdingLease(), func() error {
+			if !l.tracker.continuesOwnTerm(int64(ler.LeaderTransitions)) {
+				if err := l.setNewTermToken(&ler); err != nil {
+					return err
+				}
+			}
+			return l.write(ctx, ler, l.inner.Update)
+		})
 	}
 	return l.write(ctx, ler, l.inner.Update)
 }

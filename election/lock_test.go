@@ -136,7 +136,7 @@ type testLock struct {
 func newTestLock(t *testing.T, verbs []string, objs ...runtime.Object) *testLock {
 	t.Helper()
 	clk := newTestClock()
-	tr := newTracker(clk, testNamespace, testName, testIdentity, testRenewDeadline)
+	tr := newTracker(clk, testNamespace, testName, testIdentity, testRenewDeadline, testLeaseDuration)
 	t.Cleanup(tr.stop)
 	client := newFakeClient(t, verbs, objs...)
 	tl := &testLock{client: client, tracker: tr, clock: clk}
@@ -150,6 +150,9 @@ func newTestLock(t *testing.T, verbs []string, objs ...runtime.Object) *testLock
 		metrics: newMetrics(tr),
 		onLapse: func() { tl.lapses++ },
 		writing: &sync.Mutex{},
+		// A missing Lease is created held, as before the holder-less
+		// create (see TestLockCreatesMissingLeaseWithoutHolder).
+		ownLease: true,
 	}
 	return tl
 }
@@ -359,7 +362,7 @@ func TestLockCreateContinuesToken(t *testing.T) {
 		create    int
 		wantToken int32
 	}{
-		{name: "never seen", seen: -1, create: 0, wantToken: 0},
+		{name: "never seen", seen: -1, create: 0, wantToken: 1},
 		{name: "seen before deletion", seen: 5, create: 0, wantToken: 6},
 		{name: "client-go already above", seen: 5, create: 9, wantToken: 9},
 	} {

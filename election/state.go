@@ -23,7 +23,10 @@ type State struct {
 	// the monotonic clock when the State was taken.
 	IsLeader bool
 	// FencingToken is the Lease's spec.leaseTransitions for the current
-	// holder's term. It keeps the last known value while no one holds the Lease.
+	// holder's term. It never goes back: it is the highest token this
+	// process has seen on the Lease, so it keeps the last known value while
+	// no one holds the Lease, and across a deletion or replacement of the
+	// Lease object (see docs/safety.md).
 	FencingToken int64
 	// LeaseDurationSeconds is the duration the current record asks for.
 	LeaseDurationSeconds int32
@@ -33,10 +36,21 @@ type State struct {
 	// zero unless IsLeader.
 	LeaderSince time.Time
 	// ValidUntil is the wall-clock moment after which this pod stops claiming
-	// leadership unless it renews; zero unless IsLeader.
+	// leadership unless it renews; zero unless IsLeader. It is advisory
+	// across a step of the wall clock; Deadline is not.
 	ValidUntil time.Time
+	// Deadline is ValidUntil with the monotonic clock reading that the
+	// claim is measured on (when the State was taken from the real clock):
+	// code in this process that must stop at the end of the claim measures
+	// the time left from it, so that a step of the wall clock cannot extend
+	// it. Zero unless IsLeader; it does not survive serialisation.
+	Deadline time.Time
 	// Revision increases by one on every change of Holder, IsLeader,
-	// FencingToken or LeaderSince.
+	// FencingToken or LeaderSince. It starts from a value taken from the
+	// wall clock when the process starts (microseconds since 1970), so that
+	// the revisions of a restarted sidecar do not repeat those of the
+	// process before it, and a long-poll carrying an old revision is
+	// answered at once.
 	Revision uint64
 }
 
@@ -46,6 +60,15 @@ type record struct {
 	transitions     int64
 	durationSeconds int32
 	renewTime       time.Time
+}
+
+// historyless reports whether r carries nothing of a holder's history: no
+// holder and no renewTime — a Lease created or replaced as `spec: {}` by
+// kubectl, Helm or GitOps, or one that does not exist. Whoever held the
+// Lease before it was deleted or replaced is unknown, and may still claim
+// it until its renew deadline, so it is not free (see mayAcquire).
+func (r record) historyless() bool {
+	return r.holder == "" && r.renewTime.IsZero()
 }
 
 // view is the part of State whose changes bump the revision.
@@ -68,8 +91,23 @@ type tracker struct {
 	name          string
 	identity      string
 	renewDeadline time.Duration
+	// leaseDuration is how long a Lease without a holder's history is
+	// treated as held by an unknown holder after it is first seen so.
+	leaseDuration time.Duration
 
 	mu sync.Mutex
+
+	// highest is the highest fencing token this process has seen on the
+	// Lease or written to it. The token published never goes below it and
+	// a new term written by this process goes above it, whatever happens
+	// to the Lease object (deletion, replacement, an etcd restore).
+	highest int64
+	// created is the creationTimestamp of the Lease object last seen (zero
+	// if unknown); server is what this process knows of the API server's
+	// clock. Together they make the token durable across a re-creation of
+	// the Lease while no sidecar runs (see newTermToken).
+	created time.Time
+	server  serverClock
 
 	observed     record
 	haveObserved bool
@@ -110,16 +148,26 @@ type tracker struct {
 	timerAt time.Time
 }
 
-func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline time.Duration) *tracker {
+func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline, leaseDuration time.Duration) *tracker {
 	return &tracker{
 		clock:         clk,
 		namespace:     namespace,
 		name:          name,
 		identity:      identity,
 		renewDeadline: renewDeadline,
+		leaseDuration: leaseDuration,
 		claiming:      true,
 		changed:       make(chan struct{}),
+		revision:      revisionBase(),
 	}
+}
+
+// revisionBase is where a process's revisions start: the wall clock in
+// microseconds, so that they do not repeat those of an earlier process
+// (no process changes its state more than once a microsecond) and stay
+// below 2^53, where JSON numbers are exact in every language.
+func revisionBase() uint64 {
+	return uint64(max(time.Now().UnixMicro(), 0))
 }
 
 // Snapshot returns the current state.
@@ -165,7 +213,7 @@ func (t *tracker) observedDurationLocked() time.Duration {
 }
 
 func (t *tracker) viewLocked(now time.Time) view {
-	v := view{holder: t.holderLocked(now), token: t.observed.transitions}
+	v := view{holder: t.holderLocked(now), token: t.highest}
 	if t.isLeaderLocked(now) {
 		v.isLeader = true
 		v.leaderSince = t.leaderSince
@@ -188,7 +236,8 @@ func (t *tracker) stateLocked(now time.Time) State {
 	}
 	if v.isLeader {
 		s.LeaderSince = t.leaderSince
-		s.ValidUntil = t.renewStart.Add(t.renewDeadline).Round(0)
+		s.Deadline = t.renewStart.Add(t.renewDeadline)
+		s.ValidUntil = s.Deadline.Round(0)
 	}
 	return s
 }
@@ -256,19 +305,28 @@ func (t *tracker) observeRead(r record) {
 }
 
 // observeNotFound records that the API server answered that the Lease does
-// not exist.
+// not exist: a Lease without history, from now if it was not already.
 func (t *tracker) observeNotFound() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.reachedAPI = true
+	t.observeAbsentLocked()
 }
 
-// observeDeleted records that the Lease was deleted: no one holds it.
+// observeDeleted records that the Lease was deleted: no one is known to
+// hold it, and whoever did may still claim it until its renew deadline.
 func (t *tracker) observeDeleted() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.observeAbsentLocked()
+}
+
+func (t *tracker) observeAbsentLocked() {
 	now := t.clock.Now()
+	// The token of the last record seen is kept, so that an absent Lease
+	// reads the same on every NotFound and its wait is not restarted.
 	t.observeLocked(now, record{transitions: t.observed.transitions})
+	t.created = time.Time{}
 	t.holding = false
 	t.publishLocked(now)
 }
@@ -295,20 +353,29 @@ func (t *tracker) holderExpiredLocked(now time.Time) bool {
 func (t *tracker) mayAcquire() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.holding || !t.haveObserved || t.observed.holder == "" {
+	now := t.clock.Now()
+	if t.holding || !t.haveObserved {
+		return true
+	}
+	if t.observed.historyless() {
+		return now.Sub(t.observedAt) >= t.leaseDuration
+	}
+	if t.observed.holder == "" {
 		return true
 	}
 	if t.observed.holder == t.identity && t.hasOwnTerm && t.observed.transitions == t.ownToken {
 		return true
 	}
-	return t.holderExpiredLocked(t.clock.Now())
+	return t.holderExpiredLocked(now)
 }
 
-// lastToken returns the last fencing token observed, if any.
-func (t *tracker) lastToken() (int64, bool) {
+// unknownHolder reports whether the Lease, as last observed, has no holder's
+// history (see record.historyless) and is still within the lease duration
+// during which it counts as held by an unknown holder.
+func (t *tracker) unknownHolder() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.observed.transitions, t.haveObserved
+	return t.haveObserved && t.observed.historyless() && t.clock.Since(t.observedAt) < t.leaseDuration
 }
 
 // holdingLease reports whether this pod's last write holds the Lease.
@@ -328,6 +395,9 @@ func (t *tracker) nextAttempt() (at time.Time, ok bool) {
 	if t.holding || !t.claiming || !t.haveObserved {
 		return time.Time{}, false
 	}
+	if t.observed.historyless() {
+		return t.observedAt.Add(t.leaseDuration), true
+	}
 	if t.observed.holder == "" {
 		return t.clock.Now(), true
 	}
@@ -344,6 +414,7 @@ func (t *tracker) observeLocked(now time.Time, r record) {
 	t.observed = r
 	t.haveObserved = true
 	t.observedAt = now
+	t.highest = max(t.highest, r.transitions)
 }
 
 // claimLapsed reports whether this pod holds the Lease but its claim has run

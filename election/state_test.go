@@ -15,6 +15,7 @@ const (
 	testName          = "my-app"
 	testIdentity      = "pod-a"
 	testRenewDeadline = 10 * time.Second
+	testLeaseDuration = 15 * time.Second
 )
 
 // t0 is the fake clock's start.
@@ -39,7 +40,7 @@ func newTestClock() asyncClock {
 func newTestTracker(t *testing.T) (*tracker, asyncClock) {
 	t.Helper()
 	clk := newTestClock()
-	tr := newTracker(clk, testNamespace, testName, testIdentity, testRenewDeadline)
+	tr := newTracker(clk, testNamespace, testName, testIdentity, testRenewDeadline, testLeaseDuration)
 	t.Cleanup(tr.stop)
 	return tr, clk
 }
@@ -539,6 +540,7 @@ func TestTrackerObserveRelease(t *testing.T) {
 
 func TestTrackerStateFields(t *testing.T) {
 	tr, clk := newTestTracker(t)
+	base := tr.Snapshot().Revision
 	renew := t0.Add(123456 * time.Microsecond)
 	start := clk.Now()
 	clk.Step(500 * time.Millisecond)
@@ -555,7 +557,8 @@ func TestTrackerStateFields(t *testing.T) {
 		RenewTime:            renew,
 		LeaderSince:          t0.Add(500 * time.Millisecond),
 		ValidUntil:           t0.Add(testRenewDeadline),
-		Revision:             1,
+		Deadline:             t0.Add(testRenewDeadline),
+		Revision:             base + 1,
 	}
 	if s != want {
 		t.Errorf("Snapshot() =\n%+v\nwant\n%+v", s, want)
@@ -706,9 +709,24 @@ func TestTrackerMayAcquire(t *testing.T) {
 	}{
 		{name: "nothing observed", setUp: func(*tracker, asyncClock) {}, want: true},
 		{
-			name:  "released lease",
-			setUp: func(tr *tracker, _ asyncClock) { tr.observeRead(record{transitions: 4, durationSeconds: 1}) },
-			want:  true,
+			name: "released lease",
+			setUp: func(tr *tracker, _ asyncClock) {
+				tr.observeRead(record{transitions: 4, durationSeconds: 1, renewTime: t0})
+			},
+			want: true,
+		},
+		{
+			name:  "replaced as spec: {}, just seen",
+			setUp: func(tr *tracker, _ asyncClock) { tr.observeRead(record{}) },
+			want:  false,
+		},
+		{
+			name: "replaced as spec: {}, a lease duration later",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(record{})
+				clk.Step(testLeaseDuration)
+			},
+			want: true,
 		},
 		{
 			name:  "another holder, just renewed",
@@ -766,6 +784,15 @@ func TestTrackerMayAcquire(t *testing.T) {
 				tr.observeRead(other("pod-b", 4, clk.Now()))
 				tr.observeDeleted()
 			},
+			want: false,
+		},
+		{
+			name: "deleted, a lease duration later",
+			setUp: func(tr *tracker, clk asyncClock) {
+				tr.observeRead(other("pod-b", 4, clk.Now()))
+				tr.observeDeleted()
+				clk.Step(testLeaseDuration)
+			},
 			want: true,
 		},
 	} {
@@ -793,7 +820,7 @@ func TestTrackerNextAttempt(t *testing.T) {
 		{
 			name: "released lease: at once",
 			setUp: func(tr *tracker, clk asyncClock) {
-				tr.observeRead(record{transitions: 4, durationSeconds: 1})
+				tr.observeRead(record{transitions: 4, durationSeconds: 1, renewTime: t0})
 				clk.Step(time.Second)
 			},
 			wantAt: t0.Add(time.Second),
@@ -810,13 +837,13 @@ func TestTrackerNextAttempt(t *testing.T) {
 			wantOK: true,
 		},
 		{
-			name: "deleted: at once",
+			name: "deleted: a lease duration after the deletion was seen",
 			setUp: func(tr *tracker, clk asyncClock) {
 				tr.observeRead(other("pod-b", 4, clk.Now()))
 				clk.Step(time.Second)
 				tr.observeDeleted()
 			},
-			wantAt: t0.Add(time.Second),
+			wantAt: t0.Add(time.Second + testLeaseDuration),
 			wantOK: true,
 		},
 		{
@@ -844,9 +871,6 @@ func TestTrackerNextAttempt(t *testing.T) {
 
 func TestTrackerObserveDeleted(t *testing.T) {
 	tr, clk := newTestTracker(t)
-	if _, ok := tr.lastToken(); ok {
-		t.Error("lastToken() reports a token before anything was observed")
-	}
 	tr.observeWrite(clk.Now(), own(5, clk.Now()))
 	if !tr.holdingLease() {
 		t.Error("holdingLease() = false after a write")
@@ -863,8 +887,8 @@ func TestTrackerObserveDeleted(t *testing.T) {
 	if tr.holdingLease() {
 		t.Error("holdingLease() = true after the Lease was deleted")
 	}
-	if token, ok := tr.lastToken(); !ok || token != 5 {
-		t.Errorf("lastToken() = %d, %v; want 5, true", token, ok)
+	if token, err := tr.newTermToken(1); err != nil || token != 6 {
+		t.Errorf("newTermToken(1) = %d, %v; want 6 (above the token seen before the deletion)", token, err)
 	}
 }
 

@@ -213,16 +213,28 @@ func (a *api) compat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"name": a.el.Snapshot().Holder})
 }
 
+// releaseAnswerTimeout bounds how long POST /release waits for the Lease to
+// be cleared: well within the server's WriteTimeout.
+const releaseAnswerTimeout = 10 * time.Second
+
 // release answers POST /release.
 func (a *api) release(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {
 		writeError(w, http.StatusBadRequest, "POST /release takes no query parameters")
 		return
 	}
-	state, err := a.el.Release(r.Context())
+	// The claim is given up at once; clearing the Lease can take up to the
+	// Lease client's timeout (half the renew deadline) and more with a hung
+	// API server. The client gets an answer before the server's write
+	// timeout would cut it off.
+	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
+	defer cancel()
+	state, err := a.el.Release(ctx)
 	switch {
 	case errors.Is(err, election.ErrNotLeader):
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped leading, but clearing the Lease did not finish within %v (it goes on, or the Lease expires on its own)", releaseAnswerTimeout))
 	case err != nil:
 		// Leadership has been given up locally; only clearing the Lease
 		// failed, so the others take over when it expires.

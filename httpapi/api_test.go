@@ -539,6 +539,20 @@ func TestRelease(t *testing.T) {
 			wantStatus: http.StatusBadGateway,
 		},
 		{
+			// A hung API server: the answer must come before the server's
+			// write timeout cuts the connection.
+			name:   "clearing the lease outlasts the answer's bound",
+			target: "/release",
+			release: func(ctx context.Context) (election.State, error) {
+				deadline, ok := ctx.Deadline()
+				if !ok || time.Until(deadline) > releaseAnswerTimeout {
+					t.Errorf("Release given deadline %v (set: %v), want within %v", deadline, ok, releaseAnswerTimeout)
+				}
+				return released, fmt.Errorf("clear lease: %w", context.DeadlineExceeded)
+			},
+			wantStatus: http.StatusGatewayTimeout,
+		},
+		{
 			name:   "query",
 			target: "/release?now=1",
 			release: func(context.Context) (election.State, error) {

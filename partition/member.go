@@ -134,6 +134,7 @@ func New(cfg Config) (*Member, error) {
 			RetryPeriod:       cfg.RetryPeriod,
 			ReleaseOnShutdown: cfg.ReleaseOnShutdown,
 			DeleteOnShutdown:  kind == KindMember,
+			OwnLease:          kind == KindMember,
 			Client:            cfg.Client,
 			WatchClient:       watches,
 			Labels:            leaseLabels(cfg.Name, kind),

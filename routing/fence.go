@@ -23,17 +23,16 @@ type fence struct {
 // the election's time-bounded state, so a pod that was paused learns here,
 // before it writes, that its claim has lapsed.
 func (f fence) window(ctx context.Context, token int64) (context.Context, context.CancelFunc, error) {
-	now := time.Now()
 	s := f.leadership.Snapshot()
-	// ValidUntil carries no monotonic reading: measure the time left on the
-	// wall clock at this instant and turn it into a monotonic deadline.
-	left := s.ValidUntil.Sub(now.Round(0))
+	// Deadline carries the monotonic reading the claim is measured on, so a
+	// step of the wall clock cannot stretch the window (ValidUntil would).
+	left := time.Until(s.Deadline)
 	if !s.IsLeader || s.FencingToken != token || left <= 0 {
 		f.metrics.refused.WithLabelValues(reasonLapsed).Inc()
 		klog.FromContext(ctx).Info("Refused a routing write: this pod no longer leads the term", "fencingToken", token, "isLeader", s.IsLeader, "currentToken", s.FencingToken)
 		return nil, nil, fmt.Errorf("%w: the claim on term %d has lapsed", errStale, token)
 	}
-	wctx, cancel := context.WithDeadline(ctx, now.Add(left))
+	wctx, cancel := context.WithDeadline(ctx, s.Deadline)
 	return wctx, cancel, nil
 }
 

@@ -65,7 +65,8 @@ func (f *fakeLeadership) set(s election.State) {
 
 // leading is this pod's state while it leads term token.
 func leading(token int64) election.State {
-	return election.State{Identity: me, Holder: me, IsLeader: true, FencingToken: token, ValidUntil: time.Now().Add(time.Minute)}
+	deadline := time.Now().Add(time.Minute)
+	return election.State{Identity: me, Holder: me, IsLeader: true, FencingToken: token, ValidUntil: deadline.Round(0), Deadline: deadline}
 }
 
 // following is this pod's state while holder leads term token.
