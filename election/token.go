@@ -80,7 +80,13 @@ func (t *tracker) observeObject(lease *coordinationv1.Lease) {
 //     runs: every token ever written on an earlier object of that name was
 //     at most the server's clock (in seconds since tokenEpoch) when it was
 //     written (the rule below), and that object was deleted before this one
-//     was created.
+//     was created;
+//   - for a Lease without a holder's history (replaced as `spec: {}` by
+//     kubectl replace or helm upgrade --force, which keep the object but
+//     reset its token), the server's clock now: the replacement was stamped
+//     by the server (managedFields) after every earlier token was written,
+//     and at least a lease duration has passed since (the unknown-holder
+//     wait), so the clock is past every one of them.
 //
 // The rule that makes the last point hold: a token is never written above
 // the API server's clock as this process knows it (serverClock). A group
@@ -95,11 +101,15 @@ func (t *tracker) newTermToken(proposed int64) (int64, error) {
 	if !t.created.IsZero() {
 		token = max(token, int64(t.created.Sub(tokenEpoch)/time.Second)+1)
 	}
+	now := t.clock.Now()
+	if t.server.known && t.observed.historyless() {
+		token = max(token, t.server.bound(now))
+	}
 	if token > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: the next term would need token %d; delete the Lease to start over (a new Lease object starts above the seconds since %s, and the tokens published by the old one cannot be exceeded: see docs/safety.md)", errTokenExhausted, token, tokenEpoch.Format(time.DateOnly))
 	}
 	if t.server.known {
-		if bound := t.server.bound(t.clock.Now()); token > bound {
+		if bound := t.server.bound(now); token > bound {
 			return 0, fmt.Errorf("%w: token %d, server clock %d", errTokenAhead, token, bound)
 		}
 	}

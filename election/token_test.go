@@ -70,10 +70,13 @@ func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 	if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
 		t.Fatalf("acquisition a lease duration later: %v", err)
 	}
-	want := secondsSinceEpoch(recreated) + 1
+	// The server's clock as last stamped (the re-creation) plus the lease
+	// duration waited since: above the new Lease's creation, and so above
+	// anything an earlier object carried.
+	want := secondsSinceEpoch(recreated) + int64(testLeaseDuration/time.Second)
 	got := int64(ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, -1))
 	if got != want {
-		t.Errorf("new term's token = %d, want %d (one above the seconds since %v to the new Lease's creation)", got, want, tokenEpoch)
+		t.Errorf("new term's token = %d, want %d (the seconds since %v on the server's clock)", got, want, tokenEpoch)
 	}
 	if s := l.tracker.Snapshot(); !s.IsLeader || s.FencingToken != want {
 		t.Errorf("isLeader, token = %v, %d; want true, %d", s.IsLeader, s.FencingToken, want)
@@ -195,5 +198,28 @@ func TestLockCreatesMissingLeaseWithoutHolder(t *testing.T) {
 	}
 	if s := l.tracker.Snapshot(); !s.IsLeader {
 		t.Errorf("not leader after the acquisition: %+v", s)
+	}
+}
+
+// TestTokenAcrossReplaceWhileStopped: kubectl replace or helm upgrade
+// --force keep the object (same creationTimestamp) but reset its token to 0.
+// With no sidecar running through it, the next term still starts above
+// every token the object carried, from the server's stamp of the replace.
+func TestTokenAcrossReplaceWhileStopped(t *testing.T) {
+	tr, clk := newTestTracker(t)
+	created := t0.Add(-time.Hour)
+	// The old terms of this object reached the server's clock at t0.
+	lastOld := secondsSinceEpoch(t0)
+	clk.Step(2 * time.Second)
+	replaced := clk.Now()
+	tr.observeObject(stamped(&coordinationv1.Lease{}, created, replaced))
+	tr.observeRead(record{})
+	clk.Step(testLeaseDuration)
+	got, err := tr.newTermToken(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got <= lastOld {
+		t.Errorf("first token after the replace = %d, not above %d, the old object's last", got, lastOld)
 	}
 }
