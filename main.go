@@ -106,7 +106,8 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	requests, watches, err := election.NewClientsets(restConfig, opts.RenewDeadline)
+	serverClock := election.NewServerClock(nil)
+	requests, watches, err := election.NewClientsets(restConfig, opts.RenewDeadline, serverClock)
 	if err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
-	w, err := newWorkload(opts, requests, watches, events)
+	w, err := newWorkload(opts, requests, watches, serverClock, events)
 	if err != nil {
 		return err
 	}

@@ -26,11 +26,11 @@ type workload struct {
 
 // newWorkload builds what run serves; events, if not nil, records the
 // Lease's Events in leader election.
-func newWorkload(opts *options, requests, watches kubernetes.Interface, events *election.EventRecorder) (*workload, error) {
+func newWorkload(opts *options, requests, watches kubernetes.Interface, serverClock *election.ServerClock, events *election.EventRecorder) (*workload, error) {
 	readiness := httpapi.Readiness(opts.Readiness)
 	if opts.Partitions > 0 {
 		cfg := opts.partitionConfig()
-		cfg.Client, cfg.WatchClient = requests, watches
+		cfg.Client, cfg.WatchClient, cfg.ServerClock = requests, watches, serverClock
 		m, err := partition.New(cfg)
 		if err != nil {
 			return nil, err
@@ -45,7 +45,7 @@ func newWorkload(opts *options, requests, watches kubernetes.Interface, events *
 		}, nil
 	}
 	cfg := opts.electionConfig()
-	cfg.Client, cfg.WatchClient = requests, watches
+	cfg.Client, cfg.WatchClient, cfg.ServerClock = requests, watches, serverClock
 	if events != nil {
 		// Not a nil *EventRecorder in the interface: client-go checks for nil.
 		cfg.Events = events

@@ -90,6 +90,10 @@ type Config struct {
 	// OnChange, if set, is called after every change of the state's
 	// revision. It must not block: it runs under the state's lock.
 	OnChange func()
+	// ServerClock learns the API server's clock from its answers; pass the
+	// one given to NewClientsets. Nil means one of the elector's own, which
+	// learns only from the Lease's metadata.
+	ServerClock *ServerClock
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
@@ -138,10 +142,12 @@ func (c Config) Validate() error {
 // client-go's resourcelock.NewFromKubeconfig does: its own client with user
 // agent "leader-election" and a request timeout of half the renew deadline,
 // so that one slow request cannot use up the whole deadline. watches has the
-// same user agent and no timeout, for the Lease watch.
-func NewClientsets(cfg *rest.Config, renewDeadline time.Duration) (requests, watches kubernetes.Interface, err error) {
+// same user agent and no timeout, for the Lease watch. Both record the API
+// server's clock into serverClock (pass it to the electors' Config).
+func NewClientsets(cfg *rest.Config, renewDeadline time.Duration, serverClock *ServerClock) (requests, watches kubernetes.Interface, err error) {
 	c := rest.CopyConfig(cfg)
 	rest.AddUserAgent(c, "leader-election")
+	c.Wrap(serverClock.WrapTransport)
 	w := rest.CopyConfig(c)
 	c.Timeout = renewDeadline / 2
 	if requests, err = kubernetes.NewForConfig(c); err != nil {
@@ -193,6 +199,9 @@ func New(cfg Config) (*Elector, error) {
 		clk = clock.RealClock{}
 	}
 	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline, cfg.LeaseDuration)
+	if cfg.ServerClock != nil {
+		t.server = cfg.ServerClock
+	}
 	t.onChange = cfg.OnChange
 	e := &Elector{
 		cfg:     cfg,

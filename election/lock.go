@@ -259,10 +259,14 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 			return errNotExpired
 		}
 		return l.admitted(!l.tracker.holdingLease(), func() error {
-			if !l.tracker.continuesOwnTerm(int64(ler.LeaderTransitions)) {
-				if err := l.setNewTermToken(&ler); err != nil {
-					return err
-				}
+			// client-go carries its own idea of the token: what it proposed
+			// for the term, not what was written. A write that continues
+			// this process's own term keeps that term's token; any other
+			// starts a new term with newTermToken's.
+			if token, ok := l.tracker.currentOwnTerm(); ok {
+				ler.LeaderTransitions = int(token)
+			} else if err := l.setNewTermToken(&ler); err != nil {
+				return err
 			}
 			return l.write(ctx, ler, l.inner.Update)
 		})

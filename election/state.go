@@ -107,7 +107,10 @@ type tracker struct {
 	// clock. Together they make the token durable across a re-creation of
 	// the Lease while no sidecar runs (see newTermToken).
 	created time.Time
-	server  serverClock
+	server  *ServerClock
+	// historylessFloor is the server's clock (see serverClock) when the
+	// Lease was first seen without a holder's history, 0 if unknown.
+	historylessFloor int64
 
 	observed     record
 	haveObserved bool
@@ -150,6 +153,7 @@ type tracker struct {
 
 func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline, leaseDuration time.Duration) *tracker {
 	return &tracker{
+		server:        NewServerClock(clk),
 		clock:         clk,
 		namespace:     namespace,
 		name:          name,
@@ -415,6 +419,9 @@ func (t *tracker) observeLocked(now time.Time, r record) {
 	t.haveObserved = true
 	t.observedAt = now
 	t.highest = max(t.highest, r.transitions)
+	if bound, known := t.server.bound(); r.historyless() && known {
+		t.historylessFloor = bound
+	}
 }
 
 // claimLapsed reports whether this pod holds the Lease but its claim has run

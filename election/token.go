@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/clock"
 )
 
 // tokenEpoch is the origin of the token clock: a term that starts on a Lease
@@ -25,47 +28,92 @@ var errTokenExhausted = errors.New("the fencing token has reached the int32 limi
 // not a failure: the term starts as soon as the clock has caught up.
 var errTokenAhead = errors.New("the next fencing token would run ahead of the API server's clock; waiting for it")
 
-// serverClock is a lower bound on the API server's wall clock, in whole
-// seconds since tokenEpoch: the largest time the server has stamped on a
-// Lease this process has seen (creationTimestamp, managedFields times), plus
-// the time elapsed since, on this process's monotonic clock.
-type serverClock struct {
+// ServerClock is a lower bound on the API server's wall clock, in whole
+// seconds since tokenEpoch: the latest time the server has stated (the Date
+// header of its answers, and the times it stamps on Lease objects), plus the
+// time elapsed since on this process's monotonic clock. One is shared by
+// every elector of a process (NewClientsets records the Date of every
+// answer into it). A lower bound is all the token rules need: a token is
+// never written above it, so never above the server's clock either.
+type ServerClock struct {
+	clock clock.PassiveClock
+
+	mu      sync.Mutex
 	seconds int64
 	at      time.Time
 	known   bool
 }
 
-// bound returns the lower bound at now.
-func (c serverClock) bound(now time.Time) int64 {
+// NewServerClock returns a ServerClock that knows nothing yet; clk nil means
+// the real clock.
+func NewServerClock(clk clock.PassiveClock) *ServerClock {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &ServerClock{clock: clk}
+}
+
+// observe records that the server's clock was at least stamp.
+func (c *ServerClock) observe(stamp time.Time) {
+	if stamp.IsZero() {
+		return
+	}
+	// Stamps are truncated to the second: the server's clock was at least
+	// the whole second they name.
+	seconds := int64(math.Floor(stamp.Sub(tokenEpoch).Seconds()))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	if !c.known || seconds > c.boundLocked(now) {
+		c.seconds, c.at, c.known = seconds, now, true
+	}
+}
+
+// bound returns the lower bound now, and whether anything is known.
+func (c *ServerClock) bound() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.boundLocked(c.clock.Now()), c.known
+}
+
+func (c *ServerClock) boundLocked(now time.Time) int64 {
 	return c.seconds + int64(now.Sub(c.at)/time.Second)
+}
+
+// WrapTransport records the Date header of every answer that passes
+// through rt.
+func (c *ServerClock) WrapTransport(rt http.RoundTripper) http.RoundTripper {
+	return dateRecorder{next: rt, clock: c}
+}
+
+type dateRecorder struct {
+	next  http.RoundTripper
+	clock *ServerClock
+}
+
+func (d dateRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := d.next.RoundTrip(req)
+	if err == nil {
+		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
+			d.clock.observe(date)
+		}
+	}
+	return resp, err
 }
 
 // observeObject records what the Lease object's metadata says of the API
 // server's clock and of the object's identity. Only times the API server
 // stamped count: holders' renewTimes come from their own clocks.
 func (t *tracker) observeObject(lease *coordinationv1.Lease) {
-	stamped := lease.CreationTimestamp.Time
+	t.server.observe(lease.CreationTimestamp.Time)
 	for _, f := range lease.ManagedFields {
-		if f.Time != nil && f.Time.After(stamped) {
-			stamped = f.Time.Time
+		if f.Time != nil {
+			t.server.observe(f.Time.Time)
 		}
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.created = lease.CreationTimestamp.Time
-	if stamped.IsZero() {
-		return
-	}
-	now := t.clock.Now()
-	// Stamps are truncated to the second, so the server's clock was at
-	// least this when it wrote them.
-	seconds := int64(stamped.Sub(tokenEpoch) / time.Second)
-	if stamped.Before(tokenEpoch) {
-		seconds = int64(math.Floor(stamped.Sub(tokenEpoch).Seconds()))
-	}
-	if !t.server.known || seconds > t.server.bound(now) {
-		t.server = serverClock{seconds: seconds, at: now, known: true}
-	}
 }
 
 // newTermToken returns the fencing token of a new term this process is
@@ -83,10 +131,9 @@ func (t *tracker) observeObject(lease *coordinationv1.Lease) {
 //     was created;
 //   - for a Lease without a holder's history (replaced as `spec: {}` by
 //     kubectl replace or helm upgrade --force, which keep the object but
-//     reset its token), the server's clock now: the replacement was stamped
-//     by the server (managedFields) after every earlier token was written,
-//     and at least a lease duration has passed since (the unknown-holder
-//     wait), so the clock is past every one of them.
+//     reset its token), one more than the server's clock when this process
+//     first saw it so: the server answered with that record after every
+//     earlier token was written, and its clock was past each of them.
 //
 // The rule that makes the last point hold: a token is never written above
 // the API server's clock as this process knows it (serverClock). A group
@@ -101,26 +148,24 @@ func (t *tracker) newTermToken(proposed int64) (int64, error) {
 	if !t.created.IsZero() {
 		token = max(token, int64(t.created.Sub(tokenEpoch)/time.Second)+1)
 	}
-	now := t.clock.Now()
-	if t.server.known && t.observed.historyless() {
-		token = max(token, t.server.bound(now))
+	if t.observed.historyless() {
+		token = max(token, t.historylessFloor+1)
 	}
 	if token > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: the next term would need token %d; delete the Lease to start over (a new Lease object starts above the seconds since %s, and the tokens published by the old one cannot be exceeded: see docs/safety.md)", errTokenExhausted, token, tokenEpoch.Format(time.DateOnly))
 	}
-	if t.server.known {
-		if bound := t.server.bound(now); token > bound {
-			return 0, fmt.Errorf("%w: token %d, server clock %d", errTokenAhead, token, bound)
-		}
+	if bound, known := t.server.bound(); known && token > bound {
+		return 0, fmt.Errorf("%w: token %d, server clock %d", errTokenAhead, token, bound)
 	}
 	return token, nil
 }
 
-// continuesOwnTerm reports whether token is the one of this process's own
-// current term, as the Lease still shows it: a write with it continues that
-// term rather than starting a new one.
-func (t *tracker) continuesOwnTerm(token int64) bool {
+// currentOwnTerm returns the token of this process's own term if the Lease,
+// as last observed, still shows it: a write for this identity then
+// continues that term rather than starting a new one.
+func (t *tracker) currentOwnTerm() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.hasOwnTerm && token == t.ownToken && t.observed.holder == t.identity && t.observed.transitions == t.ownToken
+	ok := t.hasOwnTerm && t.observed.holder == t.identity && t.observed.transitions == t.ownToken
+	return t.ownToken, ok
 }

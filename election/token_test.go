@@ -70,13 +70,12 @@ func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 	if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
 		t.Fatalf("acquisition a lease duration later: %v", err)
 	}
-	// The server's clock as last stamped (the re-creation) plus the lease
-	// duration waited since: above the new Lease's creation, and so above
-	// anything an earlier object carried.
-	want := secondsSinceEpoch(recreated) + int64(testLeaseDuration/time.Second)
+	// One above the server's clock at the re-creation: above anything an
+	// earlier object carried.
+	want := secondsSinceEpoch(recreated) + 1
 	got := int64(ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, -1))
 	if got != want {
-		t.Errorf("new term's token = %d, want %d (the seconds since %v on the server's clock)", got, want, tokenEpoch)
+		t.Errorf("new term's token = %d, want %d (one above the seconds since %v to the re-creation)", got, want, tokenEpoch)
 	}
 	if s := l.tracker.Snapshot(); !s.IsLeader || s.FencingToken != want {
 		t.Errorf("isLeader, token = %v, %d; want true, %d", s.IsLeader, s.FencingToken, want)
@@ -221,5 +220,32 @@ func TestTokenAcrossReplaceWhileStopped(t *testing.T) {
 	}
 	if got <= lastOld {
 		t.Errorf("first token after the replace = %d, not above %d, the old object's last", got, lastOld)
+	}
+}
+
+// TestRenewalKeepsTheTermsToken: client-go renews with the token it
+// proposed for the term, not the one written (newTermToken's); a renewal
+// must keep the term's token, not start a new term each time.
+func TestRenewalKeepsTheTermsToken(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l := newTestLock(t, []string{"get", "update"}, newLease("", 0, t0))
+	l.tracker.observeObject(stamped(newLease("", 0, t0), t0.Add(-time.Hour), t0))
+	getOrFail(t, ctx, l)
+	if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	term := l.tracker.Snapshot().FencingToken
+	if term <= 1 {
+		t.Fatalf("term's token %d, want above the Lease's creation floor", term)
+	}
+	for range 3 {
+		l.clock.Step(2 * time.Second)
+		// client-go's fast path renews with what it proposed: 1.
+		if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+		if got := int64(ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, -1)); got != term {
+			t.Fatalf("renewal wrote token %d, want the term's %d", got, term)
+		}
 	}
 }

@@ -45,6 +45,8 @@ type Config struct {
 	// Client and WatchClient as in election.Config (see
 	// election.NewClientsets).
 	Client, WatchClient kubernetes.Interface
+	// ServerClock as in election.Config.
+	ServerClock *election.ServerClock
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithDelayedExecution
 }
@@ -135,6 +137,7 @@ func New(cfg Config) (*Member, error) {
 			ReleaseOnShutdown: cfg.ReleaseOnShutdown,
 			DeleteOnShutdown:  kind == KindMember,
 			OwnLease:          kind == KindMember,
+			ServerClock:       cfg.ServerClock,
 			Client:            cfg.Client,
 			WatchClient:       watches,
 			Labels:            leaseLabels(cfg.Name, kind),

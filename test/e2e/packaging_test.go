@@ -301,20 +301,37 @@ func TestHelmInstall(t *testing.T) {
 	if !after.IsLeader || after.FencingToken != before.FencingToken || leaseHolder(t, namespace, fullname) != leader.name {
 		t.Errorf("helm upgrade disturbed the leader: before %+v, after %+v", before, after)
 	}
+	// Stop the candidates, then uninstall: the Role goes, the Lease stays
+	// (resource-policy: keep), so that the next install continues its
+	// tokens; a fresh install's sidecars start above every earlier token.
+	last, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*candidate{leader} {
+		c.signal(syscall.SIGTERM)
+		c.waitExit(10 * time.Second)
+	}
 	helm("uninstall", release)
-	for kind, get := range map[string]func() error{
-		"Role": func() error {
-			_, err := cs.RbacV1().Roles(namespace).Get(ctx, fullname, metav1.GetOptions{})
-			return err
-		},
-		"Lease": func() error {
-			_, err := cs.CoordinationV1().Leases(namespace).Get(ctx, fullname, metav1.GetOptions{})
-			return err
-		},
-	} {
-		if err := get(); !apierrors.IsNotFound(err) {
-			t.Errorf("after helm uninstall, %s: %v, want not found", kind, err)
-		}
+	if _, err := cs.RbacV1().Roles(namespace).Get(ctx, fullname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after helm uninstall, Role: %v, want not found", err)
+	}
+	if _, err := cs.CoordinationV1().Leases(namespace).Get(ctx, fullname, metav1.GetOptions{}); err != nil {
+		t.Errorf("after helm uninstall, Lease: %v, want kept", err)
+	}
+	helm("install", release, packaging.ChartDir(), "--set", "demo.enabled=true")
+	kubeconfig, err = controlPlane.ServiceAccountKubeconfig(ctx, namespace, spec.ServiceAccountName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := electAndHandOver(t, spec, namespace, fullname, kubeconfig)
+	next := g.waitLeader(30 * time.Second)
+	again, err := next.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.FencingToken <= last.FencingToken {
+		t.Errorf("after helm uninstall and install, fencing token %d, was %d", again.FencingToken, last.FencingToken)
 	}
 }
 

@@ -63,7 +63,8 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	})
 
 	conflictsBefore := leaseConflicts(t)
-	requests, _, err := election.NewClientsets(controlPlane.AdminConfig(), renewDeadline)
+	serverClock := election.NewServerClock(nil)
+	requests, _, err := election.NewClientsets(controlPlane.AdminConfig(), renewDeadline, serverClock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +77,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 		RetryPeriod:   retryPeriod,
 		Client:        requests,
 		WatchClient:   staleWatches,
+		ServerClock:   serverClock,
 	})
 	if err != nil {
 		t.Fatal(err)
