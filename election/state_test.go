@@ -957,3 +957,20 @@ func TestTrackerTimers(t *testing.T) {
 		})
 	}
 }
+
+// TestRevisionsDoNotRepeatAcrossProcesses: a tracker's revisions start at
+// the wall clock in microseconds, so that a restarted sidecar does not reuse
+// the revisions of the process before it (which started, and changed its
+// state, earlier), and a long-poll carrying one of those is answered at
+// once.
+func TestRevisionsDoNotRepeatAcrossProcesses(t *testing.T) {
+	before := time.Now().UnixMicro()
+	tr, _ := newTestTracker(t)
+	first := tr.Snapshot().Revision
+	if first < uint64(before) {
+		t.Errorf("first revision %d, want at least the start time in microseconds %d", first, before)
+	}
+	if first >= 1<<53 {
+		t.Errorf("first revision %d is not exact as a JSON number (2^53)", first)
+	}
+}

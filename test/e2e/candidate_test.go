@@ -164,6 +164,11 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	return c
 }
 
+// process names this candidate's process: its name and pid.
+func (c *candidate) process() string {
+	return fmt.Sprintf("%s[%d]", c.name, c.cmd.Process.Pid)
+}
+
 func (c *candidate) running() bool {
 	select {
 	case <-c.done:

@@ -30,7 +30,9 @@ type observation struct {
 //   - an answer "isLeader: true" always comes with a validUntil later than the
 //     request: nothing is claimed after its expiry.
 //   - fencing tokens only grow: across claims in order, and as seen by each
-//     candidate.
+//     candidate process (a sidecar that has just started knows no token
+//     until it has read the Lease: a restart of the same pod is a new
+//     observer).
 type monitor struct {
 	t       testing.TB
 	members func() []*candidate
@@ -87,7 +89,7 @@ func (m *monitor) poll(c *candidate) {
 			sent := time.Now()
 			s, err := c.state()
 			if err == nil {
-				m.record(observation{who: c.name, sent: sent, received: time.Now(), state: s})
+				m.record(observation{who: c.process(), sent: sent, received: time.Now(), state: s})
 			}
 		}
 		select {
