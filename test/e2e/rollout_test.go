@@ -295,7 +295,13 @@ func TestRolloutReadinessLeader(t *testing.T) {
 	}
 	fmt.Printf("MEASURED rollout with readiness leader: all pods replaced and %s (new) leads %v after the template changed (old leader %s); no kubelet, so no image pull or container start-up in that figure\n",
 		newLeader, time.Since(began).Round(time.Millisecond), oldLeader)
-	final := deployment(t, d.Namespace, d.Name)
+	// The controller counts the new leader available once its readiness
+	// has reached the pod's status: wait for that, not for a snapshot.
+	var final *appsv1.Deployment
+	_ = k.until(10*time.Second, func() bool {
+		final = deployment(t, d.Namespace, d.Name)
+		return final.Status.AvailableReplicas == 1
+	})
 	if final.Status.AvailableReplicas != 1 || progressingReason(final) == "NewReplicaSetAvailable" {
 		t.Errorf("the README says the Deployment never reports complete in this mode; status %+v", final.Status)
 	}
