@@ -73,6 +73,9 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	for _, alias := range opts.deprecated {
 		logger.Info("Flag is deprecated", "flag", "--"+alias, "use", "--"+deprecatedAliases[alias])
 	}
+	if len(opts.serviceLinks) > 0 {
+		logger.Info("Ignoring environment variables that are Kubernetes service links, not settings", "variables", opts.serviceLinks)
+	}
 
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer cancel()
@@ -273,6 +276,17 @@ func verbosity(fs *pflag.FlagSet) int {
 	return v
 }
 
+// oneLine puts err on one line that prints nothing but itself: joined
+// errors are separated by "; ", and any other control character an input
+// brought in (a carriage return, a terminal escape) is escaped.
 func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
+	var b strings.Builder
+	for _, r := range strings.ReplaceAll(err.Error(), "\n", "; ") {
+		if isUnsafeInLine(r) {
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
