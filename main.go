@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -278,15 +279,22 @@ func verbosity(fs *pflag.FlagSet) int {
 
 // oneLine puts err on one line that prints nothing but itself: joined
 // errors are separated by "; ", and any other control character an input
-// brought in (a carriage return, a terminal escape) is escaped.
+// brought in (a carriage return, a terminal escape) or byte that is not
+// UTF-8 is escaped.
 func oneLine(err error) string {
+	s := strings.ReplaceAll(err.Error(), "\n", "; ")
 	var b strings.Builder
-	for _, r := range strings.ReplaceAll(err.Error(), "\n", "; ") {
-		if isUnsafeInLine(r) {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case isUnsafeInLine(r):
 			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
-			continue
+		default:
+			b.WriteString(s[i : i+size])
 		}
-		b.WriteRune(r)
+		i += size
 	}
 	return b.String()
 }

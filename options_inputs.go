@@ -321,5 +321,11 @@ func editDistance(a, b string) int {
 // control characters (newlines, carriage returns, terminal escapes), the
 // Unicode line and paragraph separators, and bidirectional overrides.
 func isUnsafeInLine(r rune) bool {
-	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r)
+}
+
+// printableLine reports whether s is UTF-8 without a character
+// isUnsafeInLine refuses.
+func printableLine(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, isUnsafeInLine)
 }

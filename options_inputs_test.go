@@ -167,13 +167,14 @@ func TestInvalidConfigurationIsOneLine(t *testing.T) {
 		{"--lease-name=my-app", "stray\r\x1b[2Jargument"},
 		{"--lease-name=my-app", "--no-such-flag\x1b[31m"},
 		{"--lease-name=my-app", "--identity=a\u2028b"},
+		{"--lease-name=my-app", "not\xffUTF-8"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := execute(args, &stdout, &stderr); code != exitInvalidInput {
 			t.Errorf("execute(%q) = %d, want %d", args, code, exitInvalidInput)
 		}
 		line := strings.TrimSuffix(stderr.String(), "\n")
-		if strings.ContainsFunc(line, isUnsafeInLine) {
+		if !printableLine(line) {
 			t.Errorf("execute(%q) printed control characters: %q", args, stderr.String())
 		}
 	}

@@ -135,3 +135,31 @@ func TestPartitionNumberCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestAcceptQValues: a media range whose q is not an RFC 9110 qvalue (0 to
+// 1, at most three decimals) is ignored, like a malformed one; it no longer
+// counts as q=1 or, with NaN, wins by its position.
+func TestAcceptQValues(t *testing.T) {
+	for _, tc := range []struct {
+		accept    string
+		wantPlain bool
+		wantErr   bool
+	}{
+		{accept: "text/plain;q=NaN, application/json"},
+		{accept: "application/json;q=NaN, text/plain", wantPlain: true},
+		{accept: "text/plain;q=2", wantErr: true},
+		{accept: "text/plain;q=-1, application/json;q=0.1"},
+		{accept: "text/plain;q=1e0", wantErr: true},
+		{accept: "text/plain;q=0.5, application/json;q=1.5", wantPlain: true},
+		{accept: "text/plain;q=0.0001, application/json;q=0.001"},
+		{accept: "text/plain;q=1.000, application/json;q=0.999", wantPlain: true},
+		{accept: "text/plain;q=0.", wantErr: true},
+	} {
+		t.Run(tc.accept, func(t *testing.T) {
+			plain, err := wantsPlainText([]string{tc.accept})
+			if plain != tc.wantPlain || (err != nil) != tc.wantErr {
+				t.Errorf("wantsPlainText(%q) = %v, %v; want %v, error %v", tc.accept, plain, err, tc.wantPlain, tc.wantErr)
+			}
+		})
+	}
+}
