@@ -35,6 +35,33 @@ demo: ## local demo: control plane + three candidates, graceful handover and cra
 clean: ## remove build outputs (the tool cache stays)
 	rm -rf bin e2e.out
 
+# Fuzzing (Go native fuzzing). Each FUZZ_TARGETS entry is package:FuzzName;
+# adding a target is one line. `make fuzz` runs each for FUZZTIME, `make
+# fuzz-smoke` (part of `make test`) for FUZZ_SMOKE_TIME. A failing input is
+# written to <package>/testdata/fuzz/<FuzzName>/: commit it with the fix,
+# and `make unit` replays it from then on, with the rest of the corpus.
+.PHONY: fuzz fuzz-smoke
+test: fuzz-smoke
+
+FUZZTIME        ?= 30s
+FUZZ_SMOKE_TIME ?= 5s
+FUZZ_TARGETS := \
+	.:FuzzParseOptions \
+	./httpapi:FuzzAPIHandler \
+	./httpapi:FuzzPartitionsAPIHandler \
+	./httpapi:FuzzParseLeaderQuery \
+	./httpapi:FuzzWantsPlainText
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 30s); found inputs go to <package>/testdata/fuzz/
+	@set -e; for target in $(FUZZ_TARGETS); do \
+		pkg="$${target%%:*}"; name="$${target##*:}"; \
+		echo "fuzz: $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
+	done
+
+fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 5s), as CI runs it
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
+
 # Benchmarks (bench/): leader-elector against a plain client-go baseline on a
 # real control plane. `make bench` is the full run whose table the README
 # shows (about 12 minutes); `make bench-smoke` is a short run with small

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,6 +73,9 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	logger := klog.Background().WithName("leader-elector")
 	for _, alias := range opts.deprecated {
 		logger.Info("Flag is deprecated", "flag", "--"+alias, "use", "--"+deprecatedAliases[alias])
+	}
+	if len(opts.serviceLinks) > 0 {
+		logger.Info("Ignoring environment variables that are Kubernetes service links, not settings", "variables", opts.serviceLinks)
 	}
 
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
@@ -274,6 +278,24 @@ func verbosity(fs *pflag.FlagSet) int {
 	return v
 }
 
+// oneLine puts err on one line that prints nothing but itself: joined
+// errors are separated by "; ", and any other control character an input
+// brought in (a carriage return, a terminal escape) or byte that is not
+// UTF-8 is escaped.
 func oneLine(err error) string {
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
+	s := strings.ReplaceAll(err.Error(), "\n", "; ")
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case isUnsafeInLine(r):
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }

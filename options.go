@@ -4,9 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +58,9 @@ type options struct {
 	// deprecated lists the aliases that were used, for a warning once the
 	// logger is set up.
 	deprecated []string
+	// serviceLinks lists the LEADER_ELECTOR_* variables that are the
+	// kubelet's service links, not settings, for a log line.
+	serviceLinks []string
 }
 
 // environment is what options read from the process's surroundings, so that
@@ -68,9 +69,12 @@ type environment struct {
 	lookupEnv func(string) (string, bool)
 	readFile  func(string) ([]byte, error)
 	hostname  func() (string, error)
+	// environ lists every variable as NAME=value; nil skips the check of
+	// unknown LEADER_ELECTOR_* names.
+	environ func() []string
 }
 
-var osEnvironment = environment{lookupEnv: os.LookupEnv, readFile: os.ReadFile, hostname: os.Hostname}
+var osEnvironment = environment{lookupEnv: os.LookupEnv, readFile: os.ReadFile, hostname: os.Hostname, environ: os.Environ}
 
 func newOptions() *options {
 	return &options{
@@ -143,7 +147,7 @@ func applyEnvironment(fs *pflag.FlagSet, env environment) error {
 		if target, isAlias := deprecatedAliases[f.Name]; isAlias && fs.Changed(target) {
 			return
 		}
-		name := envPrefix + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		value, ok := env.lookupEnv(name)
 		if !ok {
 			return
@@ -254,6 +258,7 @@ func (o *options) Validate() error {
 	if positive && float64(o.RenewDeadline) <= 1.2*float64(o.RetryPeriod) {
 		errs = append(errs, fmt.Errorf("--renew-deadline (%v) must be greater than --retry-period × 1.2 (%v)", o.RenewDeadline, time.Duration(1.2*float64(o.RetryPeriod))))
 	}
+	errs = append(errs, o.validateInputs()...)
 
 	for _, a := range []struct{ name, value string }{{"http-address", o.HTTPAddress}, {"probe-address", o.ProbeAddress}} {
 		if err := validateAddress(a.value); err != nil {
@@ -280,36 +285,8 @@ func (o *options) Validate() error {
 	if o.KubeAPIBurst < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}
-	errs = append(errs, o.Routing.validate(o.Identity, o.LeaseName)...)
+	errs = append(errs, o.Routing.validate(o.LeaseName)...)
 	return errors.Join(errs...)
-}
-
-// validateAddress accepts host:port and :port with a numeric port.
-func validateAddress(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return errors.New("want host:port or :port")
-	}
-	if strings.ContainsAny(host, " /") {
-		return fmt.Errorf("invalid host %q", host)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 {
-		return fmt.Errorf("invalid port %q", port)
-	}
-	return nil
-}
-
-// overlapping reports whether two listen addresses would clash: the same
-// fixed port on the same host, or on hosts of which one is a wildcard.
-func overlapping(a, b string) bool {
-	hostA, portA, errA := net.SplitHostPort(a)
-	hostB, portB, errB := net.SplitHostPort(b)
-	if errA != nil || errB != nil || portA != portB || portA == "0" {
-		return false
-	}
-	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return hostA == hostB || wildcard(hostA) || wildcard(hostB)
 }
 
 // electionConfig is the part of the options the elector takes.
@@ -350,6 +327,11 @@ func parseOptions(args []string, env environment) (*options, *pflag.FlagSet, err
 	if err := applyEnvironment(fs, env); err != nil {
 		return nil, fs, err
 	}
+	serviceLinks, err := unknownEnvironment(fs, env)
+	if err != nil {
+		return nil, fs, err
+	}
+	o.serviceLinks = serviceLinks
 	if err := o.resolveAliases(fs, resolved); err != nil {
 		return nil, fs, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -42,9 +41,10 @@ func (r *routeOptions) complete(env environment) {
 }
 
 // validate checks that the chosen mode has what it needs; every failure is
-// its own error. identity is the pod name and leaseName the group label's
-// value in label mode.
-func (r *routeOptions) validate(identity, leaseName string) []error {
+// its own error. leaseName is the group label's value in label mode (the
+// identity, the pod patched in label mode, is checked by Validate for every
+// mode).
+func (r *routeOptions) validate(leaseName string) []error {
 	var errs []error
 	switch routing.Mode(r.Mode) {
 	case routing.ModeNone:
@@ -60,8 +60,10 @@ func (r *routeOptions) validate(identity, leaseName string) []error {
 		switch {
 		case r.PodIP == "":
 			errs = append(errs, errors.New("--route=endpointslice needs --pod-ip or $POD_IP (the downward API's status.podIP)"))
-		case net.ParseIP(r.PodIP) == nil:
-			errs = append(errs, fmt.Errorf("--pod-ip %q is not an IP address", r.PodIP))
+		default:
+			if err := validatePodIP(r.PodIP); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	case routing.ModeLabel:
 		if msgs := validation.IsQualifiedName(r.LeaderLabel); len(msgs) > 0 {
@@ -69,9 +71,6 @@ func (r *routeOptions) validate(identity, leaseName string) []error {
 		}
 		if r.LeaderLabel == routing.GroupLabel {
 			errs = append(errs, fmt.Errorf("--leader-label must not be %s, which names the pods' Lease", routing.GroupLabel))
-		}
-		if msgs := validation.IsDNS1123Subdomain(identity); strings.TrimSpace(identity) != "" && len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--route=label needs the pod's name as --identity ($POD_NAME); %q is not a valid pod name", identity))
 		}
 		if msgs := validation.IsValidLabelValue(leaseName); leaseName != "" && len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--route=label labels pods with the Lease's name, and %q is not a valid label value: %s", leaseName, strings.Join(msgs, "; ")))

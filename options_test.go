@@ -45,6 +45,13 @@ func (f fakeEnv) environment() environment {
 			}
 			return f.hostname, nil
 		},
+		environ: func() []string {
+			all := make([]string, 0, len(f.vars))
+			for k, v := range f.vars {
+				all = append(all, k+"="+v)
+			}
+			return all
+		},
 	}
 }
 
@@ -219,8 +226,8 @@ func TestParseOptionsValidation(t *testing.T) {
 		{
 			name:      "all failures reported together",
 			args:      []string{"--lease-name=My_App", "--lease-duration=1500ms", "--readiness=x", "--log-format=x", "--kube-api-qps=-1", "--kube-api-burst=-1"},
-			wantErr:   []string{"DNS-1123", "whole number", "--renew-deadline", "--readiness", "--log-format", "--kube-api-qps", "--kube-api-burst"},
-			wantCount: 7,
+			wantErr:   []string{"DNS-1123", "whole number", "--renew-deadline", "outside the supported range", "--readiness", "--log-format", "--kube-api-qps", "--kube-api-burst"},
+			wantCount: 8,
 		},
 		{
 			name:      "relations skipped when a duration is not positive",
@@ -383,9 +390,9 @@ func TestParseOptionsEnvironment(t *testing.T) {
 			},
 		},
 		{
-			name: "unrelated variables are ignored",
+			name: "unrelated variables and service links are ignored",
 			args: []string{"--lease-name=my-app"},
-			vars: map[string]string{"LEADER_ELECTOR_NO_SUCH_FLAG": "x", "LEASE_NAME": "other"},
+			vars: map[string]string{"LEADER_ELECTOR_DEMO_SERVICE_HOST": "10.96.0.10", "LEASE_NAME": "other"},
 			check: func(t *testing.T, o *options) {
 				if o.LeaseName != "my-app" {
 					t.Errorf("LeaseName = %q, want my-app", o.LeaseName)
@@ -928,7 +935,8 @@ func TestClientRates(t *testing.T) {
 	}{
 		{name: "leader election keeps client-go's defaults", args: nil, qps: 0, burst: 0},
 		{name: "16 partitions at a 2s retry period", args: []string{"--partitions=16"}, qps: 17, burst: 34},
-		{name: "1024 partitions at a 500ms retry period", args: []string{"--partitions=1024", "--lease-duration=4s", "--renew-deadline=2s", "--retry-period=500ms"}, qps: 4100, burst: 2050},
+		{name: "1024 partitions at a 2s retry period: capped", args: []string{"--partitions=1024"}, qps: maxDerivedQPS, burst: 2050},
+		{name: "99 partitions at the shortest retry period: capped", args: []string{"--partitions=99", "--lease-duration=2s", "--renew-deadline=1s", "--retry-period=100ms"}, qps: maxDerivedQPS, burst: 200},
 		{name: "one partition keeps the floor", args: []string{"--partitions=1"}, qps: 5, burst: 10},
 		{name: "flags win", args: []string{"--partitions=16", "--kube-api-qps=3", "--kube-api-burst=4"}, qps: 3, burst: 4},
 	} {

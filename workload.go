@@ -98,7 +98,8 @@ func (o *options) validatePartitions() []error {
 // clientRates returns the client rate limits: the flags when given; in
 // partition mode otherwise enough for one pod to renew every partition each
 // retry period twice over (client-go's default of 5 per second would make a
-// pod that owns many partitions miss its renewals).
+// pod that owns many partitions miss its renewals), at most maxDerivedQPS
+// (Validate refuses a configuration that needs more than that).
 func (o *options) clientRates() (qps float32, burst int) {
 	qps, burst = o.KubeAPIQPS, o.KubeAPIBurst
 	if o.Partitions == 0 {
@@ -106,7 +107,7 @@ func (o *options) clientRates() (qps float32, burst int) {
 	}
 	leases := o.Partitions + 1
 	if qps == 0 {
-		qps = max(5, float32(2*float64(leases)/max(o.RetryPeriod.Seconds(), 0.001)))
+		qps = float32(min(maxDerivedQPS, max(5, 2*o.partitionLeaseRate())))
 	}
 	if burst == 0 {
 		burst = max(10, 2*leases)

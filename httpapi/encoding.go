@@ -6,6 +6,7 @@ import (
 	"errors"
 	"mime"
 	"net/http"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,6 +99,25 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
+// qValueSyntax is RFC 9110's qvalue: 0 to 1 with at most three decimals.
+// strconv.ParseFloat alone takes NaN, Inf, 2 and -1, and a NaN weight makes
+// the order of the offers depend on the order they were listed in.
+var qValueSyntax = regexp.MustCompile(`^(0(\.[0-9]{0,3})?|1(\.0{0,3})?)$`)
+
+// qValue returns the weight of a media range, 1 if it has none; false if
+// its q parameter is not a qvalue.
+func qValue(params map[string]string) (float64, bool) {
+	s, ok := params["q"]
+	if !ok {
+		return 1, true
+	}
+	if !qValueSyntax.MatchString(s) {
+		return 0, false
+	}
+	q, err := strconv.ParseFloat(s, 64)
+	return q, err == nil
+}
+
 // wantsPlainText reads the Accept header: text/plain is served only when the
 // client prefers it to JSON. No Accept header, */* or application/json get
 // JSON; a header that allows neither is refused.
@@ -125,11 +145,9 @@ func wantsPlainText(accept []string) (bool, error) {
 			if err != nil {
 				continue
 			}
-			q := 1.0
-			if s, ok := params["q"]; ok {
-				if v, err := strconv.ParseFloat(s, 64); err == nil {
-					q = v
-				}
+			q, ok := qValue(params)
+			if !ok {
+				continue // as a malformed media range is
 			}
 			order++
 			if q <= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -130,7 +131,8 @@ func (a *partitionsAPI) events(w http.ResponseWriter, r *http.Request) {
 
 // release answers POST /partitions/<i>/release.
 func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
-	rest := strings.TrimPrefix(r.URL.Path, "/partitions/")
+	// The escaped path: "%31" is no spelling of partition 1.
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/partitions/")
 	num, ok := strings.CutSuffix(rest, "/release")
 	if !ok || strings.Contains(num, "/") {
 		writeError(w, http.StatusNotFound, "no such path: "+r.URL.Path+" (want POST /partitions/<i>/release)")
@@ -140,9 +142,9 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "POST /partitions/<i>/release takes no query parameters")
 		return
 	}
-	i, err := strconv.Atoi(num)
-	if err != nil {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such partition %q: want a number", num))
+	i, ok := parsePartitionNumber(num)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such partition %q: want a number in canonical decimal (0, 1, 2, …)", num))
 		return
 	}
 	state, err := a.p.Release(r.Context(), i)
@@ -158,6 +160,19 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, partitionsJSON(state))
 	}
+}
+
+// canonicalNumber is a non-negative number in canonical decimal:
+// strconv.Atoi alone takes "+2", "-0" and "0002".
+var canonicalNumber = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+
+// parsePartitionNumber reads a partition number; false if it is not one.
+func parsePartitionNumber(s string) (int, bool) {
+	if !canonicalNumber.MatchString(s) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil
 }
 
 // NewPartitionsProbeHandler returns the probe server of partition mode:

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 )
@@ -9,7 +10,8 @@ import (
 // routes maps exact paths to per-method handlers; a path ending in "/" also
 // serves every path below it that has no route of its own. Unlike http.ServeMux it
 // answers unknown paths and wrong methods with JSON errors, as the API
-// promises, with an Allow header on 405.
+// promises, with an Allow header on 405, and a malformed query string with
+// 400.
 type routes map[string]map[string]http.HandlerFunc
 
 func (rt routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -30,6 +32,13 @@ func (rt routes) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sort.Strings(allowed)
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; allowed: "+strings.Join(allowed, ", "))
+		return
+	}
+	// The one check of the query string, before any handler acts:
+	// r.URL.Query() drops what it cannot parse (a bad escape, a ";"
+	// separator) without a word, and POST /release?% would release.
+	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed query string: "+err.Error())
 		return
 	}
 	h(w, r)

@@ -212,6 +212,9 @@ func start(binary, name, kubeconfig, logPath string) (*candidate, error) {
 		fmt.Sprintf("--probe-address=127.0.0.1:%d", ports[1]),
 	)
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	// The demo's own LEADER_ELECTOR_* variables (the tool cache's) are no
+	// settings of the sidecar, which refuses unknown ones.
+	c.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "LEADER_ELECTOR_") })
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		return nil, err

@@ -119,8 +119,9 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	c.cmd = exec.Command(binary, args...)
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	// The race detector sleeps a second at exit by default; exits are
-	// measured here.
-	base := os.Environ()
+	// measured here. The test's own LEADER_ELECTOR_* variables (the tool
+	// cache's) are no settings of the sidecar, which refuses unknown ones.
+	base := cleanEnv()
 	if o.bareArgs {
 		base = nil // the test gives the whole environment
 	}

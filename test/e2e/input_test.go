@@ -45,6 +45,22 @@ func TestBadFlags(t *testing.T) {
 		{"bad env lease name", nil, []string{"LEADER_ELECTOR_LEASE_NAME=UPPER"}, "not a valid DNS-1123 subdomain"},
 		{"alias conflict", []string{"--lease-name=a", "--election=b"}, nil, "disagree"},
 		{"stray argument", []string{"--lease-name=a", "extra"}, nil, "unexpected arguments"},
+		// Issue 11, section 4: the supported ranges.
+		{"lease overflowing the Lease's seconds", []string{"--lease-name=a", "--lease-duration=1000000h", "--renew-deadline=999999h", "--retry-period=1h"}, nil, "--lease-duration 1000000h is outside the supported range 2s..24h"},
+		{"nanosecond timings", []string{"--lease-name=a", "--lease-duration=1s", "--renew-deadline=3ns", "--retry-period=2ns"}, nil, "--retry-period 2ns is outside the supported range 100ms..24h"},
+		{"derived client rate", []string{"--lease-name=a", "--partitions=1024", "--lease-duration=4s", "--renew-deadline=2s", "--retry-period=500ms"}, nil, "needs 2050 Lease requests per second"},
+		{"identity with a newline", []string{"--lease-name=a", "--identity=pod\nfoo"}, nil, `--identity "pod\nfoo" is not a valid pod name`},
+		{"identity of 10000 characters", []string{"--lease-name=a", "--identity=" + strings.Repeat("a", 10000)}, nil, "(10000 characters)"},
+		{"identity that is the gate's sentinel", []string{"--lease-name=a", "--identity=(not admitted by the gate)"}, nil, "is not a valid pod name"},
+		{"loopback pod IP", []string{"--lease-name=a", "--route=endpointslice", "--service=s", "--pod-ip=127.0.0.1"}, nil, "loopback"},
+		{"unspecified pod IP", []string{"--lease-name=a", "--route=endpointslice", "--service=s", "--pod-ip=0.0.0.0"}, nil, "unspecified"},
+		{"IPv4-mapped pod IP", []string{"--lease-name=a", "--route=endpointslice", "--service=s", "--pod-ip=::ffff:10.0.0.1"}, nil, "IPv4-mapped"},
+		{"unparsable http address", []string{"--lease-name=a", "--http-address=999.999.999.999:80"}, nil, `invalid host "999.999.999.999"`},
+		{"unresolvable http address", []string{"--lease-name=a", "--http-address=example.invalid:80"}, nil, "host names are not resolved"},
+		{"negative zero port", []string{"--lease-name=a", "--probe-address=:-0"}, nil, `invalid port "-0"`},
+		{"overlapping listen addresses", []string{"--lease-name=a", "--http-address=localhost:8080", "--probe-address=127.0.0.1:8080"}, nil, "would listen on the same port"},
+		{"misspelt variable", []string{"--lease-name=a"}, []string{"LEADER_ELECTOR_LEASE_DURATON=60s"}, "unknown environment variable LEADER_ELECTOR_LEASE_DURATON (did you mean LEADER_ELECTOR_LEASE_DURATION?)"},
+		{"terminal escape in an argument", []string{"--lease-name=a", "stray\r\x1b[2J"}, nil, `unexpected arguments: stray\r\x1b[2J`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +78,9 @@ func TestBadFlags(t *testing.T) {
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
 				t.Errorf("stderr %q does not mention %q", stderr.String(), tc.want)
+			}
+			if strings.ContainsAny(strings.TrimSuffix(stderr.String(), "\n"), "\r\x1b\n") {
+				t.Errorf("stderr %q is not one printable line", stderr.String())
 			}
 		})
 	}
@@ -219,6 +238,11 @@ func TestBadRequests(t *testing.T) {
 		{"GET", "/leader?revision=abc&wait=1s", nil, http.StatusBadRequest, ""},
 		{"GET", "/leader?color=blue", nil, http.StatusBadRequest, ""},
 		{"GET", "/leader", map[string]string{"Accept": "image/png"}, http.StatusNotAcceptable, ""},
+		// Malformed query strings (issue 11, section 4).
+		{"GET", "/leader?%zz", nil, http.StatusBadRequest, ""},
+		{"GET", "/?%zz=1", nil, http.StatusBadRequest, ""},
+		{"GET", "/leader?wait=1ms;revision=1", nil, http.StatusBadRequest, ""},
+		{"GET", "/events?%", nil, http.StatusBadRequest, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
@@ -238,6 +262,30 @@ func TestBadRequests(t *testing.T) {
 			}
 		})
 	}
+	// POST /release with a malformed query string is refused before the
+	// leader does anything: it still leads, with the same fencing token.
+	t.Run("POST /release?% releases nothing", func(t *testing.T) {
+		var before leaderState
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			s, err := c.state()
+			before = s
+			return err == nil && s.IsLeader, nil
+		})
+		if err != nil {
+			t.Fatalf("the only candidate never led: %+v", before)
+		}
+		code, _, body, err := c.do("POST", "/release?%", nil)
+		if err != nil || code != http.StatusBadRequest {
+			t.Fatalf("POST /release?%% = %d %s %v, want 400", code, body, err)
+		}
+		after, err := c.state()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !after.IsLeader || after.FencingToken != before.FencingToken {
+			t.Errorf("after POST /release?%%: %+v, want still leading with fencing token %d", after, before.FencingToken)
+		}
+	})
 }
 
 // TestRuntimeErrorsExitOne: a configuration that parses but cannot work
@@ -261,8 +309,9 @@ func TestRuntimeErrorsExitOne(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(binary, tc.args...)
-			// Outside a pod: no in-cluster configuration, no KUBECONFIG.
-			cmd.Env = append(cleanEnv(), "GORACE=atexit_sleep_ms=0")
+			// Outside a pod: no in-cluster configuration, no KUBECONFIG. The
+			// identity is given: the machine's hostname need not be a pod name.
+			cmd.Env = append(cleanEnv(), "GORACE=atexit_sleep_ms=0", "POD_NAME=runtime-error")
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			err := cmd.Run()

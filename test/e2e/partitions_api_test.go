@@ -74,6 +74,11 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 		{http.MethodGet, "/partitions?wait=soon", http.StatusBadRequest, "invalid wait"},
 		{http.MethodGet, "/leader", http.StatusNotFound, "partition mode"},
 		{http.MethodPost, "/release", http.StatusNotFound, "partition mode"},
+		// Other spellings of a partition this pod owns, and a malformed
+		// query string, release nothing: the release of it below succeeds.
+		{http.MethodPost, fmt.Sprintf("/partitions/0%d/release", mine.Partition), http.StatusNotFound, "canonical decimal"},
+		{http.MethodPost, fmt.Sprintf("/partitions/+%d/release", mine.Partition), http.StatusNotFound, "canonical decimal"},
+		{http.MethodPost, fmt.Sprintf("/partitions/%d/release?%%", mine.Partition), http.StatusBadRequest, "malformed query string"},
 	}
 	for _, tc := range errorCases {
 		status, header, body, err := a.do(tc.method, tc.path, nil)

@@ -358,6 +358,9 @@ func TestChartGuards(t *testing.T) {
 	timings := []struct{ lease, renew, retry string }{
 		{"15", "10", "2"}, {"4", "2", "0.5"}, {"15", "15", "2"}, {"10", "15", "2"},
 		{"15", "10", "8"}, {"15", "10", "9"}, {"3", "2", "1"}, {"2", "1.2", "1"}, {"2", "1.3", "1"},
+		// The supported ranges (issue 11): lease 2..86400, renew ≥ 1, retry ≥ 0.1.
+		{"86400", "10", "2"}, {"86401", "10", "2"}, {"2", "1", "0.1"}, {"2", "1", "0.09"},
+		{"1", "0.5", "0.1"}, {"15", "0.9", "0.5"}, {"3600", "1800", "1000"},
 	}
 	for _, tm := range timings {
 		t.Run(fmt.Sprintf("timings %s/%s/%s", tm.lease, tm.renew, tm.retry), func(t *testing.T) {
@@ -365,6 +368,31 @@ func TestChartGuards(t *testing.T) {
 				fmt.Sprintf("election={\"leaseDurationSeconds\":%s,\"renewDeadlineSeconds\":%s,\"retryPeriodSeconds\":%s}", tm.lease, tm.renew, tm.retry))
 			chartAccepts := err == nil
 			binaryAccepts := binaryVerdict(t, []string{"--lease-name=x", "--lease-duration=" + tm.lease + "s", "--renew-deadline=" + tm.renew + "s", "--retry-period=" + tm.retry + "s"})
+			if chartAccepts != binaryAccepts {
+				t.Errorf("the chart accepts: %v (%v); leader-elector accepts: %v", chartAccepts, err, binaryAccepts)
+			}
+		})
+	}
+
+	// Partition mode's derived client rate: (count + 1) / retry period at
+	// most 1000 per second, unless --kube-api-qps is given.
+	rates := []struct {
+		count, retry string
+		extra        []string
+	}{
+		{"1024", "2", nil}, {"1024", "1", nil}, {"999", "1", nil}, {"1000", "1", nil},
+		{"1024", "1", []string{"--kube-api-qps=3000"}}, {"1024", "1", []string{"--kube-api-qps=0"}},
+	}
+	for _, r := range rates {
+		t.Run(fmt.Sprintf("partitions %s at retry %s %v", r.count, r.retry, r.extra), func(t *testing.T) {
+			args := []string{"--set", "partitions.count=" + r.count, "--set", "demo.enabled=true", "--set-json",
+				fmt.Sprintf("election={\"leaseDurationSeconds\":4,\"renewDeadlineSeconds\":2,\"retryPeriodSeconds\":%s}", r.retry)}
+			for i, a := range r.extra {
+				args = append(args, "--set", fmt.Sprintf("sidecar.extraArgs[%d]=%s", i, a))
+			}
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, args...)
+			chartAccepts := err == nil
+			binaryAccepts := binaryVerdict(t, append([]string{"--lease-name=x", "--partitions=" + r.count, "--lease-duration=4s", "--renew-deadline=2s", "--retry-period=" + r.retry + "s"}, r.extra...))
 			if chartAccepts != binaryAccepts {
 				t.Errorf("the chart accepts: %v (%v); leader-elector accepts: %v", chartAccepts, err, binaryAccepts)
 			}

@@ -281,11 +281,31 @@ that cannot work.
 {{- if or (le $lease 0.0) (le $renew 0.0) (le $retry 0.0) }}
 {{- fail "election.leaseDurationSeconds, renewDeadlineSeconds and retryPeriodSeconds must be positive" }}
 {{- end }}
+{{- /* The sidecar's supported ranges (docs/security.md, "Inputs"). */}}
+{{- if or (lt $lease 2.0) (gt $lease 86400.0) }}
+{{- fail (printf "election.leaseDurationSeconds must be within 2..86400 (24h), got %v" $e.leaseDurationSeconds) }}
+{{- end }}
+{{- if or (lt $renew 1.0) (gt $renew 86400.0) }}
+{{- fail (printf "election.renewDeadlineSeconds must be within 1..86400 (24h), got %v" $e.renewDeadlineSeconds) }}
+{{- end }}
+{{- if or (lt $retry 0.1) (gt $retry 86400.0) }}
+{{- fail (printf "election.retryPeriodSeconds must be within 0.1..86400 (24h), got %v" $e.retryPeriodSeconds) }}
+{{- end }}
 {{- if le $lease $renew }}
 {{- fail (printf "election.leaseDurationSeconds (%v) must be greater than election.renewDeadlineSeconds (%v)" $e.leaseDurationSeconds $e.renewDeadlineSeconds) }}
 {{- end }}
 {{- if le $renew (mulf $retry 1.2) }}
 {{- fail (printf "election.renewDeadlineSeconds (%v) must be greater than 1.2 × election.retryPeriodSeconds (%v)" $e.renewDeadlineSeconds $e.retryPeriodSeconds) }}
+{{- end }}
+{{- $explicitQPS := false }}
+{{- range .Values.sidecar.extraArgs }}
+{{- if and (hasPrefix "--kube-api-qps=" .) (ne . "--kube-api-qps=0") }}{{ $explicitQPS = true }}{{ end }}
+{{- end }}
+{{- range .Values.sidecar.extraEnv }}
+{{- if eq .name "LEADER_ELECTOR_KUBE_API_QPS" }}{{ $explicitQPS = true }}{{ end }}
+{{- end }}
+{{- if and (gt (int .Values.partitions.count) 0) (not $explicitQPS) (gt (divf (add1 (int .Values.partitions.count)) $retry) 1000.0) }}
+{{- fail (printf "partitions.count=%v with election.retryPeriodSeconds=%v needs more than 1000 Lease requests per second per pod, the most the sidecar derives: lengthen the retry period or set --kube-api-qps in sidecar.extraArgs" .Values.partitions.count $e.retryPeriodSeconds) }}
 {{- end }}
 {{- if and (gt (int .Values.partitions.count) 0) (gt (len (include "leader-elector.leaseName" .)) 63) }}
 {{- fail (printf "partitions.count needs a lease name of at most 63 characters (it is a label value), got %q" (include "leader-elector.leaseName" .)) }}
