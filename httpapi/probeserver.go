@@ -105,8 +105,8 @@ type trackedConn struct {
 	state http.ConnState
 }
 
-func newConnLimiter(max int, evicted func()) *connLimiter {
-	return &connLimiter{max: max, evicted: evicted, conns: make(map[net.Conn]*trackedConn, max+1)}
+func newConnLimiter(maxConns int, evicted func()) *connLimiter {
+	return &connLimiter{max: maxConns, evicted: evicted, conns: make(map[net.Conn]*trackedConn, maxConns+1)}
 }
 
 // track is the http.Server's ConnState hook. The server calls it for
