@@ -145,7 +145,7 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return fmt.Errorf("application API: %w", err)
 	}
-	probeServer, err := httpapi.Listen(ctx, opts.ProbeAddress, w.probes(registry))
+	probeServer, err := httpapi.ListenProbes(ctx, opts.ProbeAddress, w.probes(registry), labelled)
 	if err != nil {
 		_ = apiServer.Shutdown(context.Background())
 		return fmt.Errorf("probe server: %w", err)

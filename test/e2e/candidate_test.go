@@ -72,6 +72,9 @@ type candidateOptions struct {
 	// startedPath is the API path that answers 200 once the process
 	// serves; "/leader" if empty.
 	startedPath string
+	// binary is the leader-elector to run; the race-detector build if
+	// empty.
+	binary string
 }
 
 // startCandidate starts leader-elector with the e2e timings and waits until
@@ -116,7 +119,11 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.cmd = exec.Command(binary, args...)
+	bin := binary
+	if o.binary != "" {
+		bin = o.binary
+	}
+	c.cmd = exec.Command(bin, args...)
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	// The race detector sleeps a second at exit by default; exits are
 	// measured here. The test's own LEADER_ELECTOR_* variables (the tool
