@@ -50,7 +50,8 @@ FUZZ_TARGETS := \
 	./httpapi:FuzzAPIHandler \
 	./httpapi:FuzzPartitionsAPIHandler \
 	./httpapi:FuzzParseLeaderQuery \
-	./httpapi:FuzzWantsPlainText
+	./httpapi:FuzzWantsPlainText \
+	./election:FuzzTracker
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 30s); found inputs go to <package>/testdata/fuzz/
 	@set -e; for target in $(FUZZ_TARGETS); do \
