@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/routing"
+	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
 // The tests here check, on the real API server, what the routing modes'
@@ -386,4 +387,56 @@ func subjectAccessReview(namespace, sa string) *authorizationv1.SubjectAccessRev
 		Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Group: "apps", Resource: "replicasets", Verb: "get"},
 	}}
+}
+
+// TestHelmInstallRouteLabel: `helm install` of the chart in label mode
+// installs the cluster-scoped admission policy with the release, the
+// chart's ServiceAccount token is bound by it, sidecars configured as the
+// chart configures them route with it, and `helm uninstall` removes it.
+func TestHelmInstallRouteLabel(t *testing.T) {
+	const namespace, release = "helm-route-label", "e2e"
+	ctx := context.Background()
+	restrictedNamespace(t, namespace)
+	helm := func(args ...string) {
+		t.Helper()
+		if out, err := packaging.Run(ctx, "helm", append(args, "--kubeconfig", controlPlane.AdminKubeconfig(), "--namespace", namespace)...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	helm("install", release, packaging.ChartDir(), "--set", "demo.enabled=true", "--set", "routing.mode=label", "--set", "election.readiness=candidate")
+	fullname := release + "-leader-elector"
+	policyName := "leader-elector-route-label." + namespace + "." + fullname
+	admin := controlPlane.AdminClient()
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, policyName, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the chart's admission policy: %v", err)
+	}
+	d, err := admin.AppsV1().Deployments(namespace).Get(ctx, fullname+"-demo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &d.Spec.Template.Spec
+	kubeconfig, err := controlPlane.ServiceAccountKubeconfig(ctx, namespace, spec.ServiceAccountName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := []string{"pod-a", "pod-b"}
+	createPods(t, namespace, spec, d.Spec.Template.Labels, pods...)
+	image := []byte(`[{"op": "replace", "path": "/spec/containers/0/image", "value": "registry.example.com/evil:1"}]`)
+	sa := tokenClient(t, kubeconfig).CoreV1().Pods(namespace)
+	waitRefused(t, "changing a container's image", func() error {
+		_, err := sa.Patch(ctx, "pod-a", types.JSONPatchType, image, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	labels := watchLabels(t, namespace)
+	g := routedGroup(t, spec, namespace, fullname, kubeconfig, pods...)
+	labels.waitLabelled(g.waitLeader(30*time.Second), 10*time.Second)
+	noneRefused(t, g)
+
+	helm("uninstall", release)
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, policyName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after helm uninstall, the admission policy: %v, want not found", err)
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, policyName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after helm uninstall, the binding: %v, want not found", err)
+	}
 }
