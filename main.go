@@ -140,6 +140,9 @@ func run(ctx context.Context, opts *options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLeaderLabel(ctx, opts, routeClient); err != nil {
+		return err
+	}
 
 	apiServer, err := httpapi.Listen(ctx, opts.HTTPAddress, w.api)
 	if err != nil {

@@ -72,6 +72,9 @@ func (r *routeOptions) validate(leaseName string) []error {
 		if r.LeaderLabel == routing.GroupLabel {
 			errs = append(errs, fmt.Errorf("--leader-label must not be %s, which names the pods' Lease", routing.GroupLabel))
 		}
+		if why := routing.ReservedLabel(r.LeaderLabel); why != "" {
+			errs = append(errs, fmt.Errorf("--leader-label %q is reserved: %s (label mode rewrites it on every pod, which can take the pods from their controller); choose a key under your own prefix", r.LeaderLabel, why))
+		}
 		if msgs := validation.IsValidLabelValue(leaseName); leaseName != "" && len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--route=label labels pods with the Lease's name, and %q is not a valid label value: %s", leaseName, strings.Join(msgs, "; ")))
 		}

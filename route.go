@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,6 +38,28 @@ func sideClient(cfg *rest.Config, userAgent string, timeout time.Duration) (kube
 		return nil, fmt.Errorf("build %s client: %w", userAgent, err)
 	}
 	return cs, nil
+}
+
+// checkLeaderLabel, in label mode, refuses a --leader-label that this pod
+// already carries with another value or that its controller selects pods
+// by (routing.CheckLeaderLabel): an error, so the sidecar exits 1 before it
+// takes part in the election. A check that cannot be made (the API server
+// does not answer) is logged and skipped: the label writer refuses to
+// overwrite a value it did not write all the same.
+func checkLeaderLabel(ctx context.Context, opts *options, client kubernetes.Interface) error {
+	if routing.Mode(opts.Routing.Mode) != routing.ModeLabel {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, rolloutCheckTimeout)
+	defer cancel()
+	err := routing.CheckLeaderLabel(cctx, client, opts.LeaseNamespace, opts.Identity, opts.Routing.LeaderLabel)
+	switch {
+	case errors.Is(err, routing.ErrLeaderLabelTaken):
+		return fmt.Errorf("--leader-label=%s: %w", opts.Routing.LeaderLabel, err)
+	case err != nil:
+		klog.FromContext(ctx).Info("Cannot check the leader label against this pod and its controller", "label", opts.Routing.LeaderLabel, "err", err)
+	}
+	return nil
 }
 
 // startRouting starts the router of --route, if any, and returns a channel

@@ -2,7 +2,9 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +29,16 @@ const maxAttempts = 3
 // and its slice with one resourceName.
 func SliceName(service string) string { return service }
 
-// sliceWriter is endpointslice mode: the leader writes one EndpointSlice
-// for the Service, holding only its own address and the Service's ports.
-// A new leader replaces the whole slice in one write.
+// ErrSliceMissing is returned when the Service's EndpointSlice does not
+// exist. The sidecar never creates it: RBAC cannot limit create to one
+// name, and a ServiceAccount that may create EndpointSlices may publish
+// endpoints for any Service of the namespace. The chart and
+// manifests/components/route-endpointslice ship it, as they ship the Lease.
+var ErrSliceMissing = errors.New("the EndpointSlice does not exist; it is shipped with the chart and the route-endpointslice component, and the sidecar may not create it: apply them again")
+
+// sliceWriter is endpointslice mode: the leader writes the one, shipped,
+// EndpointSlice of the Service, holding only its own address and the
+// Service's ports. A new leader replaces its endpoints in one write.
 type sliceWriter struct {
 	cfg     Config
 	fence   fence
@@ -50,31 +59,30 @@ func (w *sliceWriter) publish(ctx context.Context, s election.State) error {
 			return err
 		}
 		current, err := slices.Get(ctx, name, metav1.GetOptions{})
-		found := err == nil
-		if err != nil && !apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("endpointslice %s/%s: %w", w.cfg.Namespace, name, ErrSliceMissing)
+		}
+		if err != nil {
 			return fmt.Errorf("get endpointslice %s/%s: %w", w.cfg.Namespace, name, err)
 		}
-		if found {
-			if err := w.fence.newer(ctx, current, s.FencingToken); err != nil {
-				return err
-			}
-			if sameSlice(current, desired) {
-				return nil
-			}
-			desired.ResourceVersion = current.ResourceVersion
+		if err := w.fence.newer(ctx, current, s.FencingToken); err != nil {
+			return err
+		}
+		if current.AddressType != desired.AddressType {
+			// Immutable: the shipped slice says which family it holds.
+			return fmt.Errorf("endpointslice %s/%s holds %s addresses and this pod's IP %s is %s: ship the slice with addressType %s", w.cfg.Namespace, name, current.AddressType, w.cfg.PodIP, desired.AddressType, desired.AddressType)
+		}
+		if sameSlice(current, desired) {
+			return nil
 		}
 
 		wctx, cancel, err := w.fence.window(ctx, s.FencingToken)
 		if err != nil {
 			return err
 		}
-		if found {
-			_, err = slices.Update(wctx, desired, metav1.UpdateOptions{})
-		} else {
-			_, err = slices.Create(wctx, desired, metav1.CreateOptions{})
-		}
+		_, err = slices.Update(wctx, withContent(current, desired), metav1.UpdateOptions{})
 		cancel()
-		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		if apierrors.IsConflict(err) {
 			w.metrics.conflicts.Inc()
 			continue
 		}
@@ -148,8 +156,6 @@ func (w *sliceWriter) desired(svc *corev1.Service, token int64) (*discoveryv1.En
 				FencingTokenAnnotation: formatToken(token),
 				HolderAnnotation:       w.cfg.PodName,
 			},
-			// Deleting the Service deletes the slice.
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}},
 		},
 		AddressType: addressType,
 		Endpoints: []discoveryv1.Endpoint{{
@@ -188,6 +194,25 @@ func slicePorts(svc *corev1.Service) ([]discoveryv1.EndpointPort, error) {
 	return ports, nil
 }
 
+// withContent is current, at the version read, with desired's endpoints,
+// ports, labels and annotations. Whatever else current carries stays: the
+// labels and annotations of whoever shipped the slice (Helm's release
+// annotations, kubectl's last-applied configuration) and any owner.
+func withContent(current, desired *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	updated := current.DeepCopy()
+	if updated.Labels == nil {
+		updated.Labels = map[string]string{}
+	}
+	maps.Copy(updated.Labels, desired.Labels)
+	if updated.Annotations == nil {
+		updated.Annotations = map[string]string{}
+	}
+	maps.Copy(updated.Annotations, desired.Annotations)
+	updated.Endpoints = desired.Endpoints
+	updated.Ports = desired.Ports
+	return updated
+}
+
 // sameSlice reports whether current already is what desired asks for.
 func sameSlice(current, desired *discoveryv1.EndpointSlice) bool {
 	for k, v := range desired.Labels {
@@ -202,6 +227,5 @@ func sameSlice(current, desired *discoveryv1.EndpointSlice) bool {
 	}
 	return current.AddressType == desired.AddressType &&
 		equality.Semantic.DeepEqual(current.Endpoints, desired.Endpoints) &&
-		equality.Semantic.DeepEqual(current.Ports, desired.Ports) &&
-		equality.Semantic.DeepEqual(current.OwnerReferences, desired.OwnerReferences)
+		equality.Semantic.DeepEqual(current.Ports, desired.Ports)
 }

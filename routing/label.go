@@ -3,6 +3,7 @@ package routing
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,6 +62,11 @@ func (w *labelWriter) publish(ctx context.Context, s election.State) error {
 		if w.labelled(pod, "true") && pod.Annotations[FencingTokenAnnotation] == token {
 			return nil
 		}
+		// A newer leader has fenced this pod already: this pod's view of
+		// the election is behind, and labelling itself would route to it.
+		if err := w.fence.newer(ctx, pod, s.FencingToken); err != nil {
+			return err
+		}
 		wctx, cancel, err := w.fence.window(ctx, s.FencingToken)
 		if err != nil {
 			return err
@@ -109,6 +115,12 @@ func (w *labelWriter) fenceOthers(ctx context.Context, token int64) (conflict bo
 			w.metrics.conflicts.Inc()
 			return true, nil
 		}
+		if errors.Is(err, ErrLeaderLabelTaken) {
+			// Not "true", so no Service routes to it for label mode; its
+			// own sidecar refuses to run with this label.
+			klog.FromContext(ctx).Info("Left a pod alone: its leader label is not label mode's", "pod", klog.KObj(other), "err", err)
+			continue
+		}
 		if err != nil {
 			return false, err
 		}
@@ -156,6 +168,12 @@ func (w *labelWriter) labelled(pod *corev1.Pod, value string) bool {
 // patch sets the labels (and annotations) of pod, conditional on the
 // resourceVersion it was read at.
 func (w *labelWriter) patch(ctx context.Context, pod *corev1.Pod, value string, annotations map[string]string) error {
+	// Never overwrite a value label mode did not write: the label is
+	// someone else's (CheckLeaderLabel refuses it at startup, but may not
+	// have been able to read the pod then).
+	if v, ok := pod.Labels[w.cfg.LeaderLabel]; ok && v != "true" && v != "false" {
+		return fmt.Errorf("%w: pod %s/%s carries %s=%q, which label mode did not write", ErrLeaderLabelTaken, pod.Namespace, pod.Name, w.cfg.LeaderLabel, v)
+	}
 	meta := map[string]any{
 		"resourceVersion": pod.ResourceVersion,
 		"labels":          map[string]string{w.cfg.LeaderLabel: value, GroupLabel: w.cfg.LeaseName},

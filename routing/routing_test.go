@@ -87,7 +87,8 @@ func allowOnly(t *testing.T, cs *fake.Clientset, allowed ...string) {
 	})
 }
 
-var sliceCalls = []string{"get services", "get endpointslices", "create endpointslices", "update endpointslices"}
+// No create: the slice is shipped with the manifests (ErrSliceMissing).
+var sliceCalls = []string{"get services", "get endpointslices", "update endpointslices"}
 
 func service(selector map[string]string, target intstr.IntOrString) *corev1.Service {
 	return &corev1.Service{
@@ -130,7 +131,7 @@ func TestSlicePublish(t *testing.T) {
 		name     string
 		existing *discoveryv1.EndpointSlice
 	}{
-		{name: "no slice yet: created"},
+		{name: "the shipped slice, never written: filled", existing: shippedSlice()},
 		{name: "an older term's slice: replaced in one write", existing: sliceOf("pod-b", "10.0.0.8", 4)},
 		{name: "this term's slice, emptied: filled", existing: func() *discoveryv1.EndpointSlice { s := sliceOf(me, podIP, 5); s.Endpoints = nil; return s }()},
 	} {

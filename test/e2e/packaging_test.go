@@ -91,12 +91,20 @@ func restrictedNamespace(t *testing.T, name string) {
 // pod's, and with kubeconfig instead of the in-cluster configuration.
 func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kubeconfig string, extraArgs ...string) *candidate {
 	t.Helper()
+	ports := freePorts(t, 2)
+	args, env := podTemplateCommand(t, spec, podName, namespace, kubeconfig, ports, extraArgs...)
+	return startCandidate(t, podName, candidateOptions{bareArgs: true, extraArgs: args, env: env, ports: ports})
+}
+
+// podTemplateCommand is the arguments and environment fromPodTemplate runs
+// leader-elector with, on ports.
+func podTemplateCommand(t *testing.T, spec *corev1.PodSpec, podName, namespace, kubeconfig string, ports []int, extraArgs ...string) (args, env []string) {
+	t.Helper()
 	sc, _, err := packaging.Sidecar(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 2)
-	args := slices.DeleteFunc(slices.Clone(sc.Args), func(a string) bool {
+	args = slices.DeleteFunc(slices.Clone(sc.Args), func(a string) bool {
 		return strings.HasPrefix(a, "--http-address=") || strings.HasPrefix(a, "--probe-address=") || strings.HasPrefix(a, "--kubeconfig=")
 	})
 	args = append(args,
@@ -104,7 +112,6 @@ func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kub
 		fmt.Sprintf("--probe-address=127.0.0.1:%d", ports[1]),
 		"--kubeconfig="+kubeconfig)
 	args = append(args, extraArgs...)
-	var env []string
 	for _, e := range sc.Env {
 		switch {
 		case e.ValueFrom == nil:
@@ -122,7 +129,7 @@ func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kub
 			t.Fatalf("the sidecar's env %s comes from %+v, which this test cannot play", e.Name, e.ValueFrom)
 		}
 	}
-	return startCandidate(t, podName, candidateOptions{bareArgs: true, extraArgs: args, env: env, ports: ports})
+	return args, env
 }
 
 // electAndHandOver runs two candidates from the pod template with the

@@ -68,12 +68,16 @@ func boolInt(b bool) int {
 
 // InNamespace puts namespaced objects into namespace and renames Namespace
 // objects to it, as `namespace:` in a kustomization does (RoleBinding
-// subjects included).
+// subjects included). The routing modes' admission policies and bindings
+// are cluster-scoped and name no namespace in what they do (their names
+// carry the original one): they are left as they are.
 func InNamespace(objs Objects, namespace string) error {
 	for _, u := range objs {
 		switch {
 		case u.GetKind() == "Namespace":
 			u.SetName(namespace)
+			continue
+		case u.GetKind() == "ValidatingAdmissionPolicy" || u.GetKind() == "ValidatingAdmissionPolicyBinding":
 			continue
 		case u.GetKind() == "ClusterRole" || u.GetKind() == "ClusterRoleBinding":
 			return fmt.Errorf("%s/%s is cluster-scoped", u.GetKind(), u.GetName())

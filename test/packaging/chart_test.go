@@ -297,8 +297,9 @@ func checkWiring(t *testing.T, objs Objects, d *appsv1.Deployment) {
 		t.Fatal(err)
 	}
 	for k, v := range svc.Spec.Selector {
-		// The leader label (--route=label) is set on the pod by the sidecar.
-		if k == routing.DefaultLeaderLabel {
+		// The leader label and the group label (the Lease's name) are set
+		// on the pod by the sidecar (--route=label).
+		if k == routing.DefaultLeaderLabel || (k == routing.GroupLabel && v == lease.Name) {
 			continue
 		}
 		if d.Spec.Template.Labels[k] != v {

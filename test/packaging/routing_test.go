@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 
@@ -17,15 +19,14 @@ import (
 
 // RouteRules are the rules a --route mode adds to the Role, and nothing
 // more: for endpointslice, get on the one Service and get/update on its
-// slice (both named service), create on slices (RBAC cannot limit create
-// by name); for label, get/list/patch on pods.
+// slice (both named service; no create, the slice is shipped); for label,
+// get/list/patch on pods (which the mode's admission policy narrows).
 func RouteRules(mode routing.Mode, service string) []rbacv1.PolicyRule {
 	switch mode {
 	case routing.ModeEndpointSlice:
 		return []rbacv1.PolicyRule{
 			{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{service}, Verbs: []string{"get"}},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, ResourceNames: []string{service}, Verbs: []string{"get", "update"}},
-			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"create"}},
 		}
 	case routing.ModeLabel:
 		return []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "patch"}}}
@@ -106,7 +107,100 @@ func routedWorkload(t *testing.T, objs Objects, d *appsv1.Deployment, mode routi
 		if got := setting("leader-label"); svc.Spec.Selector[routing.DefaultLeaderLabel] != "true" || (got != "" && got != routing.DefaultLeaderLabel) {
 			t.Errorf("sidecar --leader-label=%q, Service selector %v; want it to select %s=true", got, svc.Spec.Selector, routing.DefaultLeaderLabel)
 		}
+		if svc.Spec.Selector[routing.GroupLabel] != lease {
+			t.Errorf("Service selector %v: want it to select %s=%s too, or it selects the leaders of every group of the app in the namespace", svc.Spec.Selector, routing.GroupLabel, lease)
+		}
 	}
+	routedShipments(t, objs, mode, lease, service)
+}
+
+// routedShipments checks the objects a routing mode ships besides the
+// Role: the ServiceAccount labelled as the admission policy's parameter
+// (and, in label mode, annotated with the leader label); for
+// endpointslice, the Service's EndpointSlice, with no endpoints; and the
+// mode's admission policy and binding, named after the namespace and the
+// Lease.
+func routedShipments(t *testing.T, objs Objects, mode routing.Mode, lease, service string) {
+	t.Helper()
+	var sa corev1.ServiceAccount
+	if err := objs.OneInto("ServiceAccount", &sa); err != nil {
+		t.Fatal(err)
+	}
+	if sa.Labels["leader-elector.io/route"] != string(mode) {
+		t.Errorf("ServiceAccount labels %v: want leader-elector.io/route=%s, the admission policy's parameter", sa.Labels, mode)
+	}
+	if got, want := sa.Annotations["leader-elector.io/leader-label"], map[routing.Mode]string{routing.ModeLabel: routing.DefaultLeaderLabel}[mode]; got != want {
+		t.Errorf("ServiceAccount annotation leader-elector.io/leader-label %q, want %q", got, want)
+	}
+	slices := objs.OfKind("EndpointSlice")
+	if mode == routing.ModeEndpointSlice {
+		var slice discoveryv1.EndpointSlice
+		if err := objs.OneInto("EndpointSlice", &slice); err != nil {
+			t.Fatal(err)
+		}
+		if slice.Name != service || slice.Namespace != sa.Namespace || slice.Labels[discoveryv1.LabelServiceName] != service ||
+			slice.Labels[discoveryv1.LabelManagedBy] != routing.ManagedBy || slice.AddressType != discoveryv1.AddressTypeIPv4 || len(slice.Endpoints) != 0 || len(slice.Ports) != 0 {
+			t.Errorf("EndpointSlice %s: want %s/%s, labelled for Service %s and managed by %s, IPv4, without endpoints or ports (the leader's)", asJSON(slice), sa.Namespace, service, service, routing.ManagedBy)
+		}
+	} else if len(slices) != 0 {
+		t.Errorf("%d EndpointSlices shipped in %s mode", len(slices), mode)
+	}
+	policy, binding := admissionPolicy(t, objs)
+	if want := "leader-elector-route-" + string(mode) + "." + sa.Namespace + "." + lease; policy.Name != want || binding.Name != want || binding.Spec.PolicyName != want {
+		t.Errorf("admission policy %s, binding %s of %s: want all %s", policy.Name, binding.Name, binding.Spec.PolicyName, want)
+	}
+	if sel := binding.Spec.ParamRef.Selector; sel == nil || !equality.Semantic.DeepEqual(sel.MatchLabels, map[string]string{"leader-elector.io/route": string(mode)}) {
+		t.Errorf("binding's parameters %s: want the ServiceAccounts labelled leader-elector.io/route=%s", asJSON(binding.Spec.ParamRef), mode)
+	}
+}
+
+// admissionPolicy returns the one ValidatingAdmissionPolicy and binding.
+func admissionPolicy(t *testing.T, objs Objects) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	if err := objs.OneInto("ValidatingAdmissionPolicy", &policy); err != nil {
+		t.Fatal(err)
+	}
+	if err := objs.OneInto("ValidatingAdmissionPolicyBinding", &binding); err != nil {
+		t.Fatal(err)
+	}
+	return &policy, &binding
+}
+
+// TestRoutingAdmissionPoliciesAgree: the chart and the kustomize
+// components ship the same admission policy and binding for each mode,
+// apart from names and labels.
+func TestRoutingAdmissionPoliciesAgree(t *testing.T) {
+	for _, mode := range []routing.Mode{routing.ModeEndpointSlice, routing.ModeLabel} {
+		t.Run(string(mode), func(t *testing.T) {
+			objs, _ := demo(t, "--set", "routing.mode="+string(mode), "--set", "election.readiness=candidate")
+			chartPolicy, chartBinding := admissionPolicy(t, objs)
+			kustPolicy, kustBinding := admissionPolicy(t, mustKustomize(t, "example-"+string(mode)))
+			if !equality.Semantic.DeepEqual(chartPolicy.Spec, kustPolicy.Spec) {
+				t.Errorf("the chart's policy:\n%s\nthe component's:\n%s", asJSON(chartPolicy.Spec), asJSON(kustPolicy.Spec))
+			}
+			chartBinding.Spec.PolicyName, kustBinding.Spec.PolicyName = "", ""
+			if !equality.Semantic.DeepEqual(chartBinding.Spec, kustBinding.Spec) {
+				t.Errorf("the chart's binding:\n%s\nthe component's:\n%s", asJSON(chartBinding.Spec), asJSON(kustBinding.Spec))
+			}
+		})
+	}
+	t.Run("routing.admissionPolicy=false ships none", func(t *testing.T) {
+		objs, _ := demo(t, "--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.admissionPolicy=false")
+		if n := len(objs.OfKind("ValidatingAdmissionPolicy")) + len(objs.OfKind("ValidatingAdmissionPolicyBinding")); n != 0 {
+			t.Errorf("%d admission objects", n)
+		}
+	})
+}
+
+func mustKustomize(t *testing.T, dir string) Objects {
+	t.Helper()
+	objs, err := KustomizeBuild(context.Background(), ManifestsDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 // TestChartRouting: each routing mode adds exactly its rules to the Role,
@@ -148,6 +242,10 @@ func TestChartRoutingGuards(t *testing.T) {
 		{"an unknown mode", []string{"--set", "routing.mode=dns", "--set", "election.readiness=candidate"}, "routing/mode"},
 		{"an invalid Service name", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "routing.service=My.Svc"}, "routing/service"},
 		{"label mode with a Lease name too long for a label", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "lease.name=" + strings.Repeat("a", 64)}, "at most 63 characters"},
+		{"label mode with a reserved leader label", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.leaderLabel=pod-template-hash"}, "is reserved"},
+		{"label mode with a leader label under kubernetes.io/", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.leaderLabel=app.kubernetes.io/leader"}, "is reserved"},
+		{"an admission policy on Kubernetes 1.29", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "sidecar.native=false", "--kube-version", "1.29.0"}, "routing.admissionPolicy needs Kubernetes 1.30"},
+		{"an IPv5 EndpointSlice", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "routing.addressType=IPv5"}, "routing/addressType"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, tc.args...)
@@ -169,8 +267,12 @@ func TestKustomizeRouting(t *testing.T) {
 		mode     routing.Mode
 		services []string
 	}{
-		{"example-endpointslice", routing.ModeEndpointSlice, []string{"Service/" + lease}},
-		{"example-label", routing.ModeLabel, []string{"Service/example-demo"}},
+		{"example-endpointslice", routing.ModeEndpointSlice, []string{"Service/" + lease, "EndpointSlice/" + lease,
+			"ValidatingAdmissionPolicy/leader-elector-route-endpointslice." + exampleNamespace + "." + lease,
+			"ValidatingAdmissionPolicyBinding/leader-elector-route-endpointslice." + exampleNamespace + "." + lease}},
+		{"example-label", routing.ModeLabel, []string{"Service/example-demo",
+			"ValidatingAdmissionPolicy/leader-elector-route-label." + exampleNamespace + "." + lease,
+			"ValidatingAdmissionPolicyBinding/leader-elector-route-label." + exampleNamespace + "." + lease}},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			objs, d := kustomize(t, tc.dir)

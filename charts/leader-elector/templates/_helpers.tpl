@@ -85,6 +85,15 @@ endpointslice: routing.service, else the Lease's name.
 {{- end }}
 
 {{/*
+The name of the routing mode's admission policy and its binding:
+cluster-scoped, so it carries the namespace and the Lease's name, as the
+kustomize components' do.
+*/}}
+{{- define "leader-elector.admissionPolicyName" -}}
+{{- printf "leader-elector-route-%s.%s.%s" .Values.routing.mode .Release.Namespace (include "leader-elector.leaseName" .) }}
+{{- end }}
+
+{{/*
 The sidecar image reference.
 */}}
 {{- define "leader-elector.image" -}}
@@ -318,6 +327,13 @@ that cannot work.
 {{- end }}
 {{- if and (eq .Values.routing.mode "label") (gt (len (include "leader-elector.leaseName" .)) 63) }}
 {{- fail (printf "routing.mode=label labels the pods with the Lease's name, which must then be at most 63 characters: %s" (include "leader-elector.leaseName" .)) }}
+{{- end }}
+{{- $leaderLabel := .Values.routing.leaderLabel }}
+{{- if and (eq .Values.routing.mode "label") (or (has $leaderLabel (list "pod-template-hash" "controller-revision-hash" "pod-template-generation" "controller-uid" "job-name")) (regexMatch "^([^/]*\\.)?(kubernetes\\.io|k8s\\.io)/" $leaderLabel)) }}
+{{- fail (printf "routing.leaderLabel %q is reserved for Kubernetes (its controllers' labels, the kubernetes.io/ and k8s.io/ prefixes): the sidecar refuses it; choose a key under your own prefix" $leaderLabel) }}
+{{- end }}
+{{- if and (ne .Values.routing.mode "none") .Values.routing.admissionPolicy (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "routing.admissionPolicy needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1), this cluster is %s: set routing.admissionPolicy=false (see docs/security.md for what that leaves open)" .Capabilities.KubeVersion.Version) }}
 {{- end }}
 {{- if and .Values.sidecar.native (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) }}
 {{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
