@@ -147,12 +147,17 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such partition %q: want a number in canonical decimal (0, 1, 2, …)", num))
 		return
 	}
-	state, err := a.p.Release(r.Context(), i)
+	// Bounded as POST /release is (see releaseAnswerTimeout).
+	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
+	defer cancel()
+	state, err := a.p.Release(ctx, i)
 	switch {
 	case errors.Is(err, partition.ErrOutOfRange):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, partition.ErrNotOwned):
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped owning partition %d, but clearing its Lease did not finish within %v (it goes on, or the Lease expires on its own)", i, releaseAnswerTimeout))
 	case err != nil:
 		// The claim has been given up locally; only clearing the Lease
 		// failed, so another member takes it when it expires.

@@ -25,6 +25,10 @@ type fakePartitions struct {
 	changed  chan struct{}
 	released []int
 	ready    error
+	// releaseDeadline is the deadline the last Release was given; hang
+	// makes Release fail as a hung API server would.
+	releaseDeadline time.Time
+	hang            bool
 }
 
 func newFakePartitions() *fakePartitions {
@@ -59,7 +63,15 @@ func (f *fakePartitions) set(change func(*partition.State)) {
 	f.changed = make(chan struct{})
 }
 
-func (f *fakePartitions) Release(_ context.Context, i int) (partition.State, error) {
+func (f *fakePartitions) Release(ctx context.Context, i int) (partition.State, error) {
+	f.mu.Lock()
+	f.releaseDeadline, _ = ctx.Deadline()
+	hang := f.hang
+	f.mu.Unlock()
+	if hang {
+		// As if the bound had run out while the API server hung.
+		return f.Snapshot(), fmt.Errorf("clear lease: %w", context.DeadlineExceeded)
+	}
 	switch {
 	case i < 0 || i >= 4:
 		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
@@ -170,5 +182,22 @@ func TestPartitionsReadyz(t *testing.T) {
 			NewPartitionsProbeHandler(f, tc.mode, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			checkText(t, rec.Code, rec.Header(), rec.Body.String(), tc.wantStatus, tc.wantBody)
 		})
+	}
+}
+
+// TestPartitionsReleaseIsBounded: with a hung API server, POST
+// /partitions/<i>/release answers 504 before the server's write timeout.
+func TestPartitionsReleaseIsBounded(t *testing.T) {
+	f := newFakePartitions()
+	f.hang = true
+	h := NewPartitionsAPIHandler(f, APIOptions{})
+	req := httptest.NewRequest(http.MethodPost, "/partitions/1/release", nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	if until := time.Until(f.releaseDeadline); f.releaseDeadline.IsZero() || until > releaseAnswerTimeout {
+		t.Errorf("Release given deadline %v, want one within %v", f.releaseDeadline, releaseAnswerTimeout)
+	}
+	if w.Code != http.StatusGatewayTimeout {
+		t.Errorf("status %d, want %d: %s", w.Code, http.StatusGatewayTimeout, w.Body)
 	}
 }
