@@ -147,7 +147,9 @@ func (c Config) Validate() error {
 func NewClientsets(cfg *rest.Config, renewDeadline time.Duration, serverClock *ServerClock) (requests, watches kubernetes.Interface, err error) {
 	c := rest.CopyConfig(cfg)
 	rest.AddUserAgent(c, "leader-election")
-	c.Wrap(serverClock.WrapTransport)
+	if serverClock != nil {
+		c.Wrap(serverClock.WrapTransport)
+	}
 	w := rest.CopyConfig(c)
 	c.Timeout = renewDeadline / 2
 	if requests, err = kubernetes.NewForConfig(c); err != nil {
@@ -374,6 +376,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.lock.logExhausted = func(err error) {
 		logger.Error(err, "Cannot start a new term on this lease")
 	}
+	e.tracker.setWarnAhead(func(token, clock int64) {
+		logger.Info("The Lease's fencing token is ahead of the API server's clock (edited by hand, or the server's clock went back); terms start anyway, and the token is not guaranteed to grow across a re-creation of the Lease while no sidecar runs", "fencingToken", token, "serverClockSeconds", clock)
+	})
 
 	logDone := make(chan struct{})
 	go func() {

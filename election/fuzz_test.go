@@ -34,18 +34,19 @@ func FuzzTracker(f *testing.F) {
 				tr.observeWrite(clk.Now(), r)
 			case 2:
 				tr.observeDeleted()
-			case 3: // the object's metadata, with arbitrary server stamps
-				lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(in.time())}}
-				stamp := metav1.NewTime(in.time())
-				lease.ManagedFields = []metav1.ManagedFieldsEntry{{Time: &stamp}}
-				tr.observeObject(lease)
+			case 3: // the object's creation and the server's Date, arbitrary
+				tr.observeObject(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(in.time())}})
+				tr.server.observeDate(in.time())
 			case 4: // time passes (up to two days)
 				clk.Step(time.Duration(in.uint32()%(48*3600*1000)) * time.Millisecond)
 			case 5:
 				tr.setClaiming(in.byte()%2 == 0)
 			case 6:
 				highest := tr.Snapshot().FencingToken
-				token, err := tr.newTermToken(int64(in.uint32()))
+				if own, ok := tr.currentOwnTerm(); ok && own < highest {
+					t.Fatalf("step %d: would continue its own term with token %d below the highest seen %d", step, own, highest)
+				}
+				token, err := tr.newTermToken(int64(in.uint32()), in.byte()%2 == 0)
 				if err == nil && (token <= highest || token > math.MaxInt32) {
 					t.Fatalf("step %d: new term token %d; highest seen %d, limit %d", step, token, highest, math.MaxInt32)
 				}

@@ -204,7 +204,7 @@ func (l *observingLock) Create(ctx context.Context, ler resourcelock.LeaderElect
 		return l.createWithoutHolder(ctx)
 	}
 	return l.admitted(true, func() error {
-		if err := l.setNewTermToken(&ler); err != nil {
+		if err := l.setNewTermToken(&ler, false); err != nil {
 			return err
 		}
 		return l.write(ctx, ler, l.inner.Create)
@@ -231,8 +231,8 @@ func (l *observingLock) createWithoutHolder(ctx context.Context) error {
 
 // setNewTermToken gives a new term of this process its fencing token, or
 // refuses it (see newTermToken).
-func (l *observingLock) setNewTermToken(ler *resourcelock.LeaderElectionRecord) error {
-	token, err := l.tracker.newTermToken(int64(ler.LeaderTransitions))
+func (l *observingLock) setNewTermToken(ler *resourcelock.LeaderElectionRecord, strict bool) error {
+	token, err := l.tracker.newTermToken(int64(ler.LeaderTransitions), strict)
 	if err != nil {
 		if errors.Is(err, errTokenExhausted) {
 			l.onExhausted(err)
@@ -265,7 +265,7 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 			// starts a new term with newTermToken's.
 			if token, ok := l.tracker.currentOwnTerm(); ok {
 				ler.LeaderTransitions = int(token)
-			} else if err := l.setNewTermToken(&ler); err != nil {
+			} else if err := l.setNewTermToken(&ler, !l.ownLease); err != nil {
 				return err
 			}
 			return l.write(ctx, ler, l.inner.Update)

@@ -108,9 +108,12 @@ type tracker struct {
 	// the Lease while no sidecar runs (see newTermToken).
 	created time.Time
 	server  *ServerClock
-	// historylessFloor is the server's clock (see serverClock) when the
+	// historylessFloor is the server's clock (see ServerClock) when the
 	// Lease was first seen without a holder's history, 0 if unknown.
 	historylessFloor int64
+	// warnAhead, if set, is told (once) that a token is too far ahead of
+	// the server's clock to wait for it (see newTermToken).
+	warnAhead func(token, clock int64)
 
 	observed     record
 	haveObserved bool
@@ -367,7 +370,7 @@ func (t *tracker) mayAcquire() bool {
 	if t.observed.holder == "" {
 		return true
 	}
-	if t.observed.holder == t.identity && t.hasOwnTerm && t.observed.transitions == t.ownToken {
+	if t.ownTermCurrentLocked() {
 		return true
 	}
 	return t.holderExpiredLocked(now)
@@ -415,10 +418,16 @@ func (t *tracker) observeLocked(now time.Time, r record) {
 	if r.holder != "" && (!t.haveObserved || r.holder != t.observed.holder || r.transitions != t.observed.transitions) {
 		t.terms++
 	}
+	stillHistoryless := t.haveObserved && t.observed.historyless() && r.historyless()
 	t.observed = r
 	t.haveObserved = true
-	t.observedAt = now
 	t.highest = max(t.highest, r.transitions)
+	if stillHistoryless {
+		// Still without history (found missing, then created empty): the
+		// wait for an unknown holder runs from when it was first seen so.
+		return
+	}
+	t.observedAt = now
 	if bound, known := t.server.bound(); r.historyless() && known {
 		t.historylessFloor = bound
 	}

@@ -887,7 +887,7 @@ func TestTrackerObserveDeleted(t *testing.T) {
 	if tr.holdingLease() {
 		t.Error("holdingLease() = true after the Lease was deleted")
 	}
-	if token, err := tr.newTermToken(1); err != nil || token != 6 {
+	if token, err := tr.newTermToken(1, true); err != nil || token != 6 {
 		t.Errorf("newTermToken(1) = %d, %v; want 6 (above the token seen before the deletion)", token, err)
 	}
 }

@@ -29,12 +29,13 @@ var errTokenExhausted = errors.New("the fencing token has reached the int32 limi
 var errTokenAhead = errors.New("the next fencing token would run ahead of the API server's clock; waiting for it")
 
 // ServerClock is a lower bound on the API server's wall clock, in whole
-// seconds since tokenEpoch: the latest time the server has stated (the Date
-// header of its answers, and the times it stamps on Lease objects), plus the
-// time elapsed since on this process's monotonic clock. One is shared by
-// every elector of a process (NewClientsets records the Date of every
-// answer into it). A lower bound is all the token rules need: a token is
-// never written above it, so never above the server's clock either.
+// seconds since tokenEpoch: the Date header of the server's latest answer,
+// plus the time elapsed since on this process's monotonic clock, less 1% for
+// clock-rate drift. One is shared by every elector of a process
+// (NewClientsets records the Date of every answer into it). A lower bound
+// is all the token rules need: a token is never written above it, so never
+// above the server's clock either. Only the Date counts: times stamped on
+// objects can be old (creationTimestamp) or set by clients (managedFields).
 type ServerClock struct {
 	clock clock.PassiveClock
 
@@ -43,6 +44,10 @@ type ServerClock struct {
 	at      time.Time
 	known   bool
 }
+
+// driftAllowance is the rate by which this process's clock may run faster
+// than the API server's without the bound passing the server's clock.
+const driftAllowance = 0.01
 
 // NewServerClock returns a ServerClock that knows nothing yet; clk nil means
 // the real clock.
@@ -53,31 +58,27 @@ func NewServerClock(clk clock.PassiveClock) *ServerClock {
 	return &ServerClock{clock: clk}
 }
 
-// observe records that the server's clock was at least stamp.
-func (c *ServerClock) observe(stamp time.Time) {
-	if stamp.IsZero() {
-		return
-	}
-	// Stamps are truncated to the second: the server's clock was at least
-	// the whole second they name.
-	seconds := int64(math.Floor(stamp.Sub(tokenEpoch).Seconds()))
+// observeDate records the Date of an answer of the server. The latest answer
+// replaces what was known, even if it says less: extrapolating an old one
+// accumulates drift.
+func (c *ServerClock) observeDate(date time.Time) {
+	// A Date names a whole second (truncated): the server's clock was at
+	// least that.
+	seconds := int64(math.Floor(date.Sub(tokenEpoch).Seconds()))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.clock.Now()
-	if !c.known || seconds > c.boundLocked(now) {
-		c.seconds, c.at, c.known = seconds, now, true
-	}
+	c.seconds, c.at, c.known = seconds, c.clock.Now(), true
 }
 
 // bound returns the lower bound now, and whether anything is known.
 func (c *ServerClock) bound() (int64, bool) {
+	if c == nil {
+		return 0, false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.boundLocked(c.clock.Now()), c.known
-}
-
-func (c *ServerClock) boundLocked(now time.Time) int64 {
-	return c.seconds + int64(now.Sub(c.at)/time.Second)
+	elapsed := c.clock.Since(c.at).Seconds() * (1 - driftAllowance)
+	return c.seconds + int64(math.Floor(elapsed)), c.known
 }
 
 // WrapTransport records the Date header of every answer that passes
@@ -95,22 +96,15 @@ func (d dateRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := d.next.RoundTrip(req)
 	if err == nil {
 		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
-			d.clock.observe(date)
+			d.clock.observeDate(date)
 		}
 	}
 	return resp, err
 }
 
-// observeObject records what the Lease object's metadata says of the API
-// server's clock and of the object's identity. Only times the API server
-// stamped count: holders' renewTimes come from their own clocks.
+// observeObject records the Lease object's creationTimestamp, which the API
+// server sets: the creation floor of the token (see newTermToken).
 func (t *tracker) observeObject(lease *coordinationv1.Lease) {
-	t.server.observe(lease.CreationTimestamp.Time)
-	for _, f := range lease.ManagedFields {
-		if f.Time != nil {
-			t.server.observe(f.Time.Time)
-		}
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.created = lease.CreationTimestamp.Time
@@ -135,37 +129,66 @@ func (t *tracker) observeObject(lease *coordinationv1.Lease) {
 //     first saw it so: the server answered with that record after every
 //     earlier token was written, and its clock was past each of them.
 //
-// The rule that makes the last point hold: a token is never written above
-// the API server's clock as this process knows it (serverClock). A group
-// that starts more terms than one a second, over the life of its Lease
+// The rule that makes the last two points hold: a token is never written
+// above the API server's clock as this process knows it (ServerClock). A
+// group that starts more terms than one a second, over the life of its Lease
 // object, waits here for the clock to catch up (errTokenAhead), one second
-// at most per term. Without any server time known (a fake clientset), the
-// rule is not applied.
-func (t *tracker) newTermToken(proposed int64) (int64, error) {
+// at most per term. A token more than tokenAheadSlack ahead of the clock
+// cannot have been written under the rule (a hand edit, a server clock set
+// back): waiting for the clock would stall the group, so the term starts,
+// and warnAhead is told once. Without any server time known (a fake
+// clientset), the rule is not applied.
+//
+// strict false skips the floors and the rule that only matter for a Lease
+// whose tokens fence something: a partition membership Lease (ownLease).
+func (t *tracker) newTermToken(proposed int64, strict bool) (int64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	token := max(proposed, t.highest+1)
-	if !t.created.IsZero() {
+	if strict && !t.created.IsZero() {
 		token = max(token, int64(t.created.Sub(tokenEpoch)/time.Second)+1)
 	}
-	if t.observed.historyless() {
+	if strict && t.observed.historyless() {
 		token = max(token, t.historylessFloor+1)
 	}
 	if token > math.MaxInt32 {
-		return 0, fmt.Errorf("%w: the next term would need token %d; delete the Lease to start over (a new Lease object starts above the seconds since %s, and the tokens published by the old one cannot be exceeded: see docs/safety.md)", errTokenExhausted, token, tokenEpoch.Format(time.DateOnly))
+		return 0, fmt.Errorf("%w: the next term would need token %d; stop every sidecar of the group, then delete the Lease to start over (the new Lease's tokens start above the seconds since %s, below the hand-edited ones: see docs/safety.md)", errTokenExhausted, token, tokenEpoch.Format(time.DateOnly))
 	}
-	if bound, known := t.server.bound(); known && token > bound {
-		return 0, fmt.Errorf("%w: token %d, server clock %d", errTokenAhead, token, bound)
+	if bound, known := t.server.bound(); strict && known && token > bound {
+		if token-bound <= tokenAheadSlack {
+			return 0, fmt.Errorf("%w: token %d, server clock %d", errTokenAhead, token, bound)
+		}
+		if t.warnAhead != nil {
+			t.warnAhead(token, bound)
+			t.warnAhead = nil
+		}
 	}
 	return token, nil
 }
 
+// tokenAheadSlack is how far, in seconds, a token may be ahead of this
+// process's view of the server's clock and still be one that sidecars wrote
+// under the rule (their views of the clock differ by a few seconds).
+const tokenAheadSlack = 120
+
 // currentOwnTerm returns the token of this process's own term if the Lease,
-// as last observed, still shows it: a write for this identity then
-// continues that term rather than starting a new one.
+// as last observed, still shows it and no higher token has been seen since
+// (an etcd restore can bring back an old term of this process after another
+// pod's newer one): a write for this identity then continues that term
+// rather than starting a new one.
 func (t *tracker) currentOwnTerm() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ok := t.hasOwnTerm && t.observed.holder == t.identity && t.observed.transitions == t.ownToken
-	return t.ownToken, ok
+	return t.ownToken, t.ownTermCurrentLocked()
+}
+
+func (t *tracker) ownTermCurrentLocked() bool {
+	return t.hasOwnTerm && t.observed.holder == t.identity && t.observed.transitions == t.ownToken && t.ownToken >= t.highest
+}
+
+// setWarnAhead sets the one-time warning of newTermToken.
+func (t *tracker) setWarnAhead(warn func(token, clock int64)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.warnAhead = warn
 }

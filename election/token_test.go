@@ -3,6 +3,8 @@ package election
 import (
 	"errors"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -13,11 +15,10 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// stamped returns lease with the metadata the API server would stamp on it:
-// its creation time, and the time of its last update.
-func stamped(lease *coordinationv1.Lease, created, updated time.Time) *coordinationv1.Lease {
-	lease.CreationTimestamp = metav1.NewTime(created.Truncate(time.Second))
-	lease.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "leader-election", Operation: metav1.ManagedFieldsOperationUpdate, Time: ptr.To(metav1.NewTime(updated.Truncate(time.Second)))}}
+// created returns lease with the creationTimestamp the API server would
+// stamp on it.
+func created(lease *coordinationv1.Lease, at time.Time) *coordinationv1.Lease {
+	lease.CreationTimestamp = metav1.NewTime(at.Truncate(time.Second))
 	return lease
 }
 
@@ -32,6 +33,7 @@ func secondsSinceEpoch(t time.Time) int64 { return int64(t.Sub(tokenEpoch) / tim
 func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	l := newTestLock(t, []string{"get", "update"}, newLease("pod-b", 7, t0))
+	l.ownLease = false
 	getOrFail(t, ctx, l)
 	l.clock.Step(testLeaseDuration)
 	getOrFail(t, ctx, l)
@@ -46,11 +48,13 @@ func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 	l.tracker.observeDeleted()
 	recreated := l.clock.Now().Add(time.Second)
 	l.clock.Step(time.Second)
-	fresh := stamped(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testName, ResourceVersion: "40"}}, recreated, recreated)
+	fresh := created(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: testName, ResourceVersion: "40"}}, recreated)
 	if err := l.client.Tracker().Update(leasesGVR, fresh, testNamespace); err != nil {
 		t.Fatal(err)
 	}
 	l.tracker.observeObject(fresh)
+	// The answer that brings the new object says when it was sent.
+	l.tracker.server.observeDate(recreated)
 	rec, _, err := l.Get(ctx)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
@@ -90,13 +94,13 @@ func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 	tr, clk := newTestTracker(t)
 	oldCreated := t0.Add(-time.Hour)
-	old := stamped(newLease("pod-b", 0, t0), oldCreated, oldCreated)
-	tr.observeObject(old)
+	tr.observeObject(created(newLease("pod-b", 0, t0), oldCreated))
+	tr.server.observeDate(oldCreated)
 	// The old object's terms: each allowed only while at most the server's
 	// clock; a group that starts them faster is held back.
 	token := int64(0)
 	for range 5000 {
-		next, err := tr.newTermToken(token + 1)
+		next, err := tr.newTermToken(token+1, true)
 		if errors.Is(err, errTokenAhead) {
 			clk.Step(100 * time.Millisecond)
 			continue
@@ -115,10 +119,11 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 	fresh, freshClk := newTestTracker(t)
 	freshClk.SetTime(clk.Now())
 	recreated := clk.Now()
-	fresh.observeObject(stamped(&coordinationv1.Lease{}, recreated, recreated))
+	fresh.observeObject(created(&coordinationv1.Lease{}, recreated))
+	fresh.server.observeDate(recreated)
 	fresh.observeRead(record{})
 	freshClk.Step(testLeaseDuration)
-	first, err := fresh.newTermToken(1)
+	first, err := fresh.newTermToken(1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,14 +136,15 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 // token clock; a burst waits, it is not refused for good.
 func TestTokenRateIsBoundedByServerClock(t *testing.T) {
 	tr, clk := newTestTracker(t)
-	created := t0
-	tr.observeObject(stamped(newLease("", 0, t0), created, created))
-	floor := secondsSinceEpoch(created)
-	if _, err := tr.newTermToken(1); !errors.Is(err, errTokenAhead) {
+	tr.observeObject(created(newLease("", 0, t0), t0))
+	tr.server.observeDate(t0)
+	floor := secondsSinceEpoch(t0)
+	if _, err := tr.newTermToken(1, true); !errors.Is(err, errTokenAhead) {
 		t.Fatalf("token %d in the second the Lease was created: error %v, want %v", floor+1, err, errTokenAhead)
 	}
-	clk.Step(time.Second)
-	got, err := tr.newTermToken(1)
+	// A second and the drift allowance later.
+	clk.Step(1100 * time.Millisecond)
+	got, err := tr.newTermToken(1, true)
 	if err != nil || got != floor+1 {
 		t.Fatalf("newTermToken(1) a second later = %d, %v; want %d, nil", got, err, floor+1)
 	}
@@ -206,15 +212,17 @@ func TestLockCreatesMissingLeaseWithoutHolder(t *testing.T) {
 // every token the object carried, from the server's stamp of the replace.
 func TestTokenAcrossReplaceWhileStopped(t *testing.T) {
 	tr, clk := newTestTracker(t)
-	created := t0.Add(-time.Hour)
+	createdAt := t0.Add(-time.Hour)
 	// The old terms of this object reached the server's clock at t0.
 	lastOld := secondsSinceEpoch(t0)
 	clk.Step(2 * time.Second)
 	replaced := clk.Now()
-	tr.observeObject(stamped(&coordinationv1.Lease{}, created, replaced))
+	tr.observeObject(created(&coordinationv1.Lease{}, createdAt))
+	// The answer that brought the replaced record.
+	tr.server.observeDate(replaced)
 	tr.observeRead(record{})
 	clk.Step(testLeaseDuration)
-	got, err := tr.newTermToken(1)
+	got, err := tr.newTermToken(1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +237,8 @@ func TestTokenAcrossReplaceWhileStopped(t *testing.T) {
 func TestRenewalKeepsTheTermsToken(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	l := newTestLock(t, []string{"get", "update"}, newLease("", 0, t0))
-	l.tracker.observeObject(stamped(newLease("", 0, t0), t0.Add(-time.Hour), t0))
+	l.ownLease = false
+	l.tracker.observeObject(created(newLease("", 0, t0), t0.Add(-time.Hour)))
 	getOrFail(t, ctx, l)
 	if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
 		t.Fatalf("acquire: %v", err)
@@ -247,5 +256,91 @@ func TestRenewalKeepsTheTermsToken(t *testing.T) {
 		if got := int64(ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, -1)); got != term {
 			t.Fatalf("renewal wrote token %d, want the term's %d", got, term)
 		}
+	}
+}
+
+// TestRestoredOwnTermIsNotContinued: after an etcd restore brings back an
+// old term of this pod (P led with 7, Q then took 8), P must not continue
+// its old term with token 7: the Lease would go back below Q's token.
+func TestRestoredOwnTermIsNotContinued(t *testing.T) {
+	tr, clk := newTestTracker(t)
+	tr.observeWrite(clk.Now(), own(7, clk.Now()))
+	tr.observeRead(other("pod-b", 8, clk.Now()))
+	// The restore: the Lease names P's old term again.
+	tr.observeRead(own(7, clk.Now()))
+	if _, ok := tr.currentOwnTerm(); ok {
+		t.Error("currentOwnTerm() continues token 7 after token 8 was seen")
+	}
+	if tr.mayAcquire() {
+		t.Error("mayAcquire() = true at once for a restored old term of this pod; it must wait for it to expire like any holder's")
+	}
+	clk.Step(testLeaseDuration)
+	if token, err := tr.newTermToken(8, true); err != nil || token != 9 {
+		t.Errorf("newTermToken = %d, %v; want 9", token, err)
+	}
+}
+
+// TestTokenFarAheadOfTheClockDoesNotStall: a token edited by hand far ahead
+// of the server's clock cannot be waited for; the term starts, with a
+// warning, instead of never.
+func TestTokenFarAheadOfTheClockDoesNotStall(t *testing.T) {
+	tr, _ := newTestTracker(t)
+	var warned []int64
+	tr.setWarnAhead(func(token, _ int64) { warned = append(warned, token) })
+	tr.server.observeDate(t0)
+	ahead := secondsSinceEpoch(t0) + 1_000_000
+	tr.observeRead(other("pod-b", ahead, t0))
+	for range 2 {
+		if token, err := tr.newTermToken(ahead+1, true); err != nil || token != ahead+1 {
+			t.Fatalf("newTermToken = %d, %v; want %d", token, err, ahead+1)
+		}
+	}
+	if len(warned) != 1 {
+		t.Errorf("warned %d times, want once", len(warned))
+	}
+}
+
+// TestMissingLeaseWaitRunsFromWhenFoundMissing: creating the missing Lease
+// empty does not restart the wait for an unknown holder.
+func TestMissingLeaseWaitRunsFromWhenFoundMissing(t *testing.T) {
+	tr, clk := newTestTracker(t)
+	tr.observeRead(other("pod-b", 5, clk.Now()))
+	tr.observeDeleted()
+	missing := clk.Now()
+	clk.Step(time.Second)
+	tr.observeRead(record{}) // the empty Lease this pod created
+	if at, ok := tr.nextAttempt(); !ok || !at.Equal(missing.Add(testLeaseDuration)) {
+		t.Errorf("nextAttempt() = %v, %v; want %v (a lease duration after it was found missing)", at, ok, missing.Add(testLeaseDuration))
+	}
+}
+
+// TestServerClockFromDateHeaders: the API server's clock is learned from
+// the Date of its answers, the latest one replacing what was known.
+func TestServerClockFromDateHeaders(t *testing.T) {
+	clk := newTestClock()
+	sc := NewServerClock(clk)
+	if _, known := sc.bound(); known {
+		t.Fatal("known before any answer")
+	}
+	date := t0.Add(90 * time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Date", date.Format(http.TimeFormat))
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: sc.WrapTransport(http.DefaultTransport)}
+	for _, d := range []time.Time{t0.Add(90 * time.Second), t0.Add(30 * time.Second)} {
+		date = d
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, known := sc.bound(); !known || got != secondsSinceEpoch(d) {
+			t.Errorf("after an answer dated %v: bound %d, %v; want %d", d, got, known, secondsSinceEpoch(d))
+		}
+	}
+	clk.Step(100 * time.Second)
+	if got, _ := sc.bound(); got != secondsSinceEpoch(date)+99 {
+		t.Errorf("100 s later: bound %d, want %d (elapsed less the drift allowance)", got, secondsSinceEpoch(date)+99)
 	}
 }
