@@ -28,9 +28,17 @@ func FuzzTracker(f *testing.F) {
 			switch in.byte() % 7 {
 			case 0: // a record from the API server
 				tr.observeRead(in.record())
-			case 1: // our own write of a record
+			case 1: // our own write, as the lock makes it: a renewal of our
+				// current term, or a new term with newTermToken's token
 				r := in.record()
 				r.holder = testIdentity
+				if own, ok := tr.currentOwnTerm(); ok && in.byte()%2 == 0 {
+					r.transitions = own
+				} else if token, err := tr.newTermToken(r.transitions, true); err == nil {
+					r.transitions = token
+				} else {
+					break
+				}
 				tr.observeWrite(clk.Now(), r)
 			case 2:
 				tr.observeDeleted()
@@ -58,6 +66,10 @@ func FuzzTracker(f *testing.F) {
 			published = s.FencingToken
 			if s.IsLeader && !clk.Now().Before(s.Deadline) {
 				t.Fatalf("step %d: claims leadership at %v, its deadline is %v", step, clk.Now(), s.Deadline)
+			}
+			// The leader's token is its own term's, the one in the Lease.
+			if own, _ := tr.ownTerm(); s.IsLeader && s.FencingToken != own {
+				t.Fatalf("step %d: leads publishing token %d, its term's token is %d", step, s.FencingToken, own)
 			}
 		}
 	})
