@@ -110,11 +110,13 @@ func run(hold bool) error {
 		say("Started %s (pid %d), its API at %s/leader", name, c.cmd.Process.Pid, c.url)
 	}
 
+	say("The Lease is new, with no holder's history: the first leader takes it a lease duration (%v) after the candidates first see it, since a holder of an earlier Lease could still claim it", leaseDuration)
 	leader, err := waitLeader(ctx, candidates, nil, 30*time.Second)
 	if err != nil {
 		return err
 	}
 	show(candidates)
+	say("The fencing token counts from the seconds since 2026-01-01 at the Lease's creation, so a re-created Lease never goes back")
 
 	say("Graceful handover: SIGTERM to the leader %s", leader.name)
 	sent := time.Now()
