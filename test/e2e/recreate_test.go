@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 )
 
 // What `kubectl delete` + `kubectl apply` (or helm uninstall + install, a
@@ -29,13 +30,19 @@ var leaseOperations = map[string]func(t *testing.T, name string){
 	"replace": func(t *testing.T, name string) {
 		t.Helper()
 		leases := controlPlane.AdminClient().CoordinationV1().Leases("default")
-		current, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+		// As kubectl replace does, with its retry when the leader's renewal
+		// comes in between the read and the write.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			current, err := leases.Get(context.Background(), name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			replacement := emptyLease(name)
+			replacement.ResourceVersion = current.ResourceVersion
+			_, err = leases.Update(context.Background(), replacement, metav1.UpdateOptions{})
+			return err
+		})
 		if err != nil {
-			t.Fatal(err)
-		}
-		replacement := emptyLease(name)
-		replacement.ResourceVersion = current.ResourceVersion
-		if _, err := leases.Update(context.Background(), replacement, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	},
