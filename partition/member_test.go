@@ -410,6 +410,30 @@ func (mt *memberTest) checkStateFollowsLeases(s State) {
 	}
 }
 
+// checkHandingOver fails the test unless, once the release of the partition
+// handed over has returned and pod-a has reconciled, that partition is still
+// the one handed over and pod-a still owns want.
+func (mt *memberTest) checkHandingOver(partition int, want []int) {
+	mt.t.Helper()
+	if err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		mt.m.mu.Lock()
+		defer mt.m.mu.Unlock()
+		return !mt.m.releasing, nil
+	}); err != nil {
+		mt.t.Fatalf("waiting for the release of partition %d to return: %v", partition, err)
+	}
+	mt.settle()
+	mt.m.mu.Lock()
+	handover := mt.m.handover
+	mt.m.mu.Unlock()
+	if handover != partition {
+		mt.t.Fatalf("the partition handed over is %d (-1: none) while partition %d is not taken yet, want %d", handover, partition, partition)
+	}
+	if got := ownedPartitions(mt.m.Snapshot()); !reflect.DeepEqual(got, want) {
+		mt.t.Fatalf("owns %v while partition %d is not taken yet, want %v", got, partition, want)
+	}
+}
+
 func ownedPartitions(s State) []int {
 	out := []int{}
 	for _, o := range s.Owned {
@@ -573,8 +597,9 @@ func TestMemberNotAMemberTakesNothing(t *testing.T) {
 }
 
 // TestMemberHandsOverAboveItsFairShare: when a member joins, a pod above its
-// fair share hands partitions over, the highest first, down to its share,
-// and keeps the terms of the partitions it keeps.
+// fair share hands partitions over, the highest first and one at a time (the
+// next only once the last is taken, or after a lease duration if nobody
+// takes it), down to its share, and never takes a handed-over one back.
 func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -583,6 +608,7 @@ func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 		takeOver bool
 	}{
 		{name: "the new member takes each partition handed over", takeOver: true},
+		{name: "nobody takes it: the next goes after a lease duration", takeOver: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mt := startMember(t, 4, partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
@@ -607,8 +633,16 @@ func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 			mt.waitForLease("pod-a to hand partition 3 over", PartitionLease(testGroup, 3), func(l *coordinationv1.Lease) bool {
 				return ptr.Deref(l.Spec.HolderIdentity, "") == ""
 			})
+			// One at a time: while partition 3 is free, partition 2 stays.
+			mt.checkHandingOver(3, []int{0, 1, 2})
+
 			if tc.takeOver {
 				mt.take(3, "pod-b")
+			} else {
+				// Almost a lease duration: partition 2 still stays.
+				mt.advance(testLeaseDuration-time.Second, "pod-b")
+				mt.checkHandingOver(3, []int{0, 1, 2})
+				mt.advance(time.Second, "pod-b")
 			}
 			mt.waitForLease("pod-a to hand partition 2 over", PartitionLease(testGroup, 2), func(l *coordinationv1.Lease) bool {
 				return ptr.Deref(l.Spec.HolderIdentity, "") == ""
