@@ -80,17 +80,8 @@ func execute(args []string, stdout, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	defer cancel()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		sig := <-sigs
-		logger.Info("Shutting down", "signal", sig.String())
-		cancel()
-		sig = <-sigs
-		logger.Info("Second signal, exiting at once", "signal", sig.String())
-		klog.Flush()
-		os.Exit(exitRuntimeError)
-	}()
+	stopSignals := shutdownOnSignals(logger, cancel, make(chan os.Signal, 2))
+	defer stopSignals()
 
 	if err := run(ctx, opts); err != nil {
 		logger.Error(err, "Exiting")
@@ -100,6 +91,37 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	logger.Info("Stopped")
 	klog.Flush()
 	return exitOK
+}
+
+// shutdownOnSignals cancels on the first SIGTERM or SIGINT and exits at once
+// on the second, until stop is called: then the signals get their default
+// action back and the goroutine that waits for them ends. sigs is a
+// parameter so that a test can see that no signal reaches it after stop.
+func shutdownOnSignals(logger klog.Logger, cancel context.CancelFunc, sigs chan os.Signal) (stop func()) {
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	stopped := make(chan struct{})
+	go func() {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-stopped:
+			return
+		}
+		logger.Info("Shutting down", "signal", sig.String())
+		cancel()
+		select {
+		case sig = <-sigs:
+		case <-stopped:
+			return
+		}
+		logger.Info("Second signal, exiting at once", "signal", sig.String())
+		klog.Flush()
+		os.Exit(exitRuntimeError)
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(stopped)
+	}
 }
 
 // run takes part in the election and serves the HTTP APIs until ctx ends.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -880,11 +881,30 @@ func TestSetUpLoggingJSON(t *testing.T) {
 	}
 }
 
+// TestSetUpLoggingText: the text format is klog's own, written by klog
+// itself (to standard error), with the message and the key/values; nothing
+// goes through the writer given for JSON.
 func TestSetUpLoggingText(t *testing.T) {
-	var buf bytes.Buffer
-	setUpLogging("text", 0, &buf)
-	if buf.Len() != 0 {
-		t.Errorf("text logging wrote %q", buf.String())
+	// klog writes straight to os.Stderr while it logs to standard error
+	// only: have it write to its outputs instead, and capture them.
+	var klogOutput, given bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&klogOutput)
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		klog.LogToStderr(true)
+		klog.SetOutput(os.Stderr)
+	})
+	setUpLogging("text", 0, &given)
+	klog.Background().Info("Shown", "key", "value")
+	klog.Flush()
+	// Like I1129 08:00:00.000000   12345 options_test.go:42] "Shown" key="value".
+	klogLine := regexp.MustCompile(`^I\d{4} \d{2}:\d{2}:\d{2}\.\d{6} +\d+ options_test\.go:\d+\] "Shown" key="value"$`)
+	if line := strings.TrimSuffix(klogOutput.String(), "\n"); !klogLine.MatchString(line) {
+		t.Errorf("text logging wrote %q, want one line in klog's format matching %s", klogOutput.String(), klogLine)
+	}
+	if given.Len() != 0 {
+		t.Errorf("text logging wrote %q to the writer given for JSON", given.String())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -236,7 +237,7 @@ func (m *Member) reconcile(ctx context.Context) {
 			m.partitions[i].TryNow()
 		}
 	}
-	if m.handover >= 0 && (v.owners[m.handover] != "" || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
+	if m.handover >= 0 && (m.taken(v, m.handover) || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
 		m.handover = -1
 	}
 	if len(v.mine) <= v.target || m.handover >= 0 || m.releasing {
@@ -259,6 +260,15 @@ func (m *Member) reconcile(ctx context.Context) {
 		m.mu.Unlock()
 		m.poke()
 	}()
+}
+
+// taken reports whether partition p, handed over, has been taken since: by
+// another pod, or by this one again. This pod's own name on a Lease it does
+// not own is its release still on its way (the elector stops claiming before
+// it clears the Lease), not a taker.
+func (m *Member) taken(v view, p int) bool {
+	owner := v.owners[p]
+	return owner != "" && (owner != m.cfg.Identity || slices.Contains(v.mine, p))
 }
 
 // view is what this pod sees of the group at one moment.

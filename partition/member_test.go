@@ -1,0 +1,769 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+const (
+	testNamespace = "default"
+	testGroup     = "g"
+	testIdentity  = "pod-a"
+	// The elector's client-go loop renews every retry period of real time
+	// (it has no clock to inject); a short one keeps the tests quick. The
+	// lease duration and renew deadline count on the fake clock only.
+	testLeaseDuration = 15 * time.Second
+	testRenewDeadline = 10 * time.Second
+	testRetryPeriod   = 250 * time.Millisecond
+	// maxStep is the longest single step of the fake clock: shorter than
+	// the renew deadline, so that this pod's claims, renewed just before a
+	// step, are still valid after it.
+	maxStep = 4 * time.Second
+)
+
+// t0 is the fake clock's start.
+var t0 = time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
+
+var (
+	leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
+	leasesGVR      = coordinationv1.SchemeGroupVersion.WithResource("leases")
+)
+
+// asyncClock is a FakeClock whose AfterFunc callbacks run on their own
+// goroutine, as time.AfterFunc's do (the electors require it: FakeClock
+// runs them while holding its own lock, and they read the clock).
+type asyncClock struct {
+	*clocktesting.FakeClock
+}
+
+func (c asyncClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.FakeClock.AfterFunc(d, func() { go f() })
+}
+
+// memberTest is one Member (pod-a) on a fake API server and a fake clock;
+// the test plays the other pods of the group by writing their Leases.
+type memberTest struct {
+	t      *testing.T
+	ctx    context.Context
+	client *fake.Clientset
+	clock  asyncClock
+	m      *Member
+}
+
+// partitionLease is partition i's Lease as a pod that holds it (or, with
+// holder "", released it) leaves it.
+func partitionLease(i int, holder string, token int32) *coordinationv1.Lease {
+	return groupLease(PartitionLease(testGroup, i), KindPartition, holder, token)
+}
+
+// memberLease is the membership Lease of a live pod.
+func memberLease(identity string) *coordinationv1.Lease {
+	return groupLease(MemberLease(testGroup, identity), KindMember, identity, 1)
+}
+
+func groupLease(name, kind, holder string, token int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: name, ResourceVersion: "1", Labels: leaseLabels(testGroup, kind)},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(holder),
+			LeaseDurationSeconds: ptr.To(int32(testLeaseDuration / time.Second)),
+			AcquireTime:          &metav1.MicroTime{Time: t0},
+			RenewTime:            &metav1.MicroTime{Time: t0},
+			LeaseTransitions:     ptr.To(token),
+		},
+	}
+}
+
+// newFakeAPI returns a fake clientset holding objs that behaves like the API
+// server where the Member needs it (every write gets a new, higher
+// resourceVersion and an update based on an old one fails with a conflict;
+// list and watch, no watch-list) and fails the test on any call other than
+// on Leases. It also refuses, and fails the test on, any write by which
+// identity takes a Lease another pod holds and has renewed within its lease
+// duration on clk: a pod never owns a partition another pod holds.
+func newFakeAPI(t *testing.T, clk clock.PassiveClock, identity string, objs ...runtime.Object) *fake.Clientset {
+	t.Helper()
+	allowed := sets.New("get", "list", "watch", "create", "update", "delete")
+	c := fake.NewClientset(objs...)
+	var mu sync.Mutex
+	lastRV := 1
+	c.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var lease *coordinationv1.Lease
+		switch action.GetVerb() {
+		case "create":
+			lease = action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			if _, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name); err == nil {
+				return true, nil, apierrors.NewAlreadyExists(leasesResource, lease.Name)
+			}
+		case "update":
+			lease = action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			obj, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name)
+			if err != nil {
+				return true, nil, err
+			}
+			current := obj.(*coordinationv1.Lease)
+			if lease.ResourceVersion != current.ResourceVersion {
+				return true, nil, apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("resourceVersion %q is not the current %q", lease.ResourceVersion, current.ResourceVersion))
+			}
+			if holder := ptr.Deref(current.Spec.HolderIdentity, ""); ptr.Deref(lease.Spec.HolderIdentity, "") == identity && holder != "" && holder != identity && heldAt(current, clk.Now()) {
+				t.Errorf("%s took Lease %s while %s held it (renewed %v, now %v)", identity, lease.Name, holder, current.Spec.RenewTime, clk.Now())
+				return true, nil, apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("held by %s", holder))
+			}
+		default:
+			return false, nil, nil
+		}
+		lastRV++
+		lease.ResourceVersion = strconv.Itoa(lastRV)
+		var err error
+		if action.GetVerb() == "create" {
+			err = c.Tracker().Create(leasesGVR, lease, lease.Namespace)
+		} else {
+			err = c.Tracker().Update(leasesGVR, lease, lease.Namespace)
+		}
+		if err != nil {
+			return true, nil, err
+		}
+		return true, lease.DeepCopy(), nil
+	})
+	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetResource().GroupResource() == leasesResource && allowed.Has(action.GetVerb()) {
+			return false, nil, nil
+		}
+		t.Errorf("unexpected action: %s %s", action.GetVerb(), action.GetResource())
+		return true, nil, fmt.Errorf("unexpected action %s %s", action.GetVerb(), action.GetResource())
+	})
+	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if action.GetResource().GroupResource() != leasesResource {
+			t.Errorf("unexpected watch: %s", action.GetResource())
+			return true, nil, fmt.Errorf("unexpected watch %s", action.GetResource())
+		}
+		// The fake cannot send a watch-list's closing bookmark: refuse it,
+		// so that the reflector falls back to list and watch.
+		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
+			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
+		}
+		return false, nil, nil
+	})
+	return c
+}
+
+// heldAt reports whether the Lease's holder may still claim it at now.
+func heldAt(l *coordinationv1.Lease, now time.Time) bool {
+	if l.Spec.RenewTime == nil {
+		return true
+	}
+	d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
+	return now.Before(l.Spec.RenewTime.Add(d))
+}
+
+// startMember runs pod-a's Member of a group of n partitions on a fake API
+// server holding leases, until the test ends.
+func startMember(t *testing.T, n int, leases ...runtime.Object) *memberTest {
+	t.Helper()
+	return startMemberOn(t, n, func(*fake.Clientset) {}, leases...)
+}
+
+// startMemberOn is startMember with prepare run on the fake API server
+// before the Member starts.
+func startMemberOn(t *testing.T, n int, prepare func(*fake.Clientset), leases ...runtime.Object) *memberTest {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	clk := asyncClock{clocktesting.NewFakeClock(t0)}
+	client := newFakeAPI(t, clk, testIdentity, leases...)
+	prepare(client)
+	m, err := New(Config{
+		Namespace: testNamespace, Name: testGroup, Identity: testIdentity, Partitions: n,
+		LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod,
+		Client: client, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(wait.ForeverTestTimeout):
+			t.Errorf("Run did not return after its context ended")
+		}
+	})
+	return &memberTest{t: t, ctx: ctx, client: client, clock: clk, m: m}
+}
+
+// waitFor polls pod-a's published state until cond holds.
+func (mt *memberTest) waitFor(what string, cond func(State) bool) State {
+	mt.t.Helper()
+	var s State
+	err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		s = mt.m.Snapshot()
+		return cond(s), nil
+	})
+	if err != nil {
+		mt.t.Fatalf("waiting for %s: %v\nstate: %+v\nleases: %s", what, err, s, mt.describeLeases())
+	}
+	return s
+}
+
+// waitForLease polls the API server's Lease name until cond holds.
+func (mt *memberTest) waitForLease(what, name string, cond func(*coordinationv1.Lease) bool) {
+	mt.t.Helper()
+	err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		l, err := mt.lease(name)
+		return err == nil && cond(l), nil
+	})
+	if err != nil {
+		mt.t.Fatalf("waiting for %s: %v\nstate: %+v\nleases: %s", what, err, mt.m.Snapshot(), mt.describeLeases())
+	}
+}
+
+func (mt *memberTest) lease(name string) (*coordinationv1.Lease, error) {
+	obj, err := mt.client.Tracker().Get(leasesGVR, testNamespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*coordinationv1.Lease), nil
+}
+
+func (mt *memberTest) holder(name string) string {
+	mt.t.Helper()
+	l, err := mt.lease(name)
+	if err != nil {
+		mt.t.Fatalf("get Lease %s: %v", name, err)
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, "")
+}
+
+func (mt *memberTest) leases() []*coordinationv1.Lease {
+	mt.t.Helper()
+	list, err := mt.client.Tracker().List(leasesGVR, coordinationv1.SchemeGroupVersion.WithKind("Lease"), testNamespace)
+	if err != nil {
+		mt.t.Fatalf("list Leases: %v", err)
+	}
+	var out []*coordinationv1.Lease
+	for i := range list.(*coordinationv1.LeaseList).Items {
+		out = append(out, &list.(*coordinationv1.LeaseList).Items[i])
+	}
+	return out
+}
+
+func (mt *memberTest) describeLeases() string {
+	var b strings.Builder
+	for _, l := range mt.leases() {
+		fmt.Fprintf(&b, "\n  %s: holder %q token %d renewed %v", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0), l.Spec.RenewTime)
+	}
+	return b.String()
+}
+
+// write changes Lease name as another pod would, on the current version.
+func (mt *memberTest) write(name string, change func(*coordinationv1.Lease)) {
+	mt.t.Helper()
+	leases := mt.client.CoordinationV1().Leases(testNamespace)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(mt.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(l)
+		_, err = leases.Update(mt.ctx, l, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		mt.t.Fatalf("write Lease %s: %v", name, err)
+	}
+}
+
+// take makes identity the holder of partition i with the next token, as
+// that pod's elector would.
+func (mt *memberTest) take(i int, identity string) {
+	mt.t.Helper()
+	now := metav1.NewMicroTime(mt.clock.Now())
+	mt.write(PartitionLease(testGroup, i), func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To(identity)
+		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(testLeaseDuration / time.Second))
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	})
+}
+
+// release clears partition i's holder, as its holder's elector does.
+func (mt *memberTest) release(i int) {
+	mt.t.Helper()
+	now := metav1.NewMicroTime(mt.clock.Now())
+	mt.write(PartitionLease(testGroup, i), func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("")
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	})
+}
+
+// join creates the membership Lease of identity, held and renewed now.
+func (mt *memberTest) join(identity string) {
+	mt.t.Helper()
+	l := memberLease(identity)
+	l.ResourceVersion = ""
+	now := metav1.NewMicroTime(mt.clock.Now())
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	if _, err := mt.client.CoordinationV1().Leases(testNamespace).Create(mt.ctx, l, metav1.CreateOptions{}); err != nil {
+		mt.t.Fatalf("create membership Lease of %s: %v", identity, err)
+	}
+}
+
+// leave deletes the membership Lease of identity, as its elector does on
+// shutdown.
+func (mt *memberTest) leave(identity string) {
+	mt.t.Helper()
+	if err := mt.client.CoordinationV1().Leases(testNamespace).Delete(mt.ctx, MemberLease(testGroup, identity), metav1.DeleteOptions{}); err != nil {
+		mt.t.Fatalf("delete membership Lease of %s: %v", identity, err)
+	}
+}
+
+// advance steps the fake clock by d. The other pods named in live renew
+// every Lease they hold before each step; after each step it waits for
+// pod-a to renew its own claims (its client-go loop renews every retry
+// period of real time), so that only what the test lets expire expires.
+func (mt *memberTest) advance(d time.Duration, live ...string) {
+	mt.t.Helper()
+	for d > 0 {
+		for _, l := range mt.leases() {
+			if holder := ptr.Deref(l.Spec.HolderIdentity, ""); slices.Contains(live, holder) {
+				now := metav1.NewMicroTime(mt.clock.Now())
+				mt.write(l.Name, func(l *coordinationv1.Lease) { l.Spec.RenewTime = &now })
+			}
+		}
+		step := min(d, maxStep)
+		mt.clock.Step(step)
+		d -= step
+		renewedBy := mt.clock.Now().Add(testRenewDeadline)
+		mt.waitFor("pod-a to renew its claims after the clock moved", func(s State) bool {
+			if !s.Member || mt.m.membership.Snapshot().ValidUntil.Before(renewedBy) {
+				return false
+			}
+			for _, o := range s.Owned {
+				if o.ValidUntil.Before(renewedBy) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// settle runs one reconcile of pod-a at once, so that what it would do on
+// its own next wake-up is done before the test looks. reconcile decides and
+// records under the Member's lock, so running it beside Run's loop is safe.
+func (mt *memberTest) settle() {
+	mt.m.reconcile(mt.ctx)
+}
+
+// checkStateFollowsLeases fails the test unless the published state shows
+// as owned exactly the partition Leases that name pod-a, with their tokens.
+func (mt *memberTest) checkStateFollowsLeases(s State) {
+	mt.t.Helper()
+	tokens := map[int]int64{}
+	for i := range s.Partitions {
+		l, err := mt.lease(PartitionLease(testGroup, i))
+		if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") == testIdentity {
+			tokens[i] = int64(ptr.Deref(l.Spec.LeaseTransitions, 0))
+		}
+	}
+	got := map[int]int64{}
+	for _, o := range s.Owned {
+		got[o.Partition] = o.FencingToken
+		if !o.ValidUntil.After(mt.clock.Now()) {
+			mt.t.Errorf("partition %d shown owned until %v, not after now (%v)", o.Partition, o.ValidUntil, mt.clock.Now())
+		}
+	}
+	if !reflect.DeepEqual(got, tokens) {
+		mt.t.Errorf("state shows owned partitions (with tokens) %v, the Leases name pod-a on %v", got, tokens)
+	}
+}
+
+// checkHandingOver fails the test unless, once the release of the partition
+// handed over has returned and pod-a has reconciled, that partition is still
+// the one handed over and pod-a still owns want.
+func (mt *memberTest) checkHandingOver(partition int, want []int) {
+	mt.t.Helper()
+	if err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		mt.m.mu.Lock()
+		defer mt.m.mu.Unlock()
+		return !mt.m.releasing, nil
+	}); err != nil {
+		mt.t.Fatalf("waiting for the release of partition %d to return: %v", partition, err)
+	}
+	mt.settle()
+	mt.m.mu.Lock()
+	handover := mt.m.handover
+	mt.m.mu.Unlock()
+	if handover != partition {
+		mt.t.Fatalf("the partition handed over is %d (-1: none) while partition %d is not taken yet, want %d", handover, partition, partition)
+	}
+	if got := ownedPartitions(mt.m.Snapshot()); !reflect.DeepEqual(got, want) {
+		mt.t.Fatalf("owns %v while partition %d is not taken yet, want %v", got, partition, want)
+	}
+}
+
+func ownedPartitions(s State) []int {
+	out := []int{}
+	for _, o := range s.Owned {
+		out = append(out, o.Partition)
+	}
+	return out
+}
+
+func tokenOf(s State, partition int) int64 {
+	for _, o := range s.Owned {
+		if o.Partition == partition {
+			return o.FencingToken
+		}
+	}
+	return -1
+}
+
+// gateAdmits asks the gate both ways (Admits, then Admit) and fails the
+// test if they disagree.
+func (mt *memberTest) gateAdmits() bool {
+	mt.t.Helper()
+	g := gate{mt.m}
+	admits := g.Admits()
+	done, ok := g.Admit()
+	if ok {
+		done()
+	}
+	if admits != ok {
+		mt.t.Errorf("gate: Admits() = %t but Admit() = %t", admits, ok)
+	}
+	return ok
+}
+
+func (mt *memberTest) rebalances() float64 {
+	mt.t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(mt.m.metrics.rebalances)
+	families, err := reg.Gather()
+	if err != nil || len(families) != 1 {
+		mt.t.Fatalf("gather rebalances: %v (%d families)", err, len(families))
+	}
+	return families[0].GetMetric()[0].GetCounter().GetValue()
+}
+
+// TestMemberTakesItsFairShare: a live member takes free partitions up to
+// its target and no further (the gate refuses a new term once it holds
+// its share), never one another pod holds, and publishes what it owns, the
+// members and the fair share as the Leases show them.
+func TestMemberTakesItsFairShare(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		partitions int
+		leases     []runtime.Object
+		// wantOwned is how many partitions pod-a ends up owning;
+		// wantOthers are the other pods' partitions, which stay theirs.
+		wantOwned          int
+		wantOthers         map[int]string
+		wantMembers        int
+		wantLo, wantHi     int
+		wantAdmits         bool
+		wantFreePartitions int
+	}{
+		{
+			name:       "alone: takes every partition, then the gate is closed",
+			partitions: 4,
+			leases:     []runtime.Object{partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3)},
+			wantOwned:  4, wantMembers: 1, wantLo: 4, wantHi: 4,
+		},
+		{
+			// 4 partitions over 3 members: one member owns 2. pod-b owns 1,
+			// pod-c none, so the larger share is pod-a's once it owns 1
+			// (ties go by identity); a partition stays free for pod-c.
+			name:       "at the fair share max the gate refuses a free partition",
+			partitions: 4,
+			leases: []runtime.Object{memberLease("pod-b"), memberLease("pod-c"),
+				partitionLease(0, "pod-b", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3)},
+			wantOwned: 2, wantOthers: map[int]string{0: "pod-b"}, wantMembers: 3, wantLo: 1, wantHi: 2,
+			wantFreePartitions: 1,
+		},
+		{
+			// pod-b owns 3 of 4 (more than its share of 2) and keeps
+			// renewing: pod-a, below its share, only takes the free one.
+			name:       "below the fair share it never takes a partition another pod holds",
+			partitions: 4,
+			leases: []runtime.Object{memberLease("pod-b"),
+				partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3), partitionLease(3, "", 3)},
+			wantOwned: 1, wantOthers: map[int]string{0: "pod-b", 1: "pod-b", 2: "pod-b"}, wantMembers: 2, wantLo: 2, wantHi: 2,
+			wantAdmits: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mt := startMember(t, tc.partitions, tc.leases...)
+			s := mt.waitFor(fmt.Sprintf("pod-a to own %d partitions", tc.wantOwned), func(s State) bool {
+				return s.Member && s.Members == tc.wantMembers && len(s.Owned) == tc.wantOwned
+			})
+			mt.settle()
+			if admits := mt.gateAdmits(); admits != tc.wantAdmits {
+				t.Errorf("gate admits = %t, want %t (owns %d, members %d)", admits, tc.wantAdmits, len(s.Owned), s.Members)
+			}
+			s = mt.m.Snapshot()
+			if len(s.Owned) != tc.wantOwned {
+				t.Errorf("owns %v after settling, want %d partitions", ownedPartitions(s), tc.wantOwned)
+			}
+			if s.FairShareMin != tc.wantLo || s.FairShareMax != tc.wantHi || s.Partitions != tc.partitions || s.Identity != testIdentity {
+				t.Errorf("state %+v, want fair share %d..%d of %d partitions", s, tc.wantLo, tc.wantHi, tc.partitions)
+			}
+			for _, o := range s.Owned {
+				// Tokens grow from one holder to the next.
+				if o.FencingToken <= 3 {
+					t.Errorf("partition %d owned with token %d, want above the released Lease's 3", o.Partition, o.FencingToken)
+				}
+			}
+			mt.checkStateFollowsLeases(s)
+			free := 0
+			for i := range tc.partitions {
+				holder := mt.holder(PartitionLease(testGroup, i))
+				if want, ok := tc.wantOthers[i]; ok && holder != want {
+					t.Errorf("partition %d held by %q, want %q", i, holder, want)
+				}
+				if holder == "" {
+					free++
+				}
+			}
+			if free != tc.wantFreePartitions {
+				t.Errorf("%d partitions free, want %d:%s", free, tc.wantFreePartitions, mt.describeLeases())
+			}
+		})
+	}
+}
+
+// TestMemberNotAMemberTakesNothing: while this pod does not hold its
+// membership Lease it is not counted, so it has no share: the gate refuses
+// and it owns nothing, even with every partition free.
+func TestMemberNotAMemberTakesNothing(t *testing.T) {
+	refused := make(chan struct{})
+	var once sync.Once
+	mt := startMemberOn(t, 2, func(c *fake.Clientset) {
+		c.PrependReactor("create", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+			if action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).Name != MemberLease(testGroup, testIdentity) {
+				return false, nil, nil
+			}
+			once.Do(func() { close(refused) })
+			return true, nil, apierrors.NewForbidden(leasesResource, "membership", errors.New("refused by the test"))
+		})
+	}, partitionLease(0, "", 3), partitionLease(1, "", 3))
+	select {
+	case <-refused:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("pod-a never tried to create its membership Lease")
+	}
+	mt.settle()
+	if mt.gateAdmits() {
+		t.Errorf("gate admits a pod that is not a member")
+	}
+	if s := mt.m.Snapshot(); s.Member || len(s.Owned) != 0 || s.Members != 0 {
+		t.Errorf("state %+v, want not a member, no members, nothing owned", s)
+	}
+	if err := mt.m.Ready(); err == nil {
+		t.Errorf("Ready() = nil for a pod that is not a member")
+	}
+}
+
+// TestMemberHandsOverAboveItsFairShare: when a member joins, a pod above its
+// fair share hands partitions over, the highest first and one at a time (the
+// next only once the last is taken, or after a lease duration if nobody
+// takes it), down to its share, and never takes a handed-over one back.
+func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// takeOver: pod-b takes each partition handed over; otherwise
+		// nobody does.
+		takeOver bool
+	}{
+		{name: "the new member takes each partition handed over", takeOver: true},
+		{name: "nobody takes it: the next goes after a lease duration", takeOver: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mt := startMember(t, 4, partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
+			mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 4 })
+			before, changed := mt.m.Watch()
+
+			mt.join("pod-b")
+			s := mt.waitFor("pod-a to see pod-b join", func(s State) bool { return s.Members == 2 })
+			if s.FairShareMin != 2 || s.FairShareMax != 2 {
+				t.Errorf("fair share %d..%d with 2 members, want 2..2", s.FairShareMin, s.FairShareMax)
+			}
+			if s.Revision <= before.Revision {
+				t.Errorf("revision %d after a member joined, was %d", s.Revision, before.Revision)
+			}
+			select {
+			case <-changed:
+			default:
+				t.Errorf("Watch channel not closed when a member joined")
+			}
+
+			// The highest goes first.
+			mt.waitForLease("pod-a to hand partition 3 over", PartitionLease(testGroup, 3), func(l *coordinationv1.Lease) bool {
+				return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+			})
+			// One at a time: while partition 3 is free, partition 2 stays.
+			mt.checkHandingOver(3, []int{0, 1, 2})
+
+			if tc.takeOver {
+				mt.take(3, "pod-b")
+			} else {
+				// Almost a lease duration: partition 2 still stays.
+				mt.advance(testLeaseDuration-time.Second, "pod-b")
+				mt.checkHandingOver(3, []int{0, 1, 2})
+				mt.advance(time.Second, "pod-b")
+			}
+			mt.waitForLease("pod-a to hand partition 2 over", PartitionLease(testGroup, 2), func(l *coordinationv1.Lease) bool {
+				return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+			})
+			if tc.takeOver {
+				mt.take(2, "pod-b")
+			}
+			mt.waitFor("pod-a to own its fair share", func(s State) bool { return len(s.Owned) == 2 })
+			mt.settle()
+			s = mt.m.Snapshot()
+			if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0, 1}) {
+				t.Errorf("owns %v, want [0 1]", got)
+			}
+			for _, i := range []int{0, 1} {
+				if tokenOf(s, i) != tokenOf(before, i) {
+					t.Errorf("partition %d: token %d, was %d: a partition kept must keep its term", i, tokenOf(s, i), tokenOf(before, i))
+				}
+			}
+			if mt.gateAdmits() {
+				t.Errorf("gate admits at the fair share")
+			}
+			if n := mt.rebalances(); n != 2 {
+				t.Errorf("rebalances = %v, want 2", n)
+			}
+			if err := mt.m.Ready(); err != nil {
+				t.Errorf("Ready: %v", err)
+			}
+			mt.checkStateFollowsLeases(s)
+			wantHolder := map[bool]string{true: "pod-b", false: ""}[tc.takeOver]
+			for _, i := range []int{2, 3} {
+				if holder := mt.holder(PartitionLease(testGroup, i)); holder != wantHolder {
+					t.Errorf("partition %d held by %q, want %q", i, holder, wantHolder)
+				}
+			}
+		})
+	}
+}
+
+// TestMemberTakesOverWhenAMemberLeaves: when a member leaves, the others'
+// fair share grows and they take its partitions — at once if it released
+// them, only after they expire if it died; never while its claim lasts.
+func TestMemberTakesOverWhenAMemberLeaves(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		leave func(mt *memberTest)
+	}{
+		{
+			name: "shut down: released its partitions and deleted its membership",
+			leave: func(mt *memberTest) {
+				mt.release(2)
+				mt.release(3)
+				mt.leave("pod-b")
+			},
+		},
+		{
+			name: "died: its Leases expire",
+			leave: func(mt *memberTest) {
+				// Almost a lease duration: still a member, still its
+				// partitions (the fake API server fails the test if
+				// pod-a takes one before they expire).
+				mt.advance(testLeaseDuration - time.Second)
+				if s := mt.m.Snapshot(); s.Members != 2 || len(s.Owned) != 2 {
+					mt.t.Fatalf("before pod-b's Leases expired: %d members, owns %v; want 2 members, [0 1]", s.Members, ownedPartitions(s))
+				}
+				// Past expiry (the attempt is timed a millisecond after).
+				mt.advance(2 * time.Second)
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mt := startMember(t, 4, memberLease("pod-b"),
+				partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "pod-b", 7), partitionLease(3, "pod-b", 7))
+			before := mt.waitFor("pod-a to own its fair share", func(s State) bool { return s.Members == 2 && len(s.Owned) == 2 })
+			if got := ownedPartitions(before); !reflect.DeepEqual(got, []int{0, 1}) {
+				t.Fatalf("owns %v, want the free [0 1]", got)
+			}
+			tc.leave(mt)
+			s := mt.waitFor("pod-a to take every partition", func(s State) bool { return s.Members == 1 && len(s.Owned) == 4 })
+			if s.FairShareMin != 4 || s.FairShareMax != 4 {
+				t.Errorf("fair share %d..%d alone, want 4..4", s.FairShareMin, s.FairShareMax)
+			}
+			if s.Revision <= before.Revision {
+				t.Errorf("revision %d, was %d", s.Revision, before.Revision)
+			}
+			for _, i := range []int{2, 3} {
+				if token := tokenOf(s, i); token <= 7 {
+					t.Errorf("partition %d taken over with token %d, want above pod-b's 7", i, token)
+				}
+			}
+			mt.checkStateFollowsLeases(s)
+		})
+	}
+}
+
+// TestMemberReadyWhileSettling: a member below its fair share is ready
+// while the group may still be settling (a lease duration and four retry
+// periods after the members last changed), not after; owning its share
+// makes it ready again.
+func TestMemberReadyWhileSettling(t *testing.T) {
+	// pod-b holds 3 of 4 partitions and keeps renewing them: pod-a owns
+	// only the free one, below its share of 2.
+	mt := startMember(t, 4, memberLease("pod-b"),
+		partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3), partitionLease(3, "", 3))
+	mt.waitFor("pod-a to own partition 3", func(s State) bool { return s.Members == 2 && len(s.Owned) == 1 })
+	if err := mt.m.Ready(); err != nil {
+		t.Errorf("Ready while settling: %v", err)
+	}
+	bound := testLeaseDuration + 4*testRetryPeriod
+	mt.advance(bound-time.Second, "pod-b")
+	if err := mt.m.Ready(); err != nil {
+		t.Errorf("Ready a second before the settling bound: %v", err)
+	}
+	mt.advance(time.Second, "pod-b")
+	err := mt.m.Ready()
+	if err == nil || !strings.Contains(err.Error(), "below its fair share of 2") {
+		t.Errorf("Ready past the settling bound = %v, want below its fair share of 2", err)
+	}
+	// pod-b hands one over: pod-a takes it and is ready again.
+	mt.release(2)
+	mt.waitFor("pod-a to take partition 2", func(s State) bool { return len(s.Owned) == 2 })
+	if err := mt.m.Ready(); err != nil {
+		t.Errorf("Ready at the fair share: %v", err)
+	}
+}
