@@ -229,6 +229,21 @@ func (l *observingLock) createWithoutHolder(ctx context.Context) error {
 	return errCreatedWithoutHolder
 }
 
+// readServerClockForHistorylessLease reads the Lease from the API server
+// before this process takes it without a holder's history: the answer's
+// Date brings the server's clock up to date (an idle candidate's view of it
+// comes from an answer that may be hours old), and the token of the term is
+// above it (see newTermToken).
+func (l *observingLock) readServerClockForHistorylessLease(ctx context.Context) error {
+	if l.cache == nil || l.tracker.holdingLease() || !l.tracker.historylessNow() {
+		return nil
+	}
+	if _, err := l.cache.refresh(ctx); err != nil {
+		return fmt.Errorf("read lease %s/%s before taking it: %w", l.inner.LeaseMeta.Namespace, l.inner.LeaseMeta.Name, err)
+	}
+	return nil
+}
+
 // setNewTermToken gives a new term of this process its fencing token, or
 // refuses it (see newTermToken).
 func (l *observingLock) setNewTermToken(ler *resourcelock.LeaderElectionRecord, strict bool) error {
@@ -257,6 +272,9 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		// acquisition goes out that it does not allow.
 		if !l.tracker.mayAcquire() {
 			return errNotExpired
+		}
+		if err := l.readServerClockForHistorylessLease(ctx); err != nil {
+			return err
 		}
 		return l.admitted(!l.tracker.holdingLease(), func() error {
 			// client-go carries its own idea of the token: what it proposed

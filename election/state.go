@@ -385,6 +385,14 @@ func (t *tracker) unknownHolder() bool {
 	return t.haveObserved && t.observed.historyless() && t.clock.Since(t.observedAt) < t.leaseDuration
 }
 
+// historylessNow reports whether the Lease, as last observed, has no
+// holder's history.
+func (t *tracker) historylessNow() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.haveObserved && t.observed.historyless()
+}
+
 // holdingLease reports whether this pod's last write holds the Lease.
 func (t *tracker) holdingLease() bool {
 	t.mu.Lock()

@@ -126,14 +126,17 @@ func (t *tracker) observeObject(lease *coordinationv1.Lease) {
 //   - for a Lease without a holder's history (replaced as `spec: {}` by
 //     kubectl replace or helm upgrade --force, which keep the object but
 //     reset its token), one more than the server's clock when this process
-//     first saw it so: the server answered with that record after every
-//     earlier token was written, and its clock was past each of them.
+//     first saw it so, and when it takes it (a lease duration later, with
+//     the clock read afresh): the server answered with that record after
+//     every earlier token was written.
 //
 // The rule that makes the last two points hold: a token is never written
-// above the API server's clock as this process knows it (ServerClock). A
-// group that starts more terms than one a second, over the life of its Lease
-// object, waits here for the clock to catch up (errTokenAhead), one second
-// at most per term. A token more than tokenAheadSlack ahead of the clock
+// more than tokenBurstLocked (a lease duration) above the API server's clock
+// as this process knows it (ServerClock); a Lease without history is taken
+// at least a lease duration after its history was lost. A group that starts
+// more terms than one a second, beyond that burst, over the life of its
+// Lease object, waits here for the clock to catch up (errTokenAhead), one
+// second at most per term. A token more than tokenAheadSlack ahead of the clock
 // cannot have been written under the rule (a hand edit, a server clock set
 // back): waiting for the clock would stall the group, so the term starts,
 // and warnAhead is told once. Without any server time known (a fake
@@ -148,14 +151,18 @@ func (t *tracker) newTermToken(proposed int64, strict bool) (int64, error) {
 	if strict && !t.created.IsZero() {
 		token = max(token, int64(t.created.Sub(tokenEpoch)/time.Second)+1)
 	}
+	bound, known := t.server.bound()
 	if strict && t.observed.historyless() {
 		token = max(token, t.historylessFloor+1)
+		if known {
+			token = max(token, bound+1)
+		}
 	}
 	if token > math.MaxInt32 {
 		return 0, fmt.Errorf("%w: the next term would need token %d; stop every sidecar of the group, then delete the Lease to start over (the new Lease's tokens start above the seconds since %s, below the hand-edited ones: see docs/safety.md)", errTokenExhausted, token, tokenEpoch.Format(time.DateOnly))
 	}
-	if bound, known := t.server.bound(); strict && known && token > bound {
-		if token-bound <= tokenAheadSlack {
+	if ahead := token - bound; strict && known && ahead > t.tokenBurstLocked() {
+		if ahead <= tokenAheadSlack {
 			return 0, fmt.Errorf("%w: token %d, server clock %d", errTokenAhead, token, bound)
 		}
 		if t.warnAhead != nil {
@@ -164,6 +171,16 @@ func (t *tracker) newTermToken(proposed int64, strict bool) (int64, error) {
 		}
 	}
 	return token, nil
+}
+
+// tokenBurstLocked is how far, in seconds, a token may run ahead of the
+// server's clock: a lease duration less the drift allowance, at least one.
+// A Lease without history is taken a lease duration after it was first seen
+// so, with a token above the server's clock at that moment (read afresh,
+// see observingLock.Update): above every token written before, even those
+// that ran this far ahead.
+func (t *tracker) tokenBurstLocked() int64 {
+	return max(1, int64(math.Floor(t.leaseDuration.Seconds()*(1-driftAllowance))))
 }
 
 // tokenAheadSlack is how far, in seconds, a token may be ahead of this

@@ -74,12 +74,14 @@ func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 	if err := l.Update(ctx, ownRecord(1, l.clock.Now())); err != nil {
 		t.Fatalf("acquisition a lease duration later: %v", err)
 	}
-	// One above the server's clock at the re-creation: above anything an
-	// earlier object carried.
-	want := secondsSinceEpoch(recreated) + 1
+	// One above the server's clock when the replaced Lease is taken, a
+	// lease duration after the re-creation (counted 1% slow): above
+	// anything an earlier object carried, even tokens that ran a lease
+	// duration ahead of the clock.
+	want := secondsSinceEpoch(recreated) + int64(testLeaseDuration.Seconds()*0.99) + 1
 	got := int64(ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, -1))
 	if got != want {
-		t.Errorf("new term's token = %d, want %d (one above the seconds since %v to the re-creation)", got, want, tokenEpoch)
+		t.Errorf("new term's token = %d, want %d (one above the server's clock, in seconds since %v, when it was taken)", got, want, tokenEpoch)
 	}
 	if s := l.tracker.Snapshot(); !s.IsLeader || s.FencingToken != want {
 		t.Errorf("isLeader, token = %v, %d; want true, %d", s.IsLeader, s.FencingToken, want)
@@ -111,8 +113,8 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 		tr.observeWrite(clk.Now(), record{holder: testIdentity, transitions: next, durationSeconds: 15, renewTime: clk.Now()})
 		token = next
 	}
-	if bound := secondsSinceEpoch(clk.Now()); token > bound {
-		t.Fatalf("old object's last token %d is ahead of the server's clock %d", token, bound)
+	if bound := secondsSinceEpoch(clk.Now()); token > bound+tr.tokenBurstLocked() {
+		t.Fatalf("old object's last token %d is further ahead of the server's clock %d than the burst", token, bound)
 	}
 
 	// All stopped; deleted and re-created in the same second as the last term.
@@ -136,17 +138,17 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 // token clock; a burst waits, it is not refused for good.
 func TestTokenRateIsBoundedByServerClock(t *testing.T) {
 	tr, clk := newTestTracker(t)
-	tr.observeObject(created(newLease("", 0, t0), t0))
 	tr.server.observeDate(t0)
-	floor := secondsSinceEpoch(t0)
-	if _, err := tr.newTermToken(1, true); !errors.Is(err, errTokenAhead) {
-		t.Fatalf("token %d in the second the Lease was created: error %v, want %v", floor+1, err, errTokenAhead)
+	clock := secondsSinceEpoch(t0)
+	burst := tr.tokenBurstLocked()
+	if _, err := tr.newTermToken(clock+burst+1, true); !errors.Is(err, errTokenAhead) {
+		t.Fatalf("token %d, %d ahead of the server's clock: error %v, want %v", clock+burst+1, burst+1, err, errTokenAhead)
 	}
 	// A second and the drift allowance later.
 	clk.Step(1100 * time.Millisecond)
-	got, err := tr.newTermToken(1, true)
-	if err != nil || got != floor+1 {
-		t.Fatalf("newTermToken(1) a second later = %d, %v; want %d, nil", got, err, floor+1)
+	got, err := tr.newTermToken(clock+burst+1, true)
+	if err != nil || got != clock+burst+1 {
+		t.Fatalf("a second later: newTermToken = %d, %v; want %d, nil", got, err, clock+burst+1)
 	}
 }
 
