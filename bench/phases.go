@@ -26,17 +26,34 @@ func currentLeader(ctx context.Context, opts *options, g *group) (*candidate, er
 	return leader, nil
 }
 
+// handoverSpacing is the least time between two rounds' SIGTERMs.
+const handoverSpacing = 1100 * time.Millisecond
+
 // handovers stops the leader with SIGTERM, round after round, and measures
 // the time until another candidate answers isLeader: true. Each round starts
 // a replacement so that the group keeps its size.
 func handovers(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
+	var previous time.Time
 	for round := 1; round <= opts.Handovers; round++ {
 		leader, err := currentLeader(ctx, opts, g)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
+		// Pacing, not synchronisation: leader-elector starts at most one
+		// term a second, sustained, beyond a burst of a lease duration (the
+		// token clock, docs/safety.md); rounds closer than that would
+		// measure that rate, not a handover. Both implementations get the
+		// same pacing.
+		if wait := time.Until(previous.Add(handoverSpacing)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
 		from := history.len()
 		sent := time.Now()
+		previous = sent
 		if err := leader.signal(syscall.SIGTERM); err != nil {
 			return err
 		}

@@ -178,8 +178,8 @@ func renderTable(opts *options, base, le *implResult) string {
 // renderNotes prints the run's settings and the details behind the table.
 func renderNotes(opts *options, results []*implResult, took time.Duration, busyCores float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Settings: lease %v, renew deadline %v, retry period %v, %d candidates; %d handovers and %d crashes each; monitor polls every %v; idle window %v after %v; HTTP runs of %v. Run took %v; the machine was busy %.2f cores on average meanwhile (everything: control plane, candidates, this program and any other process).\n",
-		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.Candidates, opts.Handovers, opts.Crashes,
+	fmt.Fprintf(&b, "Settings: lease %v, renew deadline %v, retry period %v, %d candidates; %d handovers (at least %v apart) and %d crashes each; monitor polls every %v; idle window %v after %v; HTTP runs of %v. Run took %v; the machine was busy %.2f cores on average meanwhile (everything: control plane, candidates, this program and any other process).\n",
+		opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.Candidates, opts.Handovers, handoverSpacing, opts.Crashes,
 		opts.PollInterval, opts.IdleWindow, opts.IdleWarmup, opts.HTTPDuration, took.Round(time.Second), busyCores)
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n%s:\n", r.impl.key)
