@@ -237,6 +237,10 @@ func New(cfg Config) (*Elector, error) {
 		gate:     cfg.Gate,
 		ownLease: cfg.OwnLease,
 		writing:  &e.writing,
+		readServerClock: func() error {
+			_, err := cfg.Client.Discovery().ServerVersion()
+			return err
+		},
 	}
 	return e, nil
 }
@@ -373,6 +377,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer stopClaiming()
 	defer e.tracker.stop()
 
+	e.lock.logClockUnread = func(err error) {
+		logger.V(2).Info("Could not read the API server's version before taking a Lease without history; using its clock as last known", "err", err)
+	}
 	e.lock.logExhausted = func(err error) {
 		logger.Error(err, "Cannot start a new term on this lease")
 	}

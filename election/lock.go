@@ -81,6 +81,10 @@ type observingLock struct {
 	// writing is held for the whole of every write, so that a round is never
 	// cut short while a write is on its way (see Elector.attemptNow).
 	writing *sync.Mutex
+	// readServerClock, if set, makes a request whose answer's Date updates
+	// the tracker's ServerClock; logClockUnread is told when it fails.
+	readServerClock func() error
+	logClockUnread  func(error)
 	// onExhausted is told, once, that no new term can start because the
 	// token has reached its limit.
 	exhaustedOnce sync.Once
@@ -229,19 +233,21 @@ func (l *observingLock) createWithoutHolder(ctx context.Context) error {
 	return errCreatedWithoutHolder
 }
 
-// readServerClockForHistorylessLease reads the Lease from the API server
-// before this process takes it without a holder's history: the answer's
+// readServerClockForHistorylessLease asks the API server for its version
+// before this process takes a Lease without a holder's history: the answer's
 // Date brings the server's clock up to date (an idle candidate's view of it
 // comes from an answer that may be hours old), and the token of the term is
-// above it (see newTermToken).
-func (l *observingLock) readServerClockForHistorylessLease(ctx context.Context) error {
-	if l.cache == nil || l.tracker.holdingLease() || !l.tracker.historylessNow() {
-		return nil
+// above it (see newTermToken). /version is readable by every client the API
+// server authenticates (the default system:public-info-viewer role), so it
+// needs no RBAC of the sidecar's own. If it fails, the clock known so far is
+// still a lower bound (see ServerClock), only an older one.
+func (l *observingLock) readServerClockForHistorylessLease() {
+	if l.readServerClock == nil || l.tracker.holdingLease() || !l.tracker.historylessNow() {
+		return
 	}
-	if _, err := l.cache.refresh(ctx); err != nil {
-		return fmt.Errorf("read lease %s/%s before taking it: %w", l.inner.LeaseMeta.Namespace, l.inner.LeaseMeta.Name, err)
+	if err := l.readServerClock(); err != nil && l.logClockUnread != nil {
+		l.logClockUnread(err)
 	}
-	return nil
 }
 
 // setNewTermToken gives a new term of this process its fencing token, or
@@ -273,9 +279,7 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		if !l.tracker.mayAcquire() {
 			return errNotExpired
 		}
-		if err := l.readServerClockForHistorylessLease(ctx); err != nil {
-			return err
-		}
+		l.readServerClockForHistorylessLease()
 		return l.admitted(!l.tracker.holdingLease(), func() error {
 			// client-go carries its own idea of the token: what it proposed
 			// for the term, not what was written. A write that continues
