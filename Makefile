@@ -64,7 +64,7 @@ fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 5s), as CI ru
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
 
 # Benchmarks (bench/): leader-elector against a plain client-go baseline on a
-# real control plane. `make bench` is the full run whose table the README
+# real control plane. `make bench` is the full run whose table docs/performance.md
 # shows (about 12 minutes); `make bench-smoke` is a short run with small
 # counts and timings that only proves the benchmark still works (CI).
 .PHONY: bench bench-smoke

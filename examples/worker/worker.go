@@ -1,6 +1,7 @@
-// Package worker is the partition worker of the README, as code that is
-// compiled and tested (test/e2e TestReadmeWorker): the README shows the part
-// between the "README" markers, and a test checks that the two are the same.
+// Package worker is the partition worker of docs/partitions.md, as code that
+// is compiled and tested (test/e2e TestReadmeWorker): docs/partitions.md shows
+// the part between the "README" markers, and a test checks that the two are
+// the same.
 package worker
 
 import (

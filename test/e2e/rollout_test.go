@@ -269,7 +269,7 @@ func triggerRollout(t *testing.T, namespace, name string) {
 
 // TestRolloutReadinessLeader: the example's strategy (maxSurge 0,
 // maxUnavailable 100%) rolls every pod over although only the leader is ever
-// Ready, and a pod of the new ReplicaSet ends up leading. As the README
+// Ready, and a pod of the new ReplicaSet ends up leading. As docs/operations.md
 // says, the Deployment never reports the rollout complete (one available
 // replica of two), which is what `kubectl rollout status` waits for.
 func TestRolloutReadinessLeader(t *testing.T) {
@@ -303,13 +303,13 @@ func TestRolloutReadinessLeader(t *testing.T) {
 		return final.Status.AvailableReplicas == 1
 	})
 	if final.Status.AvailableReplicas != 1 || progressingReason(final) == "NewReplicaSetAvailable" {
-		t.Errorf("the README says the Deployment never reports complete in this mode; status %+v", final.Status)
+		t.Errorf("docs/operations.md says the Deployment never reports complete in this mode; status %+v", final.Status)
 	}
 }
 
 // TestRolloutDefaultStrategyDeadlocks: the same Deployment with Kubernetes'
-// default strategy (maxSurge 25%, maxUnavailable 25%) gets stuck, as the
-// README says: the new pod cannot become Ready while an old pod leads, so
+// default strategy (maxSurge 25%, maxUnavailable 25%) gets stuck, as
+// docs/operations.md says: the new pod cannot become Ready while an old pod leads, so
 // no old pod is ever removed.
 func TestRolloutDefaultStrategyDeadlocks(t *testing.T) {
 	objs, err := packaging.KustomizeBuild(context.Background(), packaging.ManifestsDir("example"))

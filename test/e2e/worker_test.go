@@ -15,13 +15,13 @@ import (
 	"github.com/leader-elector/leader-elector/examples/worker"
 )
 
-// TestReadmeWorker runs the README's partition worker (examples/worker)
+// TestReadmeWorker runs the partition worker of docs/partitions.md (examples/worker)
 // against a real sidecar in partition mode: it consumes every partition the
 // sidecar owns, and when the sidecar is frozen (SIGSTOP) every consumer stops
-// by the validUntil of its last answer — never after it. The README must
-// show the example's code as it is.
+// by the validUntil of its last answer — never after it. docs/partitions.md
+// must show the example's code as it is.
 func TestReadmeWorker(t *testing.T) {
-	checkReadmeShowsWorker(t)
+	checkDocsShowWorker(t)
 
 	g := newPartitionGroup(t, candidateOptions{})
 	sidecar := g.join(1)[0]
@@ -89,9 +89,9 @@ func TestReadmeWorker(t *testing.T) {
 	t.Logf("MEASURED README worker: consumers stopped %v after the sidecar froze", time.Since(frozen).Round(time.Millisecond))
 }
 
-// checkReadmeShowsWorker fails unless the README's worker is the example's
-// code between its README markers.
-func checkReadmeShowsWorker(t *testing.T) {
+// checkDocsShowWorker fails unless the worker in docs/partitions.md is the
+// example's code between its README markers.
+func checkDocsShowWorker(t *testing.T) {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(repoRoot, "examples", "worker", "worker.go"))
 	if err != nil {
@@ -99,11 +99,11 @@ func checkReadmeShowsWorker(t *testing.T) {
 	}
 	_, after, _ := strings.Cut(string(src), "// README: begin\n")
 	code, _, _ := strings.Cut(after, "// README: end")
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs", "partitions.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code = strings.TrimSpace(code); code == "" || !strings.Contains(string(readme), "```go\n"+code+"\n```") {
-		t.Errorf("README.md does not show examples/worker/worker.go's Run as it is; copy it between the README markers:\n%s", code)
+	if code = strings.TrimSpace(code); code == "" || !strings.Contains(string(doc), "```go\n"+code+"\n```") {
+		t.Errorf("docs/partitions.md does not show examples/worker/worker.go's Run as it is; copy it between the README markers:\n%s", code)
 	}
 }
