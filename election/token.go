@@ -70,6 +70,22 @@ func (c *ServerClock) observeDate(date time.Time) {
 	c.seconds, c.at, c.known = seconds, c.clock.Now(), true
 }
 
+// staleAfter is the age of the last Date beyond which a Lease without
+// history is not taken before the clock is read afresh: by then the drift
+// allowance has taken more than half a second off the bound.
+const staleAfter = 50 * time.Second
+
+// stale reports whether the last Date is older than staleAfter, or none is
+// known.
+func (c *ServerClock) stale() bool {
+	if c == nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.known || c.clock.Since(c.at) > staleAfter
+}
+
 // bound returns the lower bound now, and whether anything is known.
 func (c *ServerClock) bound() (int64, bool) {
 	if c == nil {
