@@ -142,7 +142,7 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	holding := l.tracker.holdingLease()
 	free := rec.HolderIdentity == "" || (!holding && l.tracker.holderExpired())
 	switch {
-	case !holding && l.tracker.unknownHolder():
+	case !holding && l.tracker.holderUnknown():
 		return l.show(shown, unknownHolder)
 	case free && !holding && !l.admits():
 		return l.show(shown, notAdmittedHolder)

@@ -376,10 +376,10 @@ func (t *tracker) mayAcquire() bool {
 	return t.holderExpiredLocked(now)
 }
 
-// unknownHolder reports whether the Lease, as last observed, has no holder's
+// holderUnknown reports whether the Lease, as last observed, has no holder's
 // history (see record.historyless) and is still within the lease duration
 // during which it counts as held by an unknown holder.
-func (t *tracker) unknownHolder() bool {
+func (t *tracker) holderUnknown() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.haveObserved && t.observed.historyless() && t.clock.Since(t.observedAt) < t.leaseDuration

@@ -175,8 +175,9 @@ func TestTokenOverflowIsRefused(t *testing.T) {
 }
 
 // TestLockCreatesMissingLeaseWithoutHolder: a missing Lease that is not this
-// candidate's own is created as `spec: {}` and taken a lease duration after
-// it was found missing, with a token above the seconds to its creation.
+// candidate's own is created as `spec: {}`, shown to client-go as held by an
+// unknown holder, and taken a lease duration after it was found missing (its
+// token floors are TestTokenAcrossRecreation*'s).
 func TestLockCreatesMissingLeaseWithoutHolder(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	l := newTestLock(t, []string{"get", "create", "update"})

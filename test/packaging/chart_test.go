@@ -422,18 +422,25 @@ func TestChartLint(t *testing.T) {
 	}
 }
 
-// TestChartAsDependency renders a user's chart (testdata/my-app) that adds
-// the sidecar to its own Deployment with the chart's named templates.
-func TestChartAsDependency(t *testing.T) {
-	dir := t.TempDir()
-	app := filepath.Join(dir, "my-app")
+// userChart copies the user's chart (testdata/my-app) into a temporary
+// directory with this chart as its dependency, as `helm dependency build`
+// does for a file:// dependency, and returns its path.
+func userChart(t *testing.T) string {
+	t.Helper()
+	app := filepath.Join(t.TempDir(), "my-app")
 	if err := os.CopyFS(app, os.DirFS("testdata/my-app")); err != nil {
 		t.Fatal(err)
 	}
-	// What `helm dependency build` does for a file:// dependency.
 	if err := os.CopyFS(filepath.Join(app, "charts", "leader-elector"), os.DirFS(ChartDir())); err != nil {
 		t.Fatal(err)
 	}
+	return app
+}
+
+// TestChartAsDependency renders a user's chart (testdata/my-app) that adds
+// the sidecar to its own Deployment with the chart's named templates.
+func TestChartAsDependency(t *testing.T) {
+	app := userChart(t)
 	for _, tc := range []struct {
 		name   string
 		set    []string

@@ -2,7 +2,6 @@ package packaging
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -166,14 +165,7 @@ func TestChartNetworkPolicy(t *testing.T) {
 // TestChartNetworkPolicyInYourChart: in a chart that depends on this one,
 // the policy selects the user's pods and admits the user's ingress rules.
 func TestChartNetworkPolicyInYourChart(t *testing.T) {
-	dir := t.TempDir()
-	app := filepath.Join(dir, "my-app")
-	if err := os.CopyFS(app, os.DirFS("testdata/my-app")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.CopyFS(filepath.Join(app, "charts", "leader-elector"), os.DirFS(ChartDir())); err != nil {
-		t.Fatal(err)
-	}
+	app := userChart(t)
 	for _, tc := range []struct {
 		name      string
 		set       []string
