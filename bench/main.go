@@ -42,7 +42,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/tools/leaderelection"
+
+	"github.com/leader-elector/leader-elector/election"
 )
 
 // options configures a benchmark run.
@@ -123,17 +124,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 // validate checks every option on its own and reports all problems.
 func (o *options) validate() error {
 	var errs []error
-	if o.LeaseDuration <= 0 || o.RenewDeadline <= 0 || o.RetryPeriod <= 0 || o.PollInterval <= 0 {
-		errs = append(errs, errors.New("durations must be positive"))
-	}
-	if o.LeaseDuration%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("--lease-duration %v is not whole seconds", o.LeaseDuration))
-	}
-	if o.LeaseDuration <= o.RenewDeadline {
-		errs = append(errs, fmt.Errorf("--lease-duration %v must be greater than --renew-deadline %v", o.LeaseDuration, o.RenewDeadline))
-	}
-	if o.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.RetryPeriod)) {
-		errs = append(errs, fmt.Errorf("--renew-deadline %v must be greater than %v × --retry-period %v", o.RenewDeadline, leaderelection.JitterFactor, o.RetryPeriod))
+	timings := election.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
+	errs = append(errs, timings.Check(election.FlagTimingNames)...)
+	if o.PollInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--poll-interval must be positive, got %v", o.PollInterval))
 	}
 	if o.Candidates < 2 {
 		errs = append(errs, fmt.Errorf("--candidates %d: need at least 2", o.Candidates))

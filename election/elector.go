@@ -1,7 +1,8 @@
 // Package election runs client-go's leader election on a coordination.k8s.io/v1
 // Lease and keeps the resulting state: who holds the Lease, whether this pod
 // leads (time-bounded), the fencing token and a revision that watchers can wait
-// on. It is the only package that talks to the Kubernetes API.
+// on. Its clients touch the Lease only (and, through the EventRecorder, the
+// Lease's Events); routing writes go through package routing's own client.
 package election
 
 import (
@@ -111,7 +112,8 @@ type Gate interface {
 	Admit() (done func(), ok bool)
 }
 
-// Validate checks the rules client-go enforces, plus whole-second leases.
+// Validate checks the timings' rules (Timings.Check) and that the Lease,
+// the identity and the client are given.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Namespace == "" || c.Name == "" {
@@ -120,22 +122,16 @@ func (c Config) Validate() error {
 	if c.Identity == "" {
 		errs = append(errs, errors.New("identity must not be empty"))
 	}
-	if c.LeaseDuration <= 0 || c.RenewDeadline <= 0 || c.RetryPeriod <= 0 {
-		errs = append(errs, errors.New("lease duration, renew deadline and retry period must be positive"))
-	}
-	if c.LeaseDuration%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("lease duration %v is not a whole number of seconds", c.LeaseDuration))
-	}
-	if c.LeaseDuration <= c.RenewDeadline {
-		errs = append(errs, fmt.Errorf("lease duration %v must be greater than renew deadline %v", c.LeaseDuration, c.RenewDeadline))
-	}
-	if c.RenewDeadline <= time.Duration(leaderelection.JitterFactor*float64(c.RetryPeriod)) {
-		errs = append(errs, fmt.Errorf("renew deadline %v must be greater than retry period %v × %v", c.RenewDeadline, c.RetryPeriod, leaderelection.JitterFactor))
-	}
+	errs = append(errs, c.timings().Check(ConfigTimingNames)...)
 	if c.Client == nil {
 		errs = append(errs, errors.New("client must be set"))
 	}
 	return errors.Join(errs...)
+}
+
+// timings are the Config's three durations.
+func (c Config) timings() Timings {
+	return Timings{LeaseDuration: c.LeaseDuration, RenewDeadline: c.RenewDeadline, RetryPeriod: c.RetryPeriod}
 }
 
 // NewClientsets builds the clients the elector uses. requests is built as

@@ -1,7 +1,6 @@
-package main
+package options
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 )
@@ -87,9 +86,9 @@ func TestInputRanges(t *testing.T) {
 				env.hostname = "host-1"
 			}
 			args := append([]string{"--lease-name=my-app"}, tc.args...)
-			o, _, err := parseOptions(args, env.environment())
+			o, _, err := parse(args, env.environment())
 			if err == nil {
-				t.Fatalf("parseOptions(%q) = %+v, want an error", args, o)
+				t.Fatalf("parse(%q) = %+v, want an error", args, o)
 			}
 			for _, want := range tc.wantErr {
 				if !strings.Contains(err.Error(), want) {
@@ -139,8 +138,8 @@ func TestInputRangeEdges(t *testing.T) {
 				vars[k] = v
 			}
 			args := append([]string{"--lease-name=my-app"}, tc.args...)
-			if _, _, err := parseOptions(args, fakeEnv{hostname: "host-1", vars: vars}.environment()); err != nil {
-				t.Errorf("parseOptions(%q): %v", args, err)
+			if _, _, err := parse(args, fakeEnv{hostname: "host-1", vars: vars}.environment()); err != nil {
+				t.Errorf("parse(%q): %v", args, err)
 			}
 		})
 	}
@@ -150,7 +149,7 @@ func TestInputRangeEdges(t *testing.T) {
 // are not settings; they are named once in the log, not refused.
 func TestServiceLinkVariablesLogged(t *testing.T) {
 	env := fakeEnv{hostname: "host-1", vars: map[string]string{"LEADER_ELECTOR_DEMO_SERVICE_HOST": "10.96.0.10", "LEADER_ELECTOR_DEMO_PORT": "tcp://10.96.0.10:80"}}
-	o, _, err := parseOptions([]string{"--lease-name=my-app"}, env.environment())
+	o, _, err := parse([]string{"--lease-name=my-app"}, env.environment())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,22 +159,3 @@ func TestServiceLinkVariablesLogged(t *testing.T) {
 	}
 }
 
-// TestInvalidConfigurationIsOneLine: whatever the input holds (control
-// characters, terminal escapes), the refusal is one printable line.
-func TestInvalidConfigurationIsOneLine(t *testing.T) {
-	for _, args := range [][]string{
-		{"--lease-name=my-app", "stray\r\x1b[2Jargument"},
-		{"--lease-name=my-app", "--no-such-flag\x1b[31m"},
-		{"--lease-name=my-app", "--identity=a\u2028b"},
-		{"--lease-name=my-app", "not\xffUTF-8"},
-	} {
-		var stdout, stderr bytes.Buffer
-		if code := execute(args, &stdout, &stderr); code != exitInvalidInput {
-			t.Errorf("execute(%q) = %d, want %d", args, code, exitInvalidInput)
-		}
-		line := strings.TrimSuffix(stderr.String(), "\n")
-		if !printableLine(line) {
-			t.Errorf("execute(%q) printed control characters: %q", args, stderr.String())
-		}
-	}
-}

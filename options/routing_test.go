@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"strings"
@@ -66,7 +66,7 @@ func TestParseRouteOptions(t *testing.T) {
 			if !strings.Contains(strings.Join(args, " "), "--lease-name=") {
 				args = append([]string{"--lease-name=my-app"}, args...)
 			}
-			o, _, err := parseOptions(args, tc.env.environment())
+			o, _, err := parse(args, tc.env.environment())
 			if tc.wantErr == nil {
 				if err != nil {
 					t.Fatalf("parseOptions: %v", err)
@@ -77,7 +77,7 @@ func TestParseRouteOptions(t *testing.T) {
 				return
 			}
 			if err == nil {
-				t.Fatalf("parseOptions(%q) accepted %+v", args, o.Routing)
+				t.Fatalf("parse(%q) accepted %+v", args, o.Routing)
 			}
 			if n := errorCount(err); n != 1 {
 				t.Errorf("%d errors, want 1: %v", n, err)

@@ -1,10 +1,12 @@
-package main
+package options
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +29,7 @@ const envPrefix = "LEADER_ELECTOR_"
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // options is everything the command line and the environment configure.
-type options struct {
+type Options struct {
 	LeaseName         string
 	LeaseNamespace    string
 	Identity          string
@@ -44,8 +46,10 @@ type options struct {
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 	LogFormat    string
-	Version      bool
-	Routing      routeOptions
+	// Verbosity is -v, klog's verbosity (klog itself applies it).
+	Verbosity int
+	Version   bool
+	Routing   routeOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
 
@@ -65,7 +69,7 @@ type options struct {
 
 // environment is what options read from the process's surroundings, so that
 // tests can supply their own.
-type environment struct {
+type Environment struct {
 	lookupEnv func(string) (string, bool)
 	readFile  func(string) ([]byte, error)
 	hostname  func() (string, error)
@@ -74,10 +78,10 @@ type environment struct {
 	environ func() []string
 }
 
-var osEnvironment = environment{lookupEnv: os.LookupEnv, readFile: os.ReadFile, hostname: os.Hostname, environ: os.Environ}
+var OSEnvironment = Environment{lookupEnv: os.LookupEnv, readFile: os.ReadFile, hostname: os.Hostname, environ: os.Environ}
 
-func newOptions() *options {
-	return &options{
+func newOptions() *Options {
+	return &Options{
 		LeaseDuration:     15 * time.Second,
 		RenewDeadline:     10 * time.Second,
 		RetryPeriod:       2 * time.Second,
@@ -92,7 +96,7 @@ func newOptions() *options {
 }
 
 // AddFlags registers the flags on fs.
-func (o *options) AddFlags(fs *pflag.FlagSet) {
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LeaseName, "lease-name", o.LeaseName, "Name of the coordination.k8s.io/v1 Lease to elect a leader on (required; a DNS-1123 subdomain).")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the Lease (default $POD_NAMESPACE, else the service account's namespace, else \"default\").")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "This candidate's holder identity (default $POD_NAME, else the hostname).")
@@ -138,7 +142,7 @@ var deprecatedAliases = map[string]string{
 // applyEnvironment sets every flag not given on the command line from its
 // LEADER_ELECTOR_* variable. A deprecated alias is not taken from the
 // environment when its flag was given on the command line.
-func applyEnvironment(fs *pflag.FlagSet, env environment) error {
+func applyEnvironment(fs *pflag.FlagSet, env Environment) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "help" || f.Name == "version" {
@@ -161,7 +165,7 @@ func applyEnvironment(fs *pflag.FlagSet, env environment) error {
 
 // complete fills in the defaults that depend on the environment. It runs
 // after the flags, the aliases and the environment are applied.
-func (o *options) complete(fs *pflag.FlagSet, env environment) error {
+func (o *Options) complete(fs *pflag.FlagSet, env Environment) error {
 	var errs []error
 	if o.LeaseNamespace == "" {
 		o.LeaseNamespace = defaultNamespace(env)
@@ -185,7 +189,7 @@ func (o *options) complete(fs *pflag.FlagSet, env environment) error {
 // environment, so that the command line wins over the environment whether
 // either uses the alias or the flag; an alias and its flag that disagree at
 // the same level are an error.
-func (o *options) resolveAliases(fs *pflag.FlagSet, done map[string]bool) error {
+func (o *Options) resolveAliases(fs *pflag.FlagSet, done map[string]bool) error {
 	var errs []error
 	for _, alias := range []string{"election", "election-namespace", "id", "http"} {
 		if done[alias] || !fs.Changed(alias) {
@@ -208,7 +212,7 @@ func (o *options) resolveAliases(fs *pflag.FlagSet, done map[string]bool) error 
 	return errors.Join(errs...)
 }
 
-func defaultNamespace(env environment) string {
+func defaultNamespace(env Environment) string {
 	if v, ok := env.lookupEnv("POD_NAMESPACE"); ok && v != "" {
 		return v
 	}
@@ -222,7 +226,7 @@ func defaultNamespace(env environment) string {
 
 // Validate checks every option; each check is independent, and all failures
 // are reported together.
-func (o *options) Validate() error {
+func (o *Options) Validate() error {
 	var errs []error
 	switch {
 	case o.LeaseName == "":
@@ -239,25 +243,7 @@ func (o *options) Validate() error {
 		errs = append(errs, errors.New("--identity is empty and neither $POD_NAME nor the hostname is available"))
 	}
 
-	positive := true
-	for _, d := range []struct {
-		name  string
-		value time.Duration
-	}{{"lease-duration", o.LeaseDuration}, {"renew-deadline", o.RenewDeadline}, {"retry-period", o.RetryPeriod}} {
-		if d.value <= 0 {
-			errs = append(errs, fmt.Errorf("--%s must be positive, got %v", d.name, d.value))
-			positive = false
-		}
-	}
-	if o.LeaseDuration > 0 && o.LeaseDuration%time.Second != 0 {
-		errs = append(errs, fmt.Errorf("--lease-duration %v is not a whole number of seconds (the Lease stores seconds)", o.LeaseDuration))
-	}
-	if positive && o.LeaseDuration <= o.RenewDeadline {
-		errs = append(errs, fmt.Errorf("--lease-duration (%v) must be greater than --renew-deadline (%v)", o.LeaseDuration, o.RenewDeadline))
-	}
-	if positive && float64(o.RenewDeadline) <= 1.2*float64(o.RetryPeriod) {
-		errs = append(errs, fmt.Errorf("--renew-deadline (%v) must be greater than --retry-period × 1.2 (%v)", o.RenewDeadline, time.Duration(1.2*float64(o.RetryPeriod))))
-	}
+	errs = append(errs, o.timings().Check(election.FlagTimingNames)...)
 	errs = append(errs, o.validateInputs()...)
 
 	for _, a := range []struct{ name, value string }{{"http-address", o.HTTPAddress}, {"probe-address", o.ProbeAddress}} {
@@ -289,28 +275,40 @@ func (o *options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// electionConfig is the part of the options the elector takes.
-func (o *options) electionConfig() election.Config {
-	return election.Config{
-		Namespace:         o.LeaseNamespace,
-		Name:              o.LeaseName,
-		Identity:          o.Identity,
-		LeaseDuration:     o.LeaseDuration,
-		RenewDeadline:     o.RenewDeadline,
-		RetryPeriod:       o.RetryPeriod,
-		ReleaseOnShutdown: o.ReleaseOnShutdown,
+// ErrHelp is returned by Parse when help was asked for; Usage is the text.
+var ErrHelp = pflag.ErrHelp
+
+// Parse reads the command line and the environment into Options, filling
+// in the defaults and checking every option. A refusal joins one error per
+// problem; print it with OneLine.
+func Parse(args []string, env Environment) (*Options, error) {
+	o, fs, err := parse(args, env)
+	if err != nil {
+		return nil, err
 	}
+	o.Verbosity = verbosity(fs)
+	return o, nil
 }
 
-// parseOptions reads the command line and the environment into options.
-// It returns pflag.ErrHelp when help was asked for.
-func parseOptions(args []string, env environment) (*options, *pflag.FlagSet, error) {
-	o := newOptions()
+// Usage lists the flags, for --help.
+func Usage() string {
+	return newFlagSet(newOptions()).FlagUsages()
+}
+
+// newFlagSet registers o's flags on a new flag set.
+func newFlagSet(o *Options) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("leader-elector", pflag.ContinueOnError)
 	// Errors are reported by the caller in one line; pflag would add the usage.
-	fs.SetOutput(discard{})
+	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
 	o.AddFlags(fs)
+	return fs
+}
+
+// parse is Parse, and also returns the flag set for the tests.
+func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
+	o := newOptions()
+	fs := newFlagSet(o)
 	if err := fs.Parse(args); err != nil {
 		return nil, fs, err
 	}
@@ -344,6 +342,26 @@ func parseOptions(args []string, env environment) (*options, *pflag.FlagSet, err
 	return o, fs, nil
 }
 
-type discard struct{}
+// verbosity returns the -v level.
+func verbosity(fs *pflag.FlagSet) int {
+	f := fs.Lookup("v")
+	if f == nil {
+		return 0
+	}
+	v, err := strconv.Atoi(f.Value.String())
+	if err != nil {
+		return 0
+	}
+	return v
+}
 
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
+// LogNotices logs, once the logger is set up, what parsing noticed without
+// refusing it: deprecated flags in use, and service link variables ignored.
+func (o *Options) LogNotices(logger klog.Logger) {
+	for _, alias := range o.deprecated {
+		logger.Info("Flag is deprecated", "flag", "--"+alias, "use", "--"+deprecatedAliases[alias])
+	}
+	if len(o.serviceLinks) > 0 {
+		logger.Info("Ignoring environment variables that are Kubernetes service links, not settings", "variables", o.serviceLinks)
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"errors"
@@ -34,7 +34,7 @@ func (r *routeOptions) addFlags(fs *pflag.FlagSet) {
 }
 
 // complete fills in the pod IP from the downward API's $POD_IP.
-func (r *routeOptions) complete(env environment) {
+func (r *routeOptions) complete(env Environment) {
 	if r.PodIP == "" {
 		r.PodIP, _ = env.lookupEnv("POD_IP")
 	}

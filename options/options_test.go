@@ -1,21 +1,14 @@
-package main
+package options
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"io/fs"
-	"net"
-	"os"
-	"path/filepath"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/election"
 )
@@ -28,8 +21,8 @@ type fakeEnv struct {
 	hostErr  error
 }
 
-func (f fakeEnv) environment() environment {
-	return environment{
+func (f fakeEnv) environment() Environment {
+	return Environment{
 		lookupEnv: func(name string) (string, bool) {
 			v, ok := f.vars[name]
 			return v, ok
@@ -71,11 +64,11 @@ func errorCount(err error) int {
 }
 
 func TestParseOptionsDefaults(t *testing.T) {
-	o, _, err := parseOptions([]string{"--lease-name=my-app"}, plainEnv.environment())
+	o, _, err := parse([]string{"--lease-name=my-app"}, plainEnv.environment())
 	if err != nil {
-		t.Fatalf("parseOptions: %v", err)
+		t.Fatalf("parse: %v", err)
 	}
-	want := &options{
+	want := &Options{
 		LeaseName:         "my-app",
 		LeaseNamespace:    "default",
 		Identity:          "host-1",
@@ -91,7 +84,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
 	}
 	if !reflect.DeepEqual(o, want) {
-		t.Errorf("parseOptions() =\n%+v\nwant\n%+v", o, want)
+		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
 	}
 	wantCfg := election.Config{
 		Namespace:         "default",
@@ -125,11 +118,11 @@ func TestParseOptionsFlags(t *testing.T) {
 		"--kube-api-burst=15",
 		"--log-format=json",
 	}
-	o, _, err := parseOptions(args, plainEnv.environment())
+	o, _, err := parse(args, plainEnv.environment())
 	if err != nil {
-		t.Fatalf("parseOptions: %v", err)
+		t.Fatalf("parse: %v", err)
 	}
-	want := &options{
+	want := &Options{
 		LeaseName:         "my-app",
 		LeaseNamespace:    "team-a",
 		Identity:          "pod-a",
@@ -147,23 +140,26 @@ func TestParseOptionsFlags(t *testing.T) {
 		Routing:           newRouteOptions(),
 	}
 	if !reflect.DeepEqual(o, want) {
-		t.Errorf("parseOptions() =\n%+v\nwant\n%+v", o, want)
+		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
 	}
 }
 
 func TestParseOptionsVerbosity(t *testing.T) {
 	// -v is klog's global verbosity: put it back afterwards.
 	t.Cleanup(func() {
-		if _, _, err := parseOptions([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()); err != nil {
+		if _, _, err := parse([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()); err != nil {
 			t.Errorf("resetting -v: %v", err)
 		}
 	})
-	_, fs, err := parseOptions([]string{"-v=3", "--lease-name=my-app"}, plainEnv.environment())
+	_, fs, err := parse([]string{"-v=3", "--lease-name=my-app"}, plainEnv.environment())
 	if err != nil {
-		t.Fatalf("parseOptions: %v", err)
+		t.Fatalf("parse: %v", err)
 	}
 	if got := verbosity(fs); got != 3 {
 		t.Errorf("verbosity = %d, want 3", got)
+	}
+	if o, err := Parse([]string{"-v=2", "--lease-name=my-app"}, plainEnv.environment()); err != nil || o.Verbosity != 2 {
+		t.Errorf("Parse(-v=2): Verbosity %v, error %v; want 2", o, err)
 	}
 	// klog's other flags are not part of the contract.
 	for _, name := range []string{"logtostderr", "log_file", "alsologtostderr", "skip_headers"} {
@@ -242,9 +238,9 @@ func TestParseOptionsValidation(t *testing.T) {
 			if env.vars == nil && env.hostname == "" && env.hostErr == nil {
 				env = plainEnv
 			}
-			o, _, err := parseOptions(tc.args, env.environment())
+			o, _, err := parse(tc.args, env.environment())
 			if err == nil {
-				t.Fatalf("parseOptions(%q) = %+v, want an error", tc.args, o)
+				t.Fatalf("parse(%q) = %+v, want an error", tc.args, o)
 			}
 			if o != nil {
 				t.Errorf("parseOptions returned options along with the error")
@@ -284,8 +280,8 @@ func TestParseOptionsValidEdges(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--lease-name=my-app"}, tc.args...)
-			if _, _, err := parseOptions(args, plainEnv.environment()); err != nil {
-				t.Errorf("parseOptions(%q): %v", args, err)
+			if _, _, err := parse(args, plainEnv.environment()); err != nil {
+				t.Errorf("parse(%q): %v", args, err)
 			}
 		})
 	}
@@ -296,7 +292,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 		name    string
 		args    []string
 		vars    map[string]string
-		check   func(t *testing.T, o *options)
+		check   func(t *testing.T, o *Options)
 		wantErr string
 	}{
 		{
@@ -318,8 +314,8 @@ func TestParseOptionsEnvironment(t *testing.T) {
 				"LEADER_ELECTOR_KUBE_API_BURST":      "100",
 				"LEADER_ELECTOR_LOG_FORMAT":          "json",
 			},
-			check: func(t *testing.T, o *options) {
-				want := &options{
+			check: func(t *testing.T, o *Options) {
+				want := &Options{
 					LeaseName:         "env-app",
 					LeaseNamespace:    "env-ns",
 					Identity:          "env-pod",
@@ -349,7 +345,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 				"LEADER_ELECTOR_LEASE_DURATION":      "not a duration",
 				"LEADER_ELECTOR_RELEASE_ON_SHUTDOWN": "false",
 			},
-			check: func(t *testing.T, o *options) {
+			check: func(t *testing.T, o *Options) {
 				if o.LeaseName != "cli-app" || o.LeaseDuration != 20*time.Second || !o.ReleaseOnShutdown {
 					t.Errorf("lease name, duration, release = %q, %v, %v; want the command line's", o.LeaseName, o.LeaseDuration, o.ReleaseOnShutdown)
 				}
@@ -381,7 +377,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 		{
 			name: "deprecated alias from the environment",
 			vars: map[string]string{"LEADER_ELECTOR_ELECTION": "old-app"},
-			check: func(t *testing.T, o *options) {
+			check: func(t *testing.T, o *Options) {
 				if o.LeaseName != "old-app" {
 					t.Errorf("LeaseName = %q, want old-app", o.LeaseName)
 				}
@@ -394,7 +390,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 			name: "unrelated variables and service links are ignored",
 			args: []string{"--lease-name=my-app"},
 			vars: map[string]string{"LEADER_ELECTOR_DEMO_SERVICE_HOST": "10.96.0.10", "LEASE_NAME": "other"},
-			check: func(t *testing.T, o *options) {
+			check: func(t *testing.T, o *Options) {
 				if o.LeaseName != "my-app" {
 					t.Errorf("LeaseName = %q, want my-app", o.LeaseName)
 				}
@@ -403,7 +399,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := fakeEnv{vars: tc.vars, hostname: "host-1"}
-			o, _, err := parseOptions(tc.args, env.environment())
+			o, _, err := parse(tc.args, env.environment())
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -411,7 +407,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseOptions: %v", err)
+				t.Fatalf("parse: %v", err)
 			}
 			tc.check(t, o)
 		})
@@ -510,9 +506,9 @@ func TestParseOptionsEnvironmentDefaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--lease-name=my-app"}, tc.args...)
-			o, _, err := parseOptions(args, tc.env.environment())
+			o, _, err := parse(args, tc.env.environment())
 			if err != nil {
-				t.Fatalf("parseOptions: %v", err)
+				t.Fatalf("parse: %v", err)
 			}
 			if o.LeaseNamespace != tc.wantNamespace || o.Identity != tc.wantIdentity || o.Kubeconfig != tc.wantKubeconfig {
 				t.Errorf("namespace, identity, kubeconfig = %q, %q, %q; want %q, %q, %q",
@@ -526,44 +522,44 @@ func TestParseOptionsDeprecatedAliases(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		args           []string
-		want           func(o *options) bool
+		want           func(o *Options) bool
 		wantDeprecated []string
 		wantErr        []string
 	}{
 		{
 			name:           "--election",
 			args:           []string{"--election=my-app"},
-			want:           func(o *options) bool { return o.LeaseName == "my-app" },
+			want:           func(o *Options) bool { return o.LeaseName == "my-app" },
 			wantDeprecated: []string{"election"},
 		},
 		{
 			name:           "--election-namespace",
 			args:           []string{"--lease-name=my-app", "--election-namespace=team-a"},
-			want:           func(o *options) bool { return o.LeaseNamespace == "team-a" },
+			want:           func(o *Options) bool { return o.LeaseNamespace == "team-a" },
 			wantDeprecated: []string{"election-namespace"},
 		},
 		{
 			name:           "--id",
 			args:           []string{"--lease-name=my-app", "--id=pod-a"},
-			want:           func(o *options) bool { return o.Identity == "pod-a" },
+			want:           func(o *Options) bool { return o.Identity == "pod-a" },
 			wantDeprecated: []string{"id"},
 		},
 		{
 			name:           "--http with host and port",
 			args:           []string{"--lease-name=my-app", "--http=0.0.0.0:4040"},
-			want:           func(o *options) bool { return o.HTTPAddress == "0.0.0.0:4040" },
+			want:           func(o *Options) bool { return o.HTTPAddress == "0.0.0.0:4040" },
 			wantDeprecated: []string{"http"},
 		},
 		{
 			name:           "--http with a bare port",
 			args:           []string{"--lease-name=my-app", "--http=:4040"},
-			want:           func(o *options) bool { return o.HTTPAddress == ":4040" },
+			want:           func(o *Options) bool { return o.HTTPAddress == ":4040" },
 			wantDeprecated: []string{"http"},
 		},
 		{
 			name: "all of the retired image's flags",
 			args: []string{"--election=my-app", "--election-namespace=team-a", "--id=pod-a", "--http=localhost:4040"},
-			want: func(o *options) bool {
+			want: func(o *Options) bool {
 				return o.LeaseName == "my-app" && o.LeaseNamespace == "team-a" && o.Identity == "pod-a" && o.HTTPAddress == "localhost:4040"
 			},
 			wantDeprecated: []string{"election", "election-namespace", "id", "http"},
@@ -571,7 +567,7 @@ func TestParseOptionsDeprecatedAliases(t *testing.T) {
 		{
 			name:           "alias and flag agree",
 			args:           []string{"--election=my-app", "--lease-name=my-app"},
-			want:           func(o *options) bool { return o.LeaseName == "my-app" },
+			want:           func(o *Options) bool { return o.LeaseName == "my-app" },
 			wantDeprecated: []string{"election"},
 		},
 		{
@@ -596,10 +592,10 @@ func TestParseOptionsDeprecatedAliases(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, _, err := parseOptions(tc.args, plainEnv.environment())
+			o, _, err := parse(tc.args, plainEnv.environment())
 			if len(tc.wantErr) > 0 {
 				if err == nil {
-					t.Fatalf("parseOptions(%q) succeeded, want an error", tc.args)
+					t.Fatalf("parse(%q) succeeded, want an error", tc.args)
 				}
 				for _, want := range tc.wantErr {
 					if !strings.Contains(err.Error(), want) {
@@ -609,10 +605,10 @@ func TestParseOptionsDeprecatedAliases(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseOptions(%q): %v", tc.args, err)
+				t.Fatalf("parse(%q): %v", tc.args, err)
 			}
 			if !tc.want(o) {
-				t.Errorf("parseOptions(%q) = %+v", tc.args, o)
+				t.Errorf("parse(%q) = %+v", tc.args, o)
 			}
 			if !reflect.DeepEqual(o.deprecated, tc.wantDeprecated) {
 				t.Errorf("deprecated = %q, want %q", o.deprecated, tc.wantDeprecated)
@@ -628,9 +624,9 @@ func TestParseOptionsDeprecatedAliases(t *testing.T) {
 
 func TestParseOptionsVersionAndHelp(t *testing.T) {
 	t.Run("version needs no other flag", func(t *testing.T) {
-		o, _, err := parseOptions([]string{"--version"}, fakeEnv{hostErr: errors.New("none")}.environment())
+		o, _, err := parse([]string{"--version"}, fakeEnv{hostErr: errors.New("none")}.environment())
 		if err != nil {
-			t.Fatalf("parseOptions: %v", err)
+			t.Fatalf("parse: %v", err)
 		}
 		if !o.Version {
 			t.Error("Version = false")
@@ -638,7 +634,7 @@ func TestParseOptionsVersionAndHelp(t *testing.T) {
 	})
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"--lease-name=my-app", "--help"}, {"--lease-name=Not_Valid", "-h"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			_, fs, err := parseOptions(args, plainEnv.environment())
+			_, fs, err := parse(args, plainEnv.environment())
 			if !errors.Is(err, pflag.ErrHelp) {
 				t.Errorf("error = %v, want pflag.ErrHelp", err)
 			}
@@ -649,298 +645,31 @@ func TestParseOptionsVersionAndHelp(t *testing.T) {
 	}
 }
 
-func TestExecute(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		args       []string
-		env        map[string]string
-		wantCode   int
-		wantStdout string // prefix
-		wantStderr []string
-	}{
-		{
-			name:       "version",
-			args:       []string{"--version"},
-			wantCode:   0,
-			wantStdout: "leader-elector dev\n",
-		},
-		{
-			name:       "help",
-			args:       []string{"--help"},
-			wantCode:   0,
-			wantStdout: "Usage of leader-elector:\n",
-		},
-		{
-			name:       "-h",
-			args:       []string{"-h"},
-			wantCode:   0,
-			wantStdout: "Usage of leader-elector:\n",
-		},
-		{
-			name:       "unknown flag",
-			args:       []string{"--lease-name=my-app", "--bogus"},
-			wantCode:   2,
-			wantStderr: []string{"unknown flag: --bogus"},
-		},
-		{
-			name:       "several invalid options",
-			args:       []string{"--lease-name=My_App", "--lease-duration=1500ms", "--readiness=sometimes"},
-			wantCode:   2,
-			wantStderr: []string{"DNS-1123", "whole number", `--readiness "sometimes"`},
-		},
-		{
-			name:       "argument with a newline",
-			args:       []string{"--lease-name=my-app", "one\ntwo"},
-			wantCode:   2,
-			wantStderr: []string{"unexpected arguments: one"},
-		},
-		{
-			name:       "invalid environment variable",
-			args:       []string{"--lease-name=my-app"},
-			env:        map[string]string{"LEADER_ELECTOR_RETRY_PERIOD": "often"},
-			wantCode:   2,
-			wantStderr: []string{"LEADER_ELECTOR_RETRY_PERIOD"},
-		},
-		{
-			name:       "durations out of order",
-			args:       []string{"--lease-name=my-app", "--lease-duration=5s"},
-			wantCode:   2,
-			wantStderr: []string{"--lease-duration (5s) must be greater than --renew-deadline (10s)"},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for k, v := range tc.env {
-				t.Setenv(k, v)
-			}
-			var stdout, stderr bytes.Buffer
-			code := execute(tc.args, &stdout, &stderr)
-			if code != tc.wantCode {
-				t.Errorf("exit code = %d, want %d (stderr %q)", code, tc.wantCode, stderr.String())
-			}
-			if tc.wantCode == 0 {
-				if !strings.HasPrefix(stdout.String(), tc.wantStdout) {
-					t.Errorf("stdout = %q, want it to start with %q", stdout.String(), tc.wantStdout)
-				}
-				if stderr.Len() != 0 {
-					t.Errorf("stderr = %q, want nothing", stderr.String())
-				}
-				if tc.wantStdout == "Usage of leader-elector:\n" {
-					for _, flag := range []string{"--lease-name", "--lease-namespace", "--identity", "--release-on-shutdown", "--version", "-v, --v"} {
-						if !strings.Contains(stdout.String(), flag) {
-							t.Errorf("usage does not mention %s", flag)
-						}
-					}
-					for _, alias := range []string{"--election", "--id "} {
-						if strings.Contains(stdout.String(), alias) {
-							t.Errorf("usage lists the deprecated %s", alias)
-						}
-					}
-				}
-				return
-			}
-			if stdout.Len() != 0 {
-				t.Errorf("stdout = %q, want nothing", stdout.String())
-			}
-			got := stderr.String()
-			if n := strings.Count(got, "\n"); n != 1 || !strings.HasSuffix(got, "\n") {
-				t.Errorf("stderr has %d newlines, want exactly one line: %q", n, got)
-			}
-			if !strings.HasPrefix(got, "leader-elector: invalid configuration: ") {
-				t.Errorf("stderr = %q, want the invalid configuration prefix", got)
-			}
-			for _, want := range tc.wantStderr {
-				if !strings.Contains(got, want) {
-					t.Errorf("stderr %q does not contain %q", got, want)
-				}
-			}
-		})
-	}
-}
-
-func TestOneLine(t *testing.T) {
-	err := errors.Join(errors.New("first"), errors.New("second\nthird"))
-	if got, want := oneLine(err), "first; second; third"; got != want {
-		t.Errorf("oneLine() = %q, want %q", got, want)
-	}
-}
-
-// writeKubeconfig writes a kubeconfig for a server nobody listens on.
-func writeKubeconfig(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	const kubeconfig = `apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: https://127.0.0.1:1
-contexts:
-- name: c
-  context:
-    cluster: c
-    user: u
-current-context: c
-users:
-- name: u
-  user:
-    token: t
-`
-	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func TestClientConfig(t *testing.T) {
-	kubeconfig := writeKubeconfig(t)
-	for _, tc := range []struct {
-		name      string
-		opts      options
-		wantErr   bool
-		wantQPS   float32
-		wantBurst int
-	}{
-		{name: "client-go defaults", opts: options{Kubeconfig: kubeconfig}},
-		{name: "rate limits", opts: options{Kubeconfig: kubeconfig, KubeAPIQPS: 20, KubeAPIBurst: 40}, wantQPS: 20, wantBurst: 40},
-		{name: "missing kubeconfig", opts: options{Kubeconfig: filepath.Join(t.TempDir(), "missing")}, wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := clientConfig(&tc.opts)
-			if tc.wantErr {
-				if err == nil || !strings.Contains(err.Error(), "no usable client configuration") {
-					t.Errorf("error = %v, want no usable client configuration", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("clientConfig: %v", err)
-			}
-			if cfg.Host != "https://127.0.0.1:1" || cfg.QPS != tc.wantQPS || cfg.Burst != tc.wantBurst {
-				t.Errorf("host, qps, burst = %q, %v, %d; want https://127.0.0.1:1, %v, %d", cfg.Host, cfg.QPS, cfg.Burst, tc.wantQPS, tc.wantBurst)
-			}
-		})
-	}
-}
-
-// TestExecuteRuntimeErrors: a configuration that passes validation but
-// cannot run exits 1.
-func TestExecuteRuntimeErrors(t *testing.T) {
-	kubeconfig := writeKubeconfig(t)
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	for _, tc := range []struct {
-		name string
-		args []string
-	}{
-		{name: "no usable client configuration", args: []string{"--kubeconfig=" + filepath.Join(t.TempDir(), "missing")}},
-		{name: "application API address in use", args: []string{"--kubeconfig=" + kubeconfig, "--http-address=" + busy.Addr().String(), "--probe-address=127.0.0.1:0"}},
-		{name: "probe address in use", args: []string{"--kubeconfig=" + kubeconfig, "--http-address=127.0.0.1:0", "--probe-address=" + busy.Addr().String()}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--lease-name=my-app", "--lease-namespace=default", "--identity=pod-a"}, tc.args...)
-			var stdout, stderr bytes.Buffer
-			if code := execute(args, &stdout, &stderr); code != 1 {
-				t.Errorf("exit code = %d, want 1", code)
-			}
-		})
-	}
-}
-
-func TestSetUpLoggingJSON(t *testing.T) {
-	o, fs, err := parseOptions([]string{"--lease-name=my-app", "--log-format=json", "-v=1"}, plainEnv.environment())
-	if err != nil {
-		t.Fatalf("parseOptions: %v", err)
-	}
-	// -v is klog's global verbosity and the logger is global: put both
-	// back afterwards.
-	t.Cleanup(func() {
-		klog.ClearLogger()
-		if _, _, err := parseOptions([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()); err != nil {
-			t.Errorf("resetting -v: %v", err)
-		}
-	})
-	var buf bytes.Buffer
-	setUpLogging(o.LogFormat, verbosity(fs), &buf)
-	logger := klog.Background()
-	logger.Info("Shown", "key", "value")
-	logger.V(1).Info("Also shown")
-	logger.V(2).Info("Hidden")
-	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("got %d lines, want 2:\n%s", len(lines), buf.String())
-	}
-	var first map[string]any
-	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
-		t.Fatalf("not JSON: %q: %v", lines[0], err)
-	}
-	if first["msg"] != "Shown" || first["key"] != "value" {
-		t.Errorf("first line = %v", first)
-	}
-}
-
-// TestSetUpLoggingText: the text format is klog's own, written by klog
-// itself (to standard error), with the message and the key/values; nothing
-// goes through the writer given for JSON.
-func TestSetUpLoggingText(t *testing.T) {
-	// klog writes straight to os.Stderr while it logs to standard error
-	// only: have it write to its outputs instead, and capture them.
-	var klogOutput, given bytes.Buffer
-	klog.LogToStderr(false)
-	klog.SetOutput(&klogOutput)
-	t.Cleanup(func() {
-		klog.ClearLogger()
-		klog.LogToStderr(true)
-		klog.SetOutput(os.Stderr)
-	})
-	setUpLogging("text", 0, &given)
-	klog.Background().Info("Shown", "key", "value")
-	klog.Flush()
-	// Like I1129 08:00:00.000000   12345 options_test.go:42] "Shown" key="value".
-	klogLine := regexp.MustCompile(`^I\d{4} \d{2}:\d{2}:\d{2}\.\d{6} +\d+ options_test\.go:\d+\] "Shown" key="value"$`)
-	if line := strings.TrimSuffix(klogOutput.String(), "\n"); !klogLine.MatchString(line) {
-		t.Errorf("text logging wrote %q, want one line in klog's format matching %s", klogOutput.String(), klogLine)
-	}
-	if given.Len() != 0 {
-		t.Errorf("text logging wrote %q to the writer given for JSON", given.String())
-	}
-}
-
 func TestCommandLineAliasWinsOverEnvironment(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
 		vars map[string]string
-		want func(o *options) bool
+		want func(o *Options) bool
 	}{
 		{"alias on the command line, flag in the environment", []string{"--election=cli-app"},
-			map[string]string{"LEADER_ELECTOR_LEASE_NAME": "env-app"}, func(o *options) bool { return o.LeaseName == "cli-app" }},
+			map[string]string{"LEADER_ELECTOR_LEASE_NAME": "env-app"}, func(o *Options) bool { return o.LeaseName == "cli-app" }},
 		{"flag on the command line, alias in the environment", []string{"--lease-name=cli-app"},
-			map[string]string{"LEADER_ELECTOR_ELECTION": "env-app"}, func(o *options) bool { return o.LeaseName == "cli-app" }},
+			map[string]string{"LEADER_ELECTOR_ELECTION": "env-app"}, func(o *Options) bool { return o.LeaseName == "cli-app" }},
 		{"--http on the command line, --http-address in the environment", []string{"--lease-name=x", "--http=:5050"},
-			map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": "127.0.0.1:4041"}, func(o *options) bool { return o.HTTPAddress == ":5050" }},
+			map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": "127.0.0.1:4041"}, func(o *Options) bool { return o.HTTPAddress == ":5050" }},
 		{"alias only in the environment", nil,
-			map[string]string{"LEADER_ELECTOR_ELECTION": "env-app"}, func(o *options) bool { return o.LeaseName == "env-app" }},
+			map[string]string{"LEADER_ELECTOR_ELECTION": "env-app"}, func(o *Options) bool { return o.LeaseName == "env-app" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, _, err := parseOptions(tc.args, fakeEnv{vars: tc.vars, hostname: "host-1"}.environment())
+			o, _, err := parse(tc.args, fakeEnv{vars: tc.vars, hostname: "host-1"}.environment())
 			if err != nil {
-				t.Fatalf("parseOptions: %v", err)
+				t.Fatalf("parse: %v", err)
 			}
 			if !tc.want(o) {
 				t.Errorf("the command line did not win: %+v", o)
 			}
 		})
-	}
-}
-
-func TestVersionIgnoresInvalidEnvironment(t *testing.T) {
-	t.Setenv("LEADER_ELECTOR_RETRY_PERIOD", "often")
-	var stdout, stderr bytes.Buffer
-	if code := execute([]string{"--version"}, &stdout, &stderr); code != 0 {
-		t.Errorf("exit code = %d, want 0 (stderr %q)", code, stderr.String())
 	}
 }
 
@@ -961,7 +690,7 @@ func TestClientRates(t *testing.T) {
 		{name: "flags win", args: []string{"--partitions=16", "--kube-api-qps=3", "--kube-api-burst=4"}, qps: 3, burst: 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, _, err := parseOptions(append([]string{"--lease-name=my-app"}, tc.args...), plainEnv.environment())
+			o, _, err := parse(append([]string{"--lease-name=my-app"}, tc.args...), plainEnv.environment())
 			if err != nil {
 				t.Fatal(err)
 			}

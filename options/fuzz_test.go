@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"errors"
@@ -38,7 +38,7 @@ func FuzzParseOptions(f *testing.F) {
 		f.Add(seed.args, seed.environ)
 	}
 	// -v sets klog's global verbosity: put it back afterwards.
-	f.Cleanup(func() { _, _, _ = parseOptions([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()) })
+	f.Cleanup(func() { _, _, _ = parse([]string{"-v=0", "--lease-name=x"}, plainEnv.environment()) })
 
 	f.Fuzz(func(t *testing.T, args, environ string) {
 		var argv []string
@@ -51,12 +51,12 @@ func FuzzParseOptions(f *testing.F) {
 				vars[name] = value
 			}
 		}
-		o, _, err := parseOptions(argv, fakeEnv{vars: vars, hostname: "host-1"}.environment())
+		o, _, err := parse(argv, fakeEnv{vars: vars, hostname: "host-1"}.environment())
 		switch {
 		case errors.Is(err, pflag.ErrHelp):
 			return
 		case err != nil:
-			line := oneLine(err)
+			line := OneLine(err)
 			if line == "" || !printableLine(line) {
 				t.Fatalf("refusal is not one printable line: %q", line)
 			}
@@ -69,7 +69,7 @@ func FuzzParseOptions(f *testing.F) {
 }
 
 // checkSupported fails unless every option is inside its supported range.
-func checkSupported(t *testing.T, o *options) {
+func checkSupported(t *testing.T, o *Options) {
 	t.Helper()
 	if o.LeaseDuration < minLeaseDuration || o.LeaseDuration > maxTiming || o.LeaseDuration%time.Second != 0 ||
 		o.LeaseDuration.Seconds() > math.MaxInt32 {

@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"errors"
@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/pflag"
@@ -48,7 +47,7 @@ const (
 // validateInputs checks the ranges the other checks of Validate do not:
 // the timings' bounds, the identity, the client rate. Each failure is its
 // own error.
-func (o *options) validateInputs() []error {
+func (o *Options) validateInputs() []error {
 	var errs []error
 	for _, d := range []struct {
 		name     string
@@ -114,14 +113,14 @@ func quoteShort(s string) string {
 // partitionLeaseRate is the Lease requests per second a partition-mode pod
 // that owns every partition needs: one per Lease (the partitions and its
 // membership) each retry period.
-func (o *options) partitionLeaseRate() float64 {
+func (o *Options) partitionLeaseRate() float64 {
 	return float64(o.Partitions+1) / o.RetryPeriod.Seconds()
 }
 
 // validateDerivedRate refuses a partition mode whose derived client rate
 // would have to exceed maxDerivedQPS; --kube-api-qps given explicitly is the
 // operator's own choice.
-func (o *options) validateDerivedRate() error {
+func (o *Options) validateDerivedRate() error {
 	if o.Partitions <= 0 || o.RetryPeriod <= 0 || o.KubeAPIQPS != 0 {
 		return nil
 	}
@@ -249,7 +248,7 @@ func envName(flag string) string {
 // flag: a misspelt timing left at its default is exactly what must not
 // pass silently. It returns the Kubernetes service link variables apart,
 // which are not refused.
-func unknownEnvironment(fs *pflag.FlagSet, env environment) (serviceLinks []string, err error) {
+func unknownEnvironment(fs *pflag.FlagSet, env Environment) (serviceLinks []string, err error) {
 	if env.environ == nil {
 		return nil, nil
 	}
@@ -315,17 +314,4 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
-}
-
-// isUnsafeInLine reports the characters an error line must not print raw:
-// control characters (newlines, carriage returns, terminal escapes), the
-// Unicode line and paragraph separators, and bidirectional overrides.
-func isUnsafeInLine(r rune) bool {
-	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r)
-}
-
-// printableLine reports whether s is UTF-8 without a character
-// isUnsafeInLine refuses.
-func printableLine(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, isUnsafeInLine)
 }

@@ -1,0 +1,132 @@
+// Package app composes the sidecar from its parts: it builds the API
+// clients, chooses the workload (leader election or a partition group
+// member), starts the HTTP servers and the routing, and stops them in
+// order. It takes a Config that package options builds from the command
+// line and the environment; it parses nothing itself.
+package app
+
+import (
+	"context"
+	"errors"
+
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/routing"
+)
+
+// shutdownTimeout bounds the graceful stop of the HTTP servers.
+const shutdownTimeout = 5 * time.Second
+
+// eventsFlushTimeout bounds the wait, at shutdown, for the last Events
+// (this pod's "stopped leading") to be written. The Lease is released
+// before, so it does not delay the handover.
+const eventsFlushTimeout = 2 * time.Second
+
+// Config is everything Run needs, each part in the form of the package
+// that uses it.
+type Config struct {
+	// Version is reported in the startup log line.
+	Version string
+	// Client is how to reach the API server.
+	Client ClientConfig
+	// HTTPAddress is the application API's listen address, ProbeAddress
+	// that of /readyz, /healthz and /metrics.
+	HTTPAddress  string
+	ProbeAddress string
+	Readiness    httpapi.Readiness
+	// Events records the Lease's Events (leader election only).
+	Events bool
+	// Election is leader election on one Lease; its clients are filled in
+	// by Run. Its Namespace, Name and Identity are also the partition
+	// group's and the routing's.
+	Election election.Config
+	// Partition, when its Partitions is above 0, makes this pod a member
+	// of a partition group instead; its clients are filled in by Run.
+	Partition partition.Config
+	// Routing publishes the leader besides readiness (Mode none: not at
+	// all); its Client and Leadership are filled in by Run.
+	Routing routing.Config
+}
+
+// partitionMode reports whether the pod is a partition group member.
+func (c Config) partitionMode() bool { return c.Partition.Partitions > 0 }
+
+// Run takes part in the election and serves the HTTP APIs until ctx ends,
+// then releases what it holds and stops the servers.
+func Run(ctx context.Context, cfg Config) error {
+	logger := klog.FromContext(ctx)
+	c, err := newClients(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	w, err := newWorkload(cfg, c)
+	if err != nil {
+		return err
+	}
+	metrics, err := newMetrics(cfg, w.collectors)
+	if err != nil {
+		return err
+	}
+	if err := checkLeaderLabel(ctx, cfg.Routing, c.routing); err != nil {
+		return err
+	}
+	servers, err := listen(ctx, cfg, w, metrics)
+	if err != nil {
+		return err
+	}
+	logStart(logger, cfg, servers)
+	reportStartup(ctx, cfg, c.routing)
+
+	// A server that fails stops everything: the pod is useless without it.
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	servers.serve(stop)
+
+	// The router withdraws this pod when runCtx ends, while the elector
+	// releases the Lease; either order is safe (the writes are fenced).
+	routingDone, err := startRouting(runCtx, cfg.Routing, c.routing, w.elector, metrics.labelled)
+	if err != nil {
+		stop(err)
+	}
+
+	// The elector stops claiming leadership the moment runCtx ends, then
+	// releases the Lease; the servers keep answering (not leader, not ready)
+	// until it has done so.
+	electionErr := w.run(runCtx)
+	<-routingDone
+	c.flushEvents(ctx)
+	servers.shutdown(ctx)
+	if electionErr != nil {
+		return electionErr
+	}
+	// A signal cancels ctx (context.Canceled); anything else is a server
+	// that failed.
+	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// logStart reports, in one line, what this pod runs with.
+func logStart(logger klog.Logger, cfg Config, s *servers) {
+	e := cfg.Election
+	logger.Info("Starting",
+		"version", cfg.Version,
+		"lease", klog.KRef(e.Namespace, e.Name),
+		"identity", e.Identity,
+		"leaseDuration", e.LeaseDuration,
+		"renewDeadline", e.RenewDeadline,
+		"retryPeriod", e.RetryPeriod,
+		"httpAddress", s.api.Addr(),
+		"probeAddress", s.probes.Addr(),
+		"readiness", cfg.Readiness,
+		"releaseOnShutdown", e.ReleaseOnShutdown,
+		"partitions", cfg.Partition.Partitions,
+		"events", cfg.Events && !cfg.partitionMode(),
+	)
+}

@@ -1,0 +1,80 @@
+package options
+
+import (
+	"github.com/leader-elector/leader-elector/app"
+	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/routing"
+)
+
+// The options are turned into each package's own configuration here, once;
+// no package below reads the options themselves.
+
+// AppConfig is the sidecar's configuration; version is the build's.
+func (o *Options) AppConfig(version string) app.Config {
+	qps, burst := o.clientRates()
+	cfg := app.Config{
+		Version:      version,
+		Client:       app.ClientConfig{Kubeconfig: o.Kubeconfig, QPS: qps, Burst: burst},
+		HTTPAddress:  o.HTTPAddress,
+		ProbeAddress: o.ProbeAddress,
+		Readiness:    httpapi.Readiness(o.Readiness),
+		Events:       o.Events,
+		Election:     o.electionConfig(),
+		Routing:      o.routingConfig(),
+	}
+	if o.Partitions > 0 {
+		cfg.Partition = o.partitionConfig()
+	}
+	return cfg
+}
+
+// timings are the election's three durations.
+func (o *Options) timings() election.Timings {
+	return election.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
+}
+
+// electionConfig is the part of the options the elector takes.
+func (o *Options) electionConfig() election.Config {
+	return election.Config{
+		Namespace:         o.LeaseNamespace,
+		Name:              o.LeaseName,
+		Identity:          o.Identity,
+		LeaseDuration:     o.LeaseDuration,
+		RenewDeadline:     o.RenewDeadline,
+		RetryPeriod:       o.RetryPeriod,
+		ReleaseOnShutdown: o.ReleaseOnShutdown,
+	}
+}
+
+// partitionConfig is the part of the options a partition group member takes.
+func (o *Options) partitionConfig() partition.Config {
+	return partition.Config{
+		Namespace:         o.LeaseNamespace,
+		Name:              o.LeaseName,
+		Identity:          o.Identity,
+		Partitions:        o.Partitions,
+		LeaseDuration:     o.LeaseDuration,
+		RenewDeadline:     o.RenewDeadline,
+		RetryPeriod:       o.RetryPeriod,
+		ReleaseOnShutdown: o.ReleaseOnShutdown,
+	}
+}
+
+// routingConfig is the part of the options the router takes: the leader
+// checks its routing once per lease duration, and retries a failed write
+// within a retry period, so that routing recovers as fast as the Lease.
+func (o *Options) routingConfig() routing.Config {
+	return routing.Config{
+		Mode:        routing.Mode(o.Routing.Mode),
+		Namespace:   o.LeaseNamespace,
+		PodName:     o.Identity,
+		LeaseName:   o.LeaseName,
+		Service:     o.Routing.Service,
+		PodIP:       o.Routing.PodIP,
+		LeaderLabel: o.Routing.LeaderLabel,
+		Resync:      o.LeaseDuration,
+		MaxBackoff:  o.RetryPeriod,
+	}
+}
