@@ -36,7 +36,7 @@ func checkLeaderLabel(ctx context.Context, rcfg routing.Config, client kubernete
 	case errors.Is(err, routing.ErrLeaderLabelTaken):
 		return fmt.Errorf("--leader-label=%s: %w", rcfg.LeaderLabel, err)
 	case err != nil:
-		klog.FromContext(ctx).Info("Cannot check the leader label against this pod and its controller", "label", rcfg.LeaderLabel, "err", err)
+		klog.FromContext(ctx).Error(err, "Cannot check the leader label against this pod and its controller", "label", rcfg.LeaderLabel)
 	}
 	return nil
 }
@@ -95,9 +95,11 @@ func reportStartup(ctx context.Context, cfg Config, client kubernetes.Interface)
 			// Optional: the shipped RBAC does not grant it.
 			logger.Info("Not checking whether the Deployment can complete a rollout with readiness=leader: the ServiceAccount may not read the pod, its ReplicaSet and Deployment (get on pods, replicasets, deployments)")
 		case err != nil:
-			logger.Info("Cannot check whether the Deployment can complete a rollout with readiness=leader", "err", err)
+			logger.Error(err, "Cannot check whether the Deployment can complete a rollout with readiness=leader")
 		case check.Problem != "":
-			logger.Info("WARNING: the Deployment cannot complete a rollout with readiness=leader", "deployment", klog.KRef(e.Namespace, check.Deployment), "problem", check.Problem)
+			// An error without an error value: the configuration, not a
+			// request, is what is wrong, and a rollout will wait forever.
+			logger.Error(nil, "The Deployment cannot complete a rollout with readiness=leader", "deployment", klog.KRef(e.Namespace, check.Deployment), "problem", check.Problem)
 		case check.Deployment != "":
 			logger.V(2).Info("The Deployment's strategy can complete a rollout with readiness=leader", "deployment", klog.KRef(e.Namespace, check.Deployment))
 		}

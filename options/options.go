@@ -165,8 +165,7 @@ func applyEnvironment(fs *pflag.FlagSet, env Environment) error {
 
 // complete fills in the defaults that depend on the environment. It runs
 // after the flags, the aliases and the environment are applied.
-func (o *Options) complete(fs *pflag.FlagSet, env Environment) error {
-	var errs []error
+func (o *Options) complete(env Environment) {
 	if o.LeaseNamespace == "" {
 		o.LeaseNamespace = defaultNamespace(env)
 	}
@@ -181,7 +180,6 @@ func (o *Options) complete(fs *pflag.FlagSet, env Environment) error {
 		o.Kubeconfig, _ = env.lookupEnv("KUBECONFIG")
 	}
 	o.Routing.complete(env)
-	return errors.Join(errs...)
 }
 
 // resolveAliases copies each deprecated alias that was set, and not yet
@@ -267,10 +265,10 @@ func (o *Options) Validate() error {
 	if o.KubeAPIQPS < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must not be negative, got %v", o.KubeAPIQPS))
 	}
-	errs = append(errs, o.validatePartitions()...)
 	if o.KubeAPIBurst < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}
+	errs = append(errs, o.validatePartitions()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
 	return errors.Join(errs...)
 }
@@ -333,9 +331,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	if err := o.resolveAliases(fs, resolved); err != nil {
 		return nil, fs, err
 	}
-	if err := o.complete(fs, env); err != nil {
-		return nil, fs, err
-	}
+	o.complete(env)
 	if err := o.Validate(); err != nil {
 		return nil, fs, err
 	}

@@ -82,7 +82,7 @@ func TestStartupReport(t *testing.T) {
 			MaxSurge: ptr.To(intstr.Parse(surge)), MaxUnavailable: ptr.To(intstr.Parse(unavailable)),
 		}}
 	}
-	const warning = "WARNING: the Deployment cannot complete a rollout with readiness=leader"
+	const warning = "The Deployment cannot complete a rollout with readiness=leader"
 	t.Run("the default strategy: warned", func(t *testing.T) {
 		const namespace = "report-default"
 		pod := ownedPod(t, namespace, "app", rolling("25%", "25%"))
