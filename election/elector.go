@@ -55,6 +55,9 @@ type Config struct {
 	RenewDeadline time.Duration
 	// RetryPeriod is how often candidates and the leader try the Lease. Must
 	// be less than RenewDeadline/1.2 (client-go's jitter factor).
+	//
+	// The sidecar's defaults are 15s, 10s and 2s (package options); the
+	// rules of the three are Timings.Check.
 	RetryPeriod time.Duration
 	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
 	// that a standby takes over at once instead of after the lease duration.
@@ -158,7 +161,11 @@ func NewClientsets(cfg *rest.Config, renewDeadline time.Duration, serverClock *S
 }
 
 // Elector takes part in the election for one Lease until its context ends.
-// Losing the Lease is not fatal: it goes back to being a candidate.
+// Losing the Lease is not fatal: it goes back to being a candidate. Unlike
+// the controllers that exit when they lose their lease (they run guarded
+// code in their own process), the sidecar guards no code: the app reads
+// isLeader, which turned false at validUntil whatever happened, so staying
+// up keeps the pod a standby without a restart.
 type Elector struct {
 	cfg     Config
 	clock   clock.WithDelayedExecution
