@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -118,10 +119,15 @@ func TestCacheFollowsTheWatch(t *testing.T) {
 	if _, err := watches.CoordinationV1().Leases(testNamespace).Update(context.Background(), updated, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for seen.count() < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	waitSeen := func(n int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return seen.count() >= n, nil
+		}); err != nil {
+			t.Fatalf("onChange called %d times, want %d: %v", seen.count(), n, err)
+		}
 	}
+	waitSeen(2)
 	l, err := c.get(context.Background())
 	if err != nil || *l.Spec.HolderIdentity != "pod-b" {
 		t.Fatalf("after the watch event: %v %v", l, err)
@@ -129,9 +135,7 @@ func TestCacheFollowsTheWatch(t *testing.T) {
 	if err := watches.CoordinationV1().Leases(testNamespace).Delete(context.Background(), testName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for seen.count() < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitSeen(3)
 	if _, err := c.get(context.Background()); !apierrors.IsNotFound(err) {
 		t.Errorf("after deletion: %v, want NotFound", err)
 	}
