@@ -14,7 +14,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/leader-elector/leader-elector/test/packaging"
@@ -144,13 +146,12 @@ func (d *deployment) remove(t *testing.T) {
 		t.Errorf("deleting namespace %s: %v", d.namespace, err)
 		return
 	}
-	for ctx.Err() == nil {
-		if _, err := d.client.CoreV1().Namespaces().Get(ctx, d.namespace, metav1.GetOptions{}); err != nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
+	if err := wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		_, err := d.client.CoreV1().Namespaces().Get(ctx, d.namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Errorf("namespace %s still there after 2 minutes", d.namespace)
 	}
-	t.Errorf("namespace %s still there after 2 minutes", d.namespace)
 }
 
 // pods lists the Deployment's pods (by the selector the manifests set).

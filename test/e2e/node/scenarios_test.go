@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/node"
 	"github.com/leader-elector/leader-elector/test/packaging"
@@ -105,25 +106,22 @@ func (d *deployment) faultReadyLeader(t *testing.T) *corev1.Pod {
 // that takes longer than the settle timeout.
 func (d *deployment) waitPods(t *testing.T, interval time.Duration, done func(*appsv1.Deployment, []corev1.Pod) (bool, string)) {
 	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(d.settleTimeout())
-	for {
+	var state string
+	err := wait.PollUntilContextTimeout(context.Background(), interval, d.settleTimeout(), true, func(ctx context.Context) (bool, error) {
 		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		pods, err := d.pods(ctx)
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		ok, state := done(dep, pods)
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not done after %v: %s", d.settleTimeout(), state)
-		}
-		time.Sleep(interval)
+		var ok bool
+		ok, state = done(dep, pods)
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("not done after %v: %s (%v)", d.settleTimeout(), state, err)
 	}
 }
 
@@ -137,16 +135,12 @@ func checkDeployed(t *testing.T, d *deployment) {
 	d.waitServed(t, leader)
 	t.Logf("MEASURED %s: settled and serving %v after the check began", d.name, since(began))
 	// The demo app asks localhost:4040/leader every 5 s and logs the answer.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		log := d.logs(ctx, leader, "app", 5)
-		if strings.Contains(log, `"identity":"`+leader+`"`) && strings.Contains(log, `"isLeader":true`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the leader's app never logged isLeader: true from localhost:4040/leader; its log:\n%s", log)
-		}
-		time.Sleep(500 * time.Millisecond)
+	var log string
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		log = d.logs(ctx, leader, "app", 5)
+		return strings.Contains(log, `"identity":"`+leader+`"`) && strings.Contains(log, `"isLeader":true`), nil
+	}); err != nil {
+		t.Fatalf("the leader's app never logged isLeader: true from localhost:4040/leader; its log:\n%s", log)
 	}
 	pods, err := d.pods(ctx)
 	if err != nil {
@@ -172,26 +166,33 @@ func (d *deployment) waitServed(t *testing.T, pod string, previous ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	inARow := 0
 	answered := false
 	var last string
 	var lastErr error
-	for inARow < 10 {
-		got, err := ask(ctx, url)
-		switch {
-		case err == nil && got == pod:
-			inARow++
-			answered = true
-			continue
-		case err == nil && (answered || !slices.Contains(previous, got)):
-			t.Fatalf("the Service was answered by %s, not the leader %s", got, pod)
+	// Ten answers in a row are asked back to back; after any other answer,
+	// the next try waits 50 ms.
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		for inARow < 10 {
+			got, err := ask(ctx, url)
+			switch {
+			case err == nil && got == pod:
+				inARow++
+				answered = true
+				continue
+			case err == nil && (answered || !slices.Contains(previous, got)):
+				return false, fmt.Errorf("the Service was answered by %s, not the leader %s", got, pod)
+			}
+			inARow, last, lastErr = 0, got, err
+			return false, nil
 		}
-		inARow, last, lastErr = 0, got, err
-		if time.Now().After(deadline) {
-			t.Fatalf("the Service never answered from the leader %s: last answer %q, %v", pod, last, lastErr)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return true, nil
+	})
+	switch {
+	case wait.Interrupted(err):
+		t.Fatalf("the Service never answered from the leader %s: last answer %q, %v", pod, last, lastErr)
+	case err != nil:
+		t.Fatal(err)
 	}
 }
 
@@ -319,12 +320,11 @@ func (d *deployment) checkLeaseEvents(t *testing.T, want []string) {
 		t.Fatal(err)
 	}
 	selector := fields.Set{"involvedObject.kind": "Lease", "involvedObject.name": d.lease, "involvedObject.uid": string(lease.UID)}.String()
-	var got []string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var got, missing []string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := d.client.CoreV1().Events(d.namespace).List(ctx, metav1.ListOptions{FieldSelector: selector})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		got = got[:0]
 		for _, e := range list.Items {
@@ -332,17 +332,17 @@ func (d *deployment) checkLeaseEvents(t *testing.T, want []string) {
 				got = append(got, e.Message)
 			}
 		}
-		missing := slices.DeleteFunc(slices.Clone(want), func(m string) bool { return slices.Contains(got, m) })
-		if len(missing) == 0 {
-			t.Logf("%d LeaderElection Events on the Lease, every handover's among them", len(got))
-			return
-		}
-		if time.Now().After(deadline) {
-			slices.Sort(got)
-			t.Errorf("Events on the Lease lack %q; they are:\n  %s", missing, strings.Join(got, "\n  "))
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		missing = slices.DeleteFunc(slices.Clone(want), func(m string) bool { return slices.Contains(got, m) })
+		return len(missing) == 0, nil
+	})
+	switch {
+	case wait.Interrupted(err):
+		slices.Sort(got)
+		t.Errorf("Events on the Lease lack %q; they are:\n  %s", missing, strings.Join(got, "\n  "))
+	case err != nil:
+		t.Fatal(err)
+	default:
+		t.Logf("%d LeaderElection Events on the Lease, every handover's among them", len(got))
 	}
 }
 
@@ -607,19 +607,15 @@ func (d *deployment) term(t *testing.T) int32 {
 // waitNewTerm waits until someone holds the Lease in a term after term.
 func (d *deployment) waitNewTerm(t *testing.T, term int32) {
 	t.Helper()
-	deadline := time.Now().Add(d.settleTimeout())
-	for {
-		l, err := d.client.CoordinationV1().Leases(d.namespace).Get(context.Background(), d.lease, metav1.GetOptions{})
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, d.settleTimeout(), true, func(ctx context.Context) (bool, error) {
+		l, err := d.client.CoordinationV1().Leases(d.namespace).Get(ctx, d.lease, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
-		if l.Spec.LeaseTransitions != nil && *l.Spec.LeaseTransitions > term && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no new term after %d within %v", term, d.settleTimeout())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return l.Spec.LeaseTransitions != nil && *l.Spec.LeaseTransitions > term && l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no new term after %d within %v: %v", term, d.settleTimeout(), err)
 	}
 }
 
