@@ -56,7 +56,7 @@ LABEL org.opencontainers.image.title="leader-elector" \
       org.opencontainers.image.source="https://github.com/leader-elector/leader-elector" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.licenses="NOASSERTION"
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/leader-elector /leader-elector
 USER 65532:65532
 ENTRYPOINT ["/leader-elector"]

@@ -149,15 +149,16 @@ func TestConfig(t *testing.T) {
 		}
 		labels := c.Config.Labels
 		for key, want := range map[string]string{
-			"org.opencontainers.image.source":  sourceURL,
-			"org.opencontainers.image.version": wantVersion,
-			"org.opencontainers.image.title":   "leader-elector",
+			"org.opencontainers.image.source":   sourceURL,
+			"org.opencontainers.image.version":  wantVersion,
+			"org.opencontainers.image.title":    "leader-elector",
+			"org.opencontainers.image.licenses": "Apache-2.0",
 		} {
 			if labels[key] != want {
 				t.Errorf("label %s = %q, want %q", key, labels[key], want)
 			}
 		}
-		for _, key := range []string{"org.opencontainers.image.licenses", "org.opencontainers.image.revision", "org.opencontainers.image.description"} {
+		for _, key := range []string{"org.opencontainers.image.revision", "org.opencontainers.image.description"} {
 			if labels[key] == "" || labels[key] == "unknown" {
 				t.Errorf("label %s = %q", key, labels[key])
 			}
