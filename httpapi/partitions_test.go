@@ -20,11 +20,10 @@ import (
 
 // fakePartitions is a Partitions whose state the test sets.
 type fakePartitions struct {
-	mu       sync.Mutex
-	state    partition.State
-	changed  chan struct{}
-	released []int
-	ready    error
+	mu      sync.Mutex
+	state   partition.State
+	changed chan struct{}
+	ready   error
 	// releaseDeadline is the deadline the last Release was given; hang
 	// makes Release fail as a hung API server would.
 	releaseDeadline time.Time

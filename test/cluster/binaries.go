@@ -34,8 +34,9 @@ var builtBinaries = append(slices.Clone(binaries), "kube-controller-manager")
 // may be nil).
 //
 // Concurrent callers on this machine (for example several test binaries run
-// by `go test ./...`) are serialised with a file lock, because two build.sh
-// runs building the same binary would write the same temporary file.
+// by `go test -tags integration ./...`) are serialised with a file lock,
+// because two build.sh runs building the same binary would write the same
+// temporary file.
 func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 	if progress == nil {
 		progress = io.Discard

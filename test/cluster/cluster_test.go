@@ -1,3 +1,5 @@
+//go:build integration
+
 package cluster
 
 import (
@@ -195,13 +197,6 @@ func TestStartFailure(t *testing.T) {
 	out, _ := exec.Command("pgrep", "-f", "--", "--data-dir="+filepath.Join(workDir, "etcd")).Output()
 	if pids := strings.TrimSpace(string(out)); pids != "" {
 		t.Errorf("etcd left running after a failed Start: pids %s", pids)
-	}
-}
-
-func TestEnsureBinariesFromEnv(t *testing.T) {
-	t.Setenv(ToolsDirEnv, t.TempDir())
-	if _, err := EnsureBinaries(t.Context(), nil); err == nil {
-		t.Fatalf("EnsureBinaries with an empty $%s succeeded", ToolsDirEnv)
 	}
 }
 

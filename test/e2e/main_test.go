@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package e2e runs real leader-elector processes against a real control plane
 // (etcd + kube-apiserver started by test/cluster) and injects real faults:
 // SIGTERM, SIGKILL, SIGSTOP/SIGCONT of a leader, an API server that is

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package node_test deploys what the project ships — the leader-elector
 // image, manifests/example and the Helm chart — on a real single-node
 // Kubernetes (test/node: kubelet, containerd, runc, kube-proxy, scheduler,
