@@ -158,4 +158,3 @@ func TestServiceLinkVariablesLogged(t *testing.T) {
 		t.Errorf("serviceLinks = %q, want %q", o.serviceLinks, want)
 	}
 }
-

@@ -30,9 +30,8 @@ func TestReadmeWorker(t *testing.T) {
 	g.waitFair("one member", time.Now())
 
 	type consumer struct {
-		running  bool
-		stopped  time.Time
-		deadline time.Time
+		running bool
+		stopped time.Time
 	}
 	var mu sync.Mutex
 	consumers := map[int]*consumer{}

@@ -352,7 +352,7 @@ func (d *deployment) checkLeaseEvents(t *testing.T, want []string) {
 // (:8080) directly, to see which stops first.
 type stopOrder struct {
 	done                     chan struct{}
-	appStopped, sidecarLast  time.Time
+	appStopped               time.Time
 	appLastOK, sidecarLastOK time.Time
 }
 
