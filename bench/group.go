@@ -16,27 +16,17 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/invariant"
 )
-
-// leaderState is the part of GET /leader both implementations answer, plus
-// leader-elector's validity and fencing fields.
-type leaderState struct {
-	Identity     string     `json:"identity"`
-	Holder       string     `json:"holder"`
-	IsLeader     bool       `json:"isLeader"`
-	FencingToken int64      `json:"fencingToken"`
-	LeaderSince  *time.Time `json:"leaderSince"`
-	ValidUntil   *time.Time `json:"validUntil"`
-}
 
 // observation is one answer to GET /leader.
 type observation struct {
 	who      string
 	sent     time.Time
 	received time.Time
-	state    leaderState
+	state    api.Leader
 }
 
 // candidate is one running process of an implementation.
@@ -63,8 +53,8 @@ func (c *candidate) running() bool {
 func (c *candidate) pid() int { return c.cmd.Process.Pid }
 
 // state asks GET /leader.
-func (c *candidate) state(ctx context.Context) (leaderState, error) {
-	var s leaderState
+func (c *candidate) state(ctx context.Context) (api.Leader, error) {
+	var s api.Leader
 	return s, c.getJSON(ctx, "/leader", &s)
 }
 
@@ -298,7 +288,7 @@ func (g *group) poll(ctx context.Context, c *candidate) {
 		s, err := c.state(ctx)
 		if err == nil {
 			o := observation{who: c.name, sent: sent, received: time.Now(), state: s}
-			g.mon.Record(invariant.Answer{Who: o.who, Sent: o.sent, IsLeader: o.state.IsLeader, FencingToken: o.state.FencingToken, LeaderSince: o.state.LeaderSince, ValidUntil: o.state.ValidUntil})
+			g.mon.Record(invariant.LeaderAnswer(o.who, o.sent, o.state))
 			g.mu.Lock()
 			g.latest[c] = o
 			g.mu.Unlock()

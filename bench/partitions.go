@@ -11,19 +11,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/invariant"
 )
 
-// partitionsState is the part of GET /partitions the benchmark reads.
-type partitionsState struct {
-	Members int                     `json:"members"`
-	Member  bool                    `json:"member"`
-	Owned   []invariant.OwnedAnswer `json:"owned"`
-}
-
 // partitions asks GET /partitions.
-func (c *candidate) partitions(ctx context.Context) (partitionsState, error) {
-	var s partitionsState
+func (c *candidate) partitions(ctx context.Context) (api.Partitions, error) {
+	var s api.Partitions
 	return s, c.getJSON(ctx, "/partitions", &s)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -88,9 +89,9 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 	}
 
 	// A long-poll waits for the next revision; the release makes one.
-	polled := make(chan partitionsState, 1)
+	polled := make(chan api.Partitions, 1)
 	go func() {
-		var s partitionsState
+		var s api.Partitions
 		client := &http.Client{Timeout: 30 * time.Second}
 		resp, err := client.Get(fmt.Sprintf("%s/partitions?wait=20s&revision=%d", a.apiURL, before.Revision))
 		if err == nil {
@@ -108,7 +109,7 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("release partition %d: %d %s %v", mine.Partition, status, body, err)
 	}
-	var after partitionsState
+	var after api.Partitions
 	if err := json.Unmarshal(body, &after); err != nil {
 		t.Fatal(err)
 	}

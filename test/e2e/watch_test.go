@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leader-elector/leader-elector/api"
 )
 
 // TestWatchers: an app watching a follower over SSE and long-poll learns
@@ -49,7 +51,7 @@ func TestWatchers(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("Content-Type %q", ct)
 	}
-	events := make(chan leaderState, 100)
+	events := make(chan api.Leader, 100)
 	go func() {
 		sc := bufio.NewScanner(resp.Body)
 		event := ""
@@ -59,7 +61,7 @@ func TestWatchers(t *testing.T) {
 			case strings.HasPrefix(line, "event: "):
 				event = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: ") && event == "leader":
-				var s leaderState
+				var s api.Leader
 				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &s) == nil {
 					events <- s
 				}
@@ -74,7 +76,7 @@ func TestWatchers(t *testing.T) {
 
 	// A long-poll that waits for the next change after the current revision.
 	type result struct {
-		s   leaderState
+		s   api.Leader
 		at  time.Time
 		err error
 	}
@@ -87,7 +89,7 @@ func TestWatchers(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
-		var s leaderState
+		var s api.Leader
 		err = json.NewDecoder(resp.Body).Decode(&s)
 		polled <- result{s, time.Now(), err}
 	}()
