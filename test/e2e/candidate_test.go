@@ -146,8 +146,8 @@ func (c *candidate) dumpLog() {
 	c.t.Logf("---- last lines of %s's log ----\n%s", c.name, c.h.LogTail(60))
 }
 
-// pickPorts returns n ports that were free a moment ago.
-func pickPorts(t testing.TB, n int) []int {
+// freePortsOrFail returns n ports that were free a moment ago.
+func freePortsOrFail(t testing.TB, n int) []int {
 	t.Helper()
 	ports, err := harness.FreePorts(n)
 	if err != nil {

@@ -93,7 +93,7 @@ func TestBadFlags(t *testing.T) {
 // format is JSON, and --readiness=candidate makes a follower ready.
 func TestEnvironmentAndAliases(t *testing.T) {
 	lease := leaseName(t)
-	ports := pickPorts(t, 2)
+	ports := freePortsOrFail(t, 2)
 	g := &group{t: t, lease: lease}
 	g.monitor = startMonitor(t, g.members)
 	byEnv := startCandidate(t, "by-env", candidateOptions{
@@ -118,7 +118,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		),
 	})
 	g.add(byEnv)
-	aliasPorts := pickPorts(t, 2)
+	aliasPorts := freePortsOrFail(t, 2)
 	byAlias := startCandidate(t, "by-alias", candidateOptions{
 		bareArgs: true,
 		ports:    aliasPorts,

@@ -91,7 +91,7 @@ func restrictedNamespace(t *testing.T, name string) {
 // pod's, and with kubeconfig instead of the in-cluster configuration.
 func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kubeconfig string, extraArgs ...string) *candidate {
 	t.Helper()
-	ports := pickPorts(t, 2)
+	ports := freePortsOrFail(t, 2)
 	args, env := podTemplateCommand(t, spec, podName, namespace, kubeconfig, ports, extraArgs...)
 	return startCandidate(t, podName, candidateOptions{bareArgs: true, extraArgs: args, env: env, ports: ports})
 }

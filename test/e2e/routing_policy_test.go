@@ -307,7 +307,7 @@ func TestRouteLabelRefusesATakenLabel(t *testing.T) {
 	// the label runs on, and is killed).
 	run := func(t *testing.T, label string, code int, want string) {
 		t.Helper()
-		args, env := podTemplateCommand(t, spec, "pod-a", namespace, kubeconfig, pickPorts(t, 2), "--leader-label="+label)
+		args, env := podTemplateCommand(t, spec, "pod-a", namespace, kubeconfig, freePortsOrFail(t, 2), "--leader-label="+label)
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, binary, args...)
