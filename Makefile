@@ -21,7 +21,7 @@ lint: ## gofmt, go vet, go mod tidy check
 	$(GO) mod tidy -diff
 
 unit: ## unit tests with the race detector
-	$(GO) test -race -count=1 . ./election/... ./httpapi/... ./partition/... ./routing/... ./test/invariant/... ./test/node/
+	$(GO) test -race -count=1 . ./api/... ./election/... ./httpapi/... ./partition/... ./routing/... ./test/harness/... ./test/invariant/... ./test/node/
 
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
 	$(GO) test -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; exit $${PIPESTATUS[0]}
