@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -91,13 +90,8 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 	// A long-poll waits for the next revision; the release makes one.
 	polled := make(chan api.Partitions, 1)
 	go func() {
-		var s api.Partitions
-		client := &http.Client{Timeout: 30 * time.Second}
-		resp, err := client.Get(fmt.Sprintf("%s/partitions?wait=20s&revision=%d", a.apiURL, before.Revision))
-		if err == nil {
-			defer resp.Body.Close()
-			_ = json.NewDecoder(resp.Body).Decode(&s)
-		}
+		client := api.NewClient(a.apiURL, &http.Client{Timeout: 30 * time.Second})
+		s, _ := client.WaitPartitions(context.Background(), before.Revision, 20*time.Second)
 		polled <- s
 	}()
 	events := firstEvent(t, a)
@@ -105,17 +99,13 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 		t.Errorf("GET /events: first event %q, want event: partitions with the state", events)
 	}
 
-	status, _, body, err := a.do(http.MethodPost, fmt.Sprintf("/partitions/%d/release", mine.Partition), nil)
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("release partition %d: %d %s %v", mine.Partition, status, body, err)
-	}
-	var after api.Partitions
-	if err := json.Unmarshal(body, &after); err != nil {
-		t.Fatal(err)
+	after, err := a.api().ReleasePartition(context.Background(), mine.Partition)
+	if err != nil {
+		t.Fatalf("release partition %d: %v", mine.Partition, err)
 	}
 	for _, o := range after.Owned {
 		if o.Partition == mine.Partition {
-			t.Errorf("partition %d still listed after its release: %s", mine.Partition, body)
+			t.Errorf("partition %d still listed after its release: %+v", mine.Partition, after)
 		}
 	}
 	select {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -82,15 +83,8 @@ func TestWatchers(t *testing.T) {
 	}
 	polled := make(chan result, 1)
 	go func() {
-		c := &http.Client{Timeout: 40 * time.Second}
-		resp, err := c.Get(fmt.Sprintf("%s/leader?wait=30s&revision=%d", follower.apiURL, before.Revision))
-		if err != nil {
-			polled <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		var s api.Leader
-		err = json.NewDecoder(resp.Body).Decode(&s)
+		c := api.NewClient(follower.apiURL, &http.Client{Timeout: 40 * time.Second})
+		s, err := c.WaitLeader(context.Background(), before.Revision, 30*time.Second)
 		polled <- result{s, time.Now(), err}
 	}()
 
