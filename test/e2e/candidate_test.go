@@ -146,16 +146,6 @@ func (c *candidate) dumpLog() {
 	c.t.Logf("---- last lines of %s's log ----\n%s", c.name, c.h.LogTail(60))
 }
 
-// freePortsOrFail returns n ports that were free a moment ago.
-func freePortsOrFail(t testing.TB, n int) []int {
-	t.Helper()
-	ports, err := harness.FreePorts(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ports
-}
-
 // leaseName turns a test name into a unique, valid Lease name.
 func leaseName(t testing.TB) string {
 	var b bytes.Buffer

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestBadFlags: every invalid configuration exits 2 with one line on stderr,
@@ -93,7 +94,7 @@ func TestBadFlags(t *testing.T) {
 // format is JSON, and --readiness=candidate makes a follower ready.
 func TestEnvironmentAndAliases(t *testing.T) {
 	lease := leaseName(t)
-	ports := freePortsOrFail(t, 2)
+	ports := harnesstest.FreePorts(t, 2)
 	g := &group{t: t, lease: lease}
 	g.monitor = startMonitor(t, g.members)
 	byEnv := startCandidate(t, "by-env", candidateOptions{
@@ -118,7 +119,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		),
 	})
 	g.add(byEnv)
-	aliasPorts := freePortsOrFail(t, 2)
+	aliasPorts := harnesstest.FreePorts(t, 2)
 	byAlias := startCandidate(t, "by-alias", candidateOptions{
 		bareArgs: true,
 		ports:    aliasPorts,

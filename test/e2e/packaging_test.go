@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -91,7 +92,7 @@ func restrictedNamespace(t *testing.T, name string) {
 // pod's, and with kubeconfig instead of the in-cluster configuration.
 func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kubeconfig string, extraArgs ...string) *candidate {
 	t.Helper()
-	ports := freePortsOrFail(t, 2)
+	ports := harnesstest.FreePorts(t, 2)
 	args, env := podTemplateCommand(t, spec, podName, namespace, kubeconfig, ports, extraArgs...)
 	return startCandidate(t, podName, candidateOptions{bareArgs: true, extraArgs: args, env: env, ports: ports})
 }

@@ -30,7 +30,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/cluster"
-	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -386,7 +386,7 @@ func runSidecarContainer(t *testing.T, env podEnv, id, podName string) *sidecarC
 		t.Fatal(err)
 	}
 	apiHost, apiPort, _ := net.SplitHostPort(apiURL.Host)
-	ports := freePortsOrFail(t, 2)
+	ports := harnesstest.FreePorts(t, 2)
 	c := &sidecarContainer{id: id, apiPort: ports[0], probePort: ports[1], pidFile: filepath.Join(t.TempDir(), "pid"), exited: make(chan struct{})}
 	run := ctd.command(context.Background(), "run", "--rm", "--platform", hostPlatform(t),
 		"--read-only", "--seccomp", "--net-host",
@@ -531,16 +531,6 @@ func leaseHolder(t *testing.T, namespace, name string) string {
 	return *l.Spec.HolderIdentity
 }
 
-// freePortsOrFail returns n loopback ports that were free a moment ago.
-func freePortsOrFail(t *testing.T, n int) []int {
-	t.Helper()
-	ports, err := harness.FreePorts(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ports
-}
-
 // TestDemoApp: the demo app of manifests/example — its own shell script,
 // run by busybox — next to sidecar containers of the image, as in two pods:
 // the leader's app logs that it does the singleton work and serves its pod
@@ -590,7 +580,7 @@ func TestDemoApp(t *testing.T) {
 	} {
 		t.Run(tc.pod, func(t *testing.T) {
 			// The pod's addresses and its /tmp volume, as this machine has them.
-			httpPort := freePortsOrFail(t, 1)[0]
+			httpPort := harnesstest.FreePorts(t, 1)[0]
 			pod := map[string]string{
 				"127.0.0.1:4040": fmt.Sprintf("127.0.0.1:%d", tc.sidecar.apiPort),
 				"-p 8081":        fmt.Sprintf("-p %d", httpPort),
