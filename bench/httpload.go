@@ -81,11 +81,11 @@ func httpLoad(ctx context.Context, opts *options, cp *cluster.ControlPlane, work
 			return err
 		}
 		err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second+opts.LeaseDuration, true, func(ctx context.Context) (bool, error) {
-			s, err := c.state(ctx)
+			s, err := c.API().Leader(ctx)
 			return err == nil && s.IsLeader, nil
 		})
 		if err != nil {
-			return fmt.Errorf("%s did not lead: %w", c.name, err)
+			return fmt.Errorf("%s did not lead: %w", c.Name(), err)
 		}
 		leaders[i] = c
 	}
@@ -95,12 +95,12 @@ func httpLoad(ctx context.Context, opts *options, cp *cluster.ControlPlane, work
 		if sse {
 			sseCtx, stopSSE := context.WithCancel(ctx)
 			defer stopSSE()
-			if err := attachSSE(sseCtx, c.apiURL+"/events", opts.SSEClients); err != nil {
+			if err := attachSSE(sseCtx, c.APIURL()+"/events", opts.SSEClients); err != nil {
 				return err
 			}
 			what = fmt.Sprintf(", %d SSE clients", opts.SSEClients)
 		}
-		r, err := runLoad(ctx, strings.TrimPrefix(c.apiURL, "http://"), c.pid(), opts.HTTPConns, opts.HTTPDuration)
+		r, err := runLoad(ctx, strings.TrimPrefix(c.APIURL(), "http://"), c.Pid(), opts.HTTPConns, opts.HTTPDuration)
 		if err != nil {
 			return fmt.Errorf("%s: %w", im.key, err)
 		}

@@ -11,21 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leader-elector/leader-elector/test/harness"
 	"github.com/leader-elector/leader-elector/test/invariant"
 )
-
-// partitionsState is the part of GET /partitions the benchmark reads.
-type partitionsState struct {
-	Members int                     `json:"members"`
-	Member  bool                    `json:"member"`
-	Owned   []invariant.OwnedAnswer `json:"owned"`
-}
-
-// partitions asks GET /partitions.
-func (c *candidate) partitions(ctx context.Context) (partitionsState, error) {
-	var s partitionsState
-	return s, c.getJSON(ctx, "/partitions", &s)
-}
 
 // partitionResult holds the figures of the partition benchmark.
 type partitionResult struct {
@@ -47,13 +35,13 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 		return fmt.Errorf("create work dir: %w", err)
 	}
 	defer func() { finishWorkDir(opts, work, err != nil) }()
-	root, err := repoRoot(ctx)
+	root, err := harness.RepoRoot()
 	if err != nil {
 		return err
 	}
 	code := describe(ctx, root)
 	im := &impl{key: "partitions", binary: filepath.Join(work, "bin", "leader-elector"), prefix: "pm", leaderElector: true, partitions: opts.Partitions}
-	if err := build(ctx, root, ".", im.binary); err != nil {
+	if err := build(ctx, ".", im.binary); err != nil {
 		return err
 	}
 	cp, err := startControlPlane(ctx, work)
@@ -96,10 +84,10 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 		live := g.live()
 		victim := live[round%len(live)]
 		start = time.Now()
-		if err := victim.signal(syscall.SIGKILL); err != nil {
+		if err := victim.Signal(syscall.SIGKILL); err != nil {
 			return err
 		}
-		<-victim.done
+		<-victim.Done()
 		if took, err = waitPartitionsFair(ctx, g, opts.Partitions, start, bound); err != nil {
 			return fmt.Errorf("crash %d: %w", round+1, err)
 		}
@@ -175,13 +163,13 @@ func pollPartitions(ctx context.Context, c *candidate, checker *invariant.Partit
 	defer tick.Stop()
 	for {
 		sent := time.Now()
-		if s, err := c.partitions(ctx); err == nil {
-			checker.Record(c.name, sent, s.Owned)
+		if s, err := c.API().Partitions(ctx); err == nil {
+			checker.Record(c.Name(), sent, s.Owned)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.done:
+		case <-c.Done():
 			return
 		case <-tick.C:
 		}
@@ -211,14 +199,14 @@ func partitionsFair(ctx context.Context, members []*candidate, n int) (bool, str
 	lo, hi := n/m, (n+m-1)/m
 	owners := map[int]bool{}
 	for _, c := range members {
-		s, err := c.partitions(ctx)
+		s, err := c.API().Partitions(ctx)
 		switch {
 		case err != nil:
 			return false, err.Error()
 		case !s.Member || s.Members != m:
-			return false, fmt.Sprintf("%s sees %d members (member: %t), want %d", c.name, s.Members, s.Member, m)
+			return false, fmt.Sprintf("%s sees %d members (member: %t), want %d", c.Name(), s.Members, s.Member, m)
 		case len(s.Owned) < lo || len(s.Owned) > hi:
-			return false, fmt.Sprintf("%s owns %d, want %d..%d", c.name, len(s.Owned), lo, hi)
+			return false, fmt.Sprintf("%s owns %d, want %d..%d", c.Name(), len(s.Owned), lo, hi)
 		}
 		for _, o := range s.Owned {
 			if owners[o.Partition] {
@@ -246,7 +234,7 @@ func idlePartitions(ctx context.Context, opts *options, g *group, res *partition
 	res.owned = map[*candidate]int{}
 	for _, c := range members {
 		res.idle.cpu[c] = 0
-		s, err := c.partitions(ctx)
+		s, err := c.API().Partitions(ctx)
 		if err != nil {
 			return err
 		}
@@ -265,7 +253,7 @@ func renderPartitions(opts *options, res *partitionResult) string {
 	fmt.Fprintf(&b, "| crash (SIGKILL) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.crashes, 0.5)), ms(maxDuration(res.crashes)), len(res.crashes))
 	fmt.Fprintf(&b, "\nIdle, over %v (audit log):\n\n| member | partitions owned | API requests/s | expected renewals/s ((owned + 1 membership Lease) ÷ retry period) | requests other than lease updates |\n|---|---|---|---|---|\n", res.idle.to.Sub(res.idle.from).Round(time.Second))
 	members := append([]*candidate{res.idle.leader}, res.idle.followers...)
-	sort.Slice(members, func(i, j int) bool { return members[i].name < members[j].name })
+	sort.Slice(members, func(i, j int) bool { return members[i].Name() < members[j].Name() })
 	for _, c := range members {
 		other := 0
 		for what, k := range res.idle.requests[c] {
@@ -273,7 +261,7 @@ func renderPartitions(opts *options, res *partitionResult) string {
 				other += k
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %d |\n", c.name, res.owned[c], res.idle.rate(c), float64(res.owned[c]+1)/opts.RetryPeriod.Seconds(), other)
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %d |\n", c.Name(), res.owned[c], res.idle.rate(c), float64(res.owned[c]+1)/opts.RetryPeriod.Seconds(), other)
 	}
 	fmt.Fprintf(&b, "\nSafety (every partition, whole run before the idle window): %d claims in %d answers, %d violations.\n", res.safety.Claims, res.safety.Observations, res.safety.Count())
 	for _, v := range res.safety.Violations {

@@ -54,24 +54,24 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 		from := history.len()
 		sent := time.Now()
 		previous = sent
-		if err := leader.signal(syscall.SIGTERM); err != nil {
+		if err := leader.Signal(syscall.SIGTERM); err != nil {
 			return err
 		}
 		next, answer, err := g.waitLeaderAfter(ctx, leader, sent, opts.LeaseDuration+10*time.Second)
 		if err != nil {
-			return fmt.Errorf("round %d: after SIGTERM to %s: %w", round, leader.name, err)
+			return fmt.Errorf("round %d: after SIGTERM to %s: %w", round, leader.Name(), err)
 		}
 		took := answer.received.Sub(sent)
 		res.handovers = append(res.handovers, took)
 
-		code, err := leader.waitExit(ctx, exitTimeout)
+		code, err := leader.WaitExit(ctx, exitTimeout)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		if code != 0 {
-			res.badExits = append(res.badExits, fmt.Sprintf("%s exited %d after SIGTERM (log: %s)", leader.name, code, leader.logPath))
+			res.badExits = append(res.badExits, fmt.Sprintf("%s exited %d after SIGTERM (log: %s)", leader.Name(), code, leader.LogPath()))
 		}
-		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.name, func(r leaseRecord) bool { return r.holder == next.name })
+		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.Name(), func(r leaseRecord) bool { return r.holder == next.Name() })
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
@@ -83,7 +83,7 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 			res.released++
 		}
 		logf("%s handover %d/%d: %s → %s, answers isLeader %v after SIGTERM (released: %v, exit %d)",
-			g.im.key, round, opts.Handovers, leader.name, next.name, ms(took), released, code)
+			g.im.key, round, opts.Handovers, leader.Name(), next.Name(), ms(took), released, code)
 		if _, err := g.start(ctx); err != nil {
 			return err
 		}
@@ -103,41 +103,41 @@ func crashes(ctx context.Context, opts *options, g *group, history *leaseHistory
 		}
 		from := history.len()
 		killed := time.Now()
-		if err := leader.signal(syscall.SIGKILL); err != nil {
+		if err := leader.Signal(syscall.SIGKILL); err != nil {
 			return err
 		}
-		if _, err := leader.waitExit(ctx, exitTimeout); err != nil {
+		if _, err := leader.WaitExit(ctx, exitTimeout); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		bound := opts.LeaseDuration + 3*opts.RetryPeriod + 10*time.Second
 		next, answer, err := g.waitLeaderAfter(ctx, leader, killed, bound)
 		if err != nil {
-			return fmt.Errorf("round %d: after SIGKILL of %s: %w", round, leader.name, err)
+			return fmt.Errorf("round %d: after SIGKILL of %s: %w", round, leader.Name(), err)
 		}
-		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.name, func(r leaseRecord) bool { return r.holder == next.name })
+		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.Name(), func(r leaseRecord) bool { return r.holder == next.Name() })
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		acquired := records[len(records)-1]
 		var lastRenew time.Time
 		for i := len(records) - 2; i >= 0; i-- {
-			if records[i].holder == leader.name {
+			if records[i].holder == leader.Name() {
 				lastRenew = records[i].renewTime
 				break
 			}
 		}
 		if lastRenew.IsZero() {
-			return fmt.Errorf("round %d: the Lease history has no renewal by %s", round, leader.name)
+			return fmt.Errorf("round %d: the Lease history has no renewal by %s", round, leader.Name())
 		}
 		failover := acquired.acquireTime.Sub(lastRenew)
 		res.failovers = append(res.failovers, failover)
 		res.killToAnswer = append(res.killToAnswer, answer.received.Sub(killed))
 		if expiry := lastRenew.Add(opts.LeaseDuration); acquired.acquireTime.Before(expiry) {
 			res.early = append(res.early, fmt.Sprintf("%s acquired at %s, %v before %s's Lease ran out (last renewal %s)",
-				next.name, invariant.Stamp(acquired.acquireTime), expiry.Sub(acquired.acquireTime), leader.name, invariant.Stamp(lastRenew)))
+				next.Name(), invariant.Stamp(acquired.acquireTime), expiry.Sub(acquired.acquireTime), leader.Name(), invariant.Stamp(lastRenew)))
 		}
 		logf("%s crash %d/%d: %s killed; %s acquired %v after the last renewal (kill → answers isLeader: %v)",
-			g.im.key, round, opts.Crashes, leader.name, next.name, ms(failover), ms(answer.received.Sub(killed)))
+			g.im.key, round, opts.Crashes, leader.Name(), next.Name(), ms(failover), ms(answer.received.Sub(killed)))
 		if _, err := g.start(ctx); err != nil {
 			return err
 		}
@@ -182,7 +182,7 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 	if err != nil {
 		return err
 	}
-	logf("%s idle: %s leads, %d followers; settling %v, then measuring %v", g.im.key, leader.name, len(followers), opts.IdleWarmup, opts.IdleWindow)
+	logf("%s idle: %s leads, %d followers; settling %v, then measuring %v", g.im.key, leader.Name(), len(followers), opts.IdleWarmup, opts.IdleWindow)
 	if err := pause(ctx, opts.IdleWarmup); err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 	}
 	ticks0 := map[*candidate]uint64{}
 	for _, c := range members {
-		if ticks0[c], err = cpuTicks(c.pid()); err != nil {
+		if ticks0[c], err = cpuTicks(c.Pid()); err != nil {
 			return err
 		}
 	}
@@ -213,12 +213,12 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, mem: map[*candidate]memory{},
 		machineCores: float64(busy1-busy0) / clockTicksPerSecond / to.Sub(from).Seconds()}
 	for _, c := range members {
-		ticks, err := cpuTicks(c.pid())
+		ticks, err := cpuTicks(c.Pid())
 		if err != nil {
 			return err
 		}
 		r.cpu[c] = float64(ticks-ticks0[c]) / clockTicksPerSecond / to.Sub(from).Seconds() * 1000
-		if r.mem[c], err = residentMemory(c.pid()); err != nil {
+		if r.mem[c], err = residentMemory(c.Pid()); err != nil {
 			return err
 		}
 	}
@@ -232,7 +232,7 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 		return err
 	}
 	if after != leader {
-		return fmt.Errorf("leadership moved from %s to %s while idle", leader.name, after.name)
+		return fmt.Errorf("leadership moved from %s to %s while idle", leader.Name(), after.Name())
 	}
 	res.idle = r
 	return nil
@@ -246,13 +246,13 @@ func roles(ctx context.Context, g *group) (*candidate, []*candidate, error) {
 		followers []*candidate
 	)
 	for _, c := range g.live() {
-		s, err := c.state(ctx)
+		s, err := c.API().Leader(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 		switch {
 		case s.IsLeader && leader != nil:
-			return nil, nil, fmt.Errorf("both %s and %s answer isLeader", leader.name, c.name)
+			return nil, nil, fmt.Errorf("both %s and %s answer isLeader", leader.Name(), c.Name())
 		case s.IsLeader:
 			leader = c
 		default:

@@ -210,7 +210,7 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 			if len(verbs) == 0 {
 				verbs = []string{"none"}
 			}
-			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s\n", role, c.name, n, in.seconds(), strings.Join(verbs, ", "),
+			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s\n", role, c.Name(), n, in.seconds(), strings.Join(verbs, ", "),
 				mib(float64(in.mem[c].rss)), mib(float64(in.mem[c].anon)), mib(float64(in.mem[c].file)), millicores(in.cpu[c]))
 		}
 		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // namespace holds every Lease and service account of the run.
@@ -50,7 +50,7 @@ func run(ctx context.Context, opts *options) (err error) {
 	}
 	defer func() { finishWorkDir(opts, work, err != nil) }()
 
-	root, err := repoRoot(ctx)
+	root, err := harness.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func run(ctx context.Context, opts *options) (err error) {
 		if !im.leaderElector {
 			pkg = "./bench/baseline"
 		}
-		if err := build(ctx, root, pkg, im.binary); err != nil {
+		if err := build(ctx, pkg, im.binary); err != nil {
 			return err
 		}
 	}
@@ -230,29 +230,10 @@ func finishWorkDir(opts *options, work string, failed bool) {
 	os.RemoveAll(work)
 }
 
-// build compiles pkg like `make build` does: static, trimmed, no race
-// detector, so that memory, CPU and latency are those of a release binary.
-func build(ctx context.Context, root, pkg, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
-}
-
-// repoRoot is the directory of the main module's go.mod.
-func repoRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("run the benchmark from inside the repository (go env GOMOD is empty)")
-	}
-	return filepath.Dir(mod), nil
+// build compiles pkg as a release binary (harness.Build.Release), so that
+// memory, CPU and latency are those of what ships.
+func build(ctx context.Context, pkg, out string) error {
+	return harness.BuildBinary(ctx, out, harness.Build{Package: pkg, Release: true})
 }
 
 // logWriter sends the control plane's progress lines to the bench log.

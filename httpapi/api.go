@@ -54,7 +54,7 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = defaultKeepAlive
 	}
-	a := &api{el: el, keepAlive: opts.KeepAlive}
+	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive}
 	return routes{
 		"/": {
 			http.MethodGet: a.compat,
@@ -71,7 +71,7 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 	}
 }
 
-type api struct {
+type leaderAPI struct {
 	el        Election
 	keepAlive time.Duration
 	// encoded is the JSON of the last state served: most requests find the
@@ -85,7 +85,7 @@ type encodedState struct {
 }
 
 // leaderBody returns the JSON of s, with a trailing newline.
-func (a *api) leaderBody(s election.State) ([]byte, error) {
+func (a *leaderAPI) leaderBody(s election.State) ([]byte, error) {
 	if c := a.encoded.Load(); c != nil && c.state == s {
 		return c.body, nil
 	}
@@ -99,7 +99,7 @@ func (a *api) leaderBody(s election.State) ([]byte, error) {
 }
 
 // leader answers GET /leader, optionally as a long-poll.
-func (a *api) leader(w http.ResponseWriter, r *http.Request) {
+func (a *leaderAPI) leader(w http.ResponseWriter, r *http.Request) {
 	q, ok := waitQuery(w, r)
 	if !ok {
 		return
@@ -129,7 +129,7 @@ func (a *api) leader(w http.ResponseWriter, r *http.Request) {
 }
 
 // leaderSource is the election state as long-polls and SSE follow it.
-func (a *api) leaderSource() watchable[election.State] {
+func (a *leaderAPI) leaderSource() watchable[election.State] {
 	return watchable[election.State]{
 		watch:    a.el.Watch,
 		revision: func(s election.State) uint64 { return s.Revision },
@@ -190,7 +190,7 @@ func parseLeaderQuery(v url.Values) (leaderQuery, error) {
 }
 
 // events streams the state as server-sent events (event: leader).
-func (a *api) events(w http.ResponseWriter, r *http.Request) {
+func (a *leaderAPI) events(w http.ResponseWriter, r *http.Request) {
 	stream(w, r, a.keepAlive, a.leaderSource())
 }
 
@@ -205,7 +205,7 @@ func writeChunk(rc *http.ResponseController, w http.ResponseWriter, chunk string
 }
 
 // compat answers GET / in the format of the retired leader-elector image.
-func (a *api) compat(w http.ResponseWriter, r *http.Request) {
+func (a *leaderAPI) compat(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {
 		writeError(w, http.StatusBadRequest, "GET / takes no query parameters")
 		return
@@ -218,7 +218,7 @@ func (a *api) compat(w http.ResponseWriter, r *http.Request) {
 const releaseAnswerTimeout = 10 * time.Second
 
 // release answers POST /release.
-func (a *api) release(w http.ResponseWriter, r *http.Request) {
+func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {
 		writeError(w, http.StatusBadRequest, "POST /release takes no query parameters")
 		return

@@ -10,52 +10,23 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/election"
 )
 
-// leaseRef names the Lease in API answers.
-type leaseRef struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-}
-
-// leaderResponse is the JSON of GET /leader, of /events and of POST /release.
-type leaderResponse struct {
-	Lease                leaseRef `json:"lease"`
-	Identity             string   `json:"identity"`
-	Holder               string   `json:"holder"`
-	IsLeader             bool     `json:"isLeader"`
-	FencingToken         int64    `json:"fencingToken"`
-	LeaseDurationSeconds int32    `json:"leaseDurationSeconds"`
-	RenewTime            string   `json:"renewTime,omitempty"`
-	LeaderSince          string   `json:"leaderSince,omitempty"`
-	ValidUntil           string   `json:"validUntil,omitempty"`
-	Revision             uint64   `json:"revision"`
-}
-
-// timeFormat is RFC 3339 in UTC with microseconds, the Lease's own precision.
-const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(timeFormat)
-}
-
-func leaderJSON(s election.State) leaderResponse {
-	return leaderResponse{
-		Lease:                leaseRef{Namespace: s.Namespace, Name: s.Name},
+// leaderJSON is s as GET /leader answers it.
+func leaderJSON(s election.State) api.Leader {
+	return api.Leader{
+		Lease:                api.Lease{Namespace: s.Namespace, Name: s.Name},
 		Identity:             s.Identity,
 		Holder:               s.Holder,
 		IsLeader:             s.IsLeader,
 		FencingToken:         s.FencingToken,
 		LeaseDurationSeconds: s.LeaseDurationSeconds,
-		RenewTime:            formatTime(s.RenewTime),
-		LeaderSince:          formatTime(s.LeaderSince),
-		ValidUntil:           formatTime(s.ValidUntil),
+		RenewTime:            api.Time{Time: s.RenewTime},
+		LeaderSince:          api.Time{Time: s.LeaderSince},
+		ValidUntil:           api.Time{Time: s.ValidUntil},
 		Revision:             s.Revision,
 	}
 }
@@ -96,7 +67,7 @@ func writeBody(w http.ResponseWriter, status int, body []byte) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	writeJSON(w, status, &api.Error{Message: msg})
 }
 
 // qValueSyntax is RFC 9110's qvalue: 0 to 1 with at most three decimals.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -35,43 +36,19 @@ type Partitions interface {
 	Healthy() error
 }
 
-// partitionsResponse is the JSON of GET /partitions, of /events and of
-// POST /partitions/<i>/release.
-type partitionsResponse struct {
-	Lease      leaseRef      `json:"lease"`
-	Identity   string        `json:"identity"`
-	Partitions int           `json:"partitions"`
-	Members    int           `json:"members"`
-	Member     bool          `json:"member"`
-	FairShare  fairShareJSON `json:"fairShare"`
-	Owned      []ownedJSON   `json:"owned"`
-	Revision   uint64        `json:"revision"`
-}
-
-type fairShareJSON struct {
-	Min int `json:"min"`
-	Max int `json:"max"`
-}
-
-type ownedJSON struct {
-	Partition    int    `json:"partition"`
-	FencingToken int64  `json:"fencingToken"`
-	Since        string `json:"since"`
-	ValidUntil   string `json:"validUntil"`
-}
-
-func partitionsJSON(s partition.State) partitionsResponse {
-	owned := make([]ownedJSON, 0, len(s.Owned))
+// partitionsJSON is s as GET /partitions answers it.
+func partitionsJSON(s partition.State) api.Partitions {
+	owned := make([]api.OwnedPartition, 0, len(s.Owned))
 	for _, o := range s.Owned {
-		owned = append(owned, ownedJSON{Partition: o.Partition, FencingToken: o.FencingToken, Since: formatTime(o.Since), ValidUntil: formatTime(o.ValidUntil)})
+		owned = append(owned, api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil}})
 	}
-	return partitionsResponse{
-		Lease:      leaseRef{Namespace: s.Namespace, Name: s.Name},
+	return api.Partitions{
+		Lease:      api.Lease{Namespace: s.Namespace, Name: s.Name},
 		Identity:   s.Identity,
 		Partitions: s.Partitions,
 		Members:    s.Members,
 		Member:     s.Member,
-		FairShare:  fairShareJSON{Min: s.FairShareMin, Max: s.FairShareMax},
+		FairShare:  api.FairShare{Min: s.FairShareMin, Max: s.FairShareMax},
 		Owned:      owned,
 		Revision:   s.Revision,
 	}

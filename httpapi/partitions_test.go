@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -127,9 +128,9 @@ func TestPartitionsLongPollAndEvents(t *testing.T) {
 	srv := httptest.NewServer(NewPartitionsAPIHandler(f, APIOptions{KeepAlive: time.Hour}))
 	defer srv.Close()
 
-	answered := make(chan partitionsResponse, 1)
+	answered := make(chan api.Partitions, 1)
 	go func() {
-		var r partitionsResponse
+		var r api.Partitions
 		resp, err := http.Get(srv.URL + "/partitions?wait=10s&revision=7")
 		if err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&r)

@@ -10,10 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // ToolsDirEnv names the environment variable that points EnsureBinaries at a
@@ -75,36 +76,19 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 	return dir, nil
 }
 
-// findBuildScript locates test/tools/build.sh: first next to this source file
-// (works whenever the package is compiled from a checkout without -trimpath),
-// then by walking up from the working directory to the module root (go test
-// runs in the package directory, so that finds it under -trimpath too).
+// findBuildScript locates test/tools/build.sh in the repository.
 func findBuildScript() (string, error) {
 	const rel = "test/tools/build.sh"
-	var tried []string
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		p := filepath.Join(filepath.Dir(file), "..", "tools", "build.sh")
+	root, err := harness.RepoRoot()
+	if err == nil {
+		p := filepath.Join(root, rel)
 		if fileExists(p) {
 			return p, nil
 		}
-		tried = append(tried, p)
+		err = fmt.Errorf("no %s", p)
 	}
-	if wd, err := os.Getwd(); err == nil {
-		for dir := wd; ; dir = filepath.Dir(dir) {
-			if fileExists(filepath.Join(dir, "go.mod")) {
-				p := filepath.Join(dir, rel)
-				if fileExists(p) {
-					return p, nil
-				}
-				tried = append(tried, p)
-			}
-			if filepath.Dir(dir) == dir {
-				break
-			}
-		}
-	}
-	return "", fmt.Errorf("cannot find %s (tried %s); set $%s to a directory holding %s",
-		rel, strings.Join(tried, ", "), ToolsDirEnv, strings.Join(builtBinaries, ", "))
+	return "", fmt.Errorf("cannot find %s (%w); set $%s to a directory holding %s",
+		rel, err, ToolsDirEnv, strings.Join(builtBinaries, ", "))
 }
 
 // lockBuild takes an exclusive flock on a file in the cache root that

@@ -33,6 +33,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // ReadyTimeout bounds how long Start and StartAPIServer wait for a component
@@ -181,7 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, err error) {
 func (c *ControlPlane) startEtcd(ctx context.Context) error {
 	var err error
 	for range portAttempts {
-		ports, perr := freePorts(2)
+		ports, perr := harness.FreePorts(2)
 		if perr != nil {
 			return perr
 		}
@@ -238,7 +240,7 @@ func etcdHealthy(ctx context.Context, url string) error {
 func (c *ControlPlane) startFirstAPIServer(ctx context.Context) error {
 	var err error
 	for range portAttempts {
-		ports, perr := freePorts(1)
+		ports, perr := harness.FreePorts(1)
 		if perr != nil {
 			return perr
 		}
@@ -482,21 +484,6 @@ func (c *ControlPlane) MetricsText(ctx context.Context) (string, error) {
 
 func (c *ControlPlane) logf(format string, args ...any) {
 	fmt.Fprintf(c.opts.Log, "cluster: "+format+"\n", args...)
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-// All listeners stay open until all ports are picked, so they differ.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("picking a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // portTaken reports whether p exited because its port was taken.

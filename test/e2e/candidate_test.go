@@ -5,14 +5,8 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +15,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // Timings used by the e2e tests: short, so that failovers take seconds, and
@@ -31,34 +28,18 @@ const (
 	retryPeriod   = 500 * time.Millisecond
 )
 
-// leaderState is the JSON of GET /leader.
-type leaderState struct {
-	Lease struct {
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
-	} `json:"lease"`
-	Identity             string     `json:"identity"`
-	Holder               string     `json:"holder"`
-	IsLeader             bool       `json:"isLeader"`
-	FencingToken         int64      `json:"fencingToken"`
-	LeaseDurationSeconds int32      `json:"leaseDurationSeconds"`
-	RenewTime            *time.Time `json:"renewTime"`
-	LeaderSince          *time.Time `json:"leaderSince"`
-	ValidUntil           *time.Time `json:"validUntil"`
-	Revision             uint64     `json:"revision"`
-}
+// e2eTimings are the timings above, as the harness takes them.
+var e2eTimings = harness.Timings{LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}
 
-// candidate is one leader-elector process.
+// candidate is one leader-elector process: a harness.Candidate bound to the
+// test that started it, which fails on its errors.
 type candidate struct {
+	h        *harness.Candidate
 	t        testing.TB
 	name     string
 	apiURL   string
 	probeURL string
-	logPath  string
-	cmd      *exec.Cmd
-	done     chan struct{}
-	exitErr  error
-	client   *http.Client
+	done     <-chan struct{}
 }
 
 type candidateOptions struct {
@@ -86,209 +67,85 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	if o.kubeconfig == "" {
 		o.kubeconfig = controlPlane.AdminKubeconfig()
 	}
-	if o.namespace == "" {
-		o.namespace = "default"
+	ho := harness.CandidateOptions{
+		Binary:      binary,
+		Name:        name,
+		Lease:       o.lease,
+		Namespace:   o.namespace,
+		Kubeconfig:  o.kubeconfig,
+		Timings:     e2eTimings,
+		Args:        append([]string{"-v=2"}, o.extraArgs...),
+		Bare:        o.bareArgs,
+		Env:         o.env,
+		LogPath:     filepath.Join(t.TempDir(), name+".log"),
+		ServingPath: o.startedPath,
 	}
-	ports := o.ports
-	if len(ports) != 2 {
-		ports = freePorts(t, 2)
-	}
-	c := &candidate{
-		t:        t,
-		name:     name,
-		apiURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		probeURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		logPath:  filepath.Join(t.TempDir(), name+".log"),
-		done:     make(chan struct{}),
-		client:   &http.Client{Timeout: 5 * time.Second},
-	}
-	args := append([]string{
-		"--lease-name=" + o.lease,
-		"--lease-namespace=" + o.namespace,
-		"--identity=" + name,
-		"--kubeconfig=" + o.kubeconfig,
-		"--lease-duration=" + leaseDuration.String(),
-		"--renew-deadline=" + renewDeadline.String(),
-		"--retry-period=" + retryPeriod.String(),
-		fmt.Sprintf("--http-address=127.0.0.1:%d", ports[0]),
-		fmt.Sprintf("--probe-address=127.0.0.1:%d", ports[1]),
-		"-v=2",
-	}, o.extraArgs...)
 	if o.bareArgs {
-		args = o.extraArgs
+		ho.Args = o.extraArgs
 	}
-	logFile, err := os.Create(c.logPath)
+	if o.binary != "" {
+		ho.Binary = o.binary
+	}
+	if len(o.ports) == 2 {
+		ho.APIPort, ho.ProbePort = o.ports[0], o.ports[1]
+	}
+	h, err := harness.StartCandidate(context.Background(), ho)
 	if err != nil {
+		t.Logf("---- last lines of %s's log ----\n%s", name, harness.TailFile(ho.LogPath, 60))
 		t.Fatal(err)
 	}
-	bin := binary
-	if o.binary != "" {
-		bin = o.binary
-	}
-	c.cmd = exec.Command(bin, args...)
-	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
-	// The race detector sleeps a second at exit by default; exits are
-	// measured here. The test's own LEADER_ELECTOR_* variables (the tool
-	// cache's) are no settings of the sidecar, which refuses unknown ones.
-	base := cleanEnv()
-	if o.bareArgs {
-		base = nil // the test gives the whole environment
-	}
-	c.cmd.Env = append(append(base, "GORACE=atexit_sleep_ms=20"), o.env...)
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		c.exitErr = c.cmd.Wait()
-		logFile.Close()
-		close(c.done)
-	}()
+	c := &candidate{h: h, t: t, name: name, apiURL: h.APIURL(), probeURL: h.ProbeURL(), done: h.Done()}
 	t.Cleanup(func() {
-		if c.running() {
-			_ = c.cmd.Process.Signal(syscall.SIGCONT)
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-		if strings.Contains(c.log(), "WARNING: DATA RACE") {
+		h.Kill()
+		if strings.Contains(h.Log(), "WARNING: DATA RACE") {
 			t.Errorf("%s: the race detector reported a data race", name)
 		}
 		if t.Failed() {
 			c.dumpLog()
 		}
 	})
-	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		if !c.running() {
-			return false, fmt.Errorf("%s exited: %v", name, c.exitErr)
-		}
-		if o.startedPath != "" {
-			status, _, _, err := c.do(http.MethodGet, o.startedPath, nil)
-			return err == nil && status == http.StatusOK, nil
-		}
-		_, err := c.state()
-		return err == nil, nil
-	}); err != nil {
-		c.dumpLog()
-		t.Fatalf("%s did not start serving: %v", name, err)
-	}
 	return c
 }
 
 // process names this candidate's process: its name and pid.
-func (c *candidate) process() string {
-	return fmt.Sprintf("%s[%d]", c.name, c.cmd.Process.Pid)
-}
+func (c *candidate) process() string { return c.h.String() }
 
-func (c *candidate) running() bool {
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
-	}
-}
+func (c *candidate) running() bool { return c.h.Running() }
+
+// api is a client of its application API.
+func (c *candidate) api() *api.Client { return c.h.API() }
 
 // state asks GET /leader.
-func (c *candidate) state() (leaderState, error) {
-	var s leaderState
-	resp, err := c.client.Get(c.apiURL + "/leader")
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("GET /leader: %s", resp.Status)
-	}
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+func (c *candidate) state() (api.Leader, error) {
+	return c.h.API().Leader(context.Background())
 }
 
 // do sends a request to the application API and returns status and body.
 func (c *candidate) do(method, path string, header map[string]string) (int, http.Header, []byte, error) {
-	req, err := http.NewRequest(method, c.apiURL+path, nil)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.client.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, body, err
+	return c.h.Do(context.Background(), method, path, header)
 }
 
 // probe asks the probe server and returns status and body.
 func (c *candidate) probe(path string) (int, string, error) {
-	resp, err := c.client.Get(c.probeURL + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	return c.h.Probe(context.Background(), path)
 }
 
 func (c *candidate) signal(sig syscall.Signal) {
 	c.t.Helper()
-	if err := c.cmd.Process.Signal(sig); err != nil {
-		c.t.Fatalf("signal %v to %s: %v", sig, c.name, err)
+	if err := c.h.Signal(sig); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
 // waitExit waits for the process to end and returns its exit code.
 func (c *candidate) waitExit(timeout time.Duration) (int, error) {
-	select {
-	case <-c.done:
-	case <-time.After(timeout):
-		return -1, fmt.Errorf("%s still running after %v", c.name, timeout)
-	}
-	var exit *exec.ExitError
-	if errors.As(c.exitErr, &exit) {
-		return exit.ExitCode(), nil
-	}
-	if c.exitErr != nil {
-		return -1, c.exitErr
-	}
-	return 0, nil
+	return c.h.WaitExit(context.Background(), timeout)
 }
 
-func (c *candidate) log() string {
-	b, _ := os.ReadFile(c.logPath)
-	return string(b)
-}
+func (c *candidate) log() string { return c.h.Log() }
 
 func (c *candidate) dumpLog() {
-	b, err := os.ReadFile(c.logPath)
-	if err != nil {
-		return
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 60 {
-		lines = lines[len(lines)-60:]
-	}
-	c.t.Logf("---- last lines of %s's log ----\n%s", c.name, strings.Join(lines, "\n"))
-}
-
-// freePorts returns n ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var ports []int
-	var listeners []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range listeners {
-		l.Close()
-	}
-	return ports
+	c.t.Logf("---- last lines of %s's log ----\n%s", c.name, c.h.LogTail(60))
 }
 
 // leaseName turns a test name into a unique, valid Lease name.
@@ -385,4 +242,16 @@ func waitFollowing(t testing.TB, c, leader *candidate) {
 		s, _ := c.state()
 		t.Fatalf("%s does not follow %s: %+v", c.name, leader.name, s)
 	}
+}
+
+// holdsFor calls check every interval for d (first at once) and returns
+// its first error; nil if check held throughout.
+func holdsFor(d, interval time.Duration, check func() error) error {
+	err := wait.PollUntilContextTimeout(context.Background(), interval, d, true, func(context.Context) (bool, error) {
+		return false, check()
+	})
+	if wait.Interrupted(err) {
+		return nil // d ran out with check holding
+	}
+	return err
 }

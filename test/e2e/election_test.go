@@ -12,6 +12,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/api"
 )
 
 // TestFirstElection: three candidates, one leader, and every view of it
@@ -27,7 +29,7 @@ func TestFirstElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls.Holder != leader.name || ls.Identity != leader.name || ls.LeaderSince == nil || ls.ValidUntil == nil {
+	if ls.Holder != leader.name || ls.Identity != leader.name || ls.LeaderSince.IsZero() || ls.ValidUntil.IsZero() {
 		t.Errorf("leader state incomplete: %+v", ls)
 	}
 	if ls.LeaseDurationSeconds != int32(leaseDuration/time.Second) {
@@ -197,7 +199,7 @@ func TestFrozenLeader(t *testing.T) {
 	// Send the request first, then resume: the answer is computed after the
 	// process runs again, before it had any chance to renew or notice.
 	type answer struct {
-		s   leaderState
+		s   api.Leader
 		err error
 	}
 	answers := make(chan answer, 1)
@@ -252,7 +254,7 @@ func TestRelease(t *testing.T) {
 	if err != nil || code != 200 {
 		t.Fatalf("POST /release on leader = %d %s %v", code, body, err)
 	}
-	var s leaderState
+	var s api.Leader
 	if err := json.Unmarshal(body, &s); err != nil || s.IsLeader {
 		t.Errorf("release answer claims leadership or is not JSON: %s", body)
 	}

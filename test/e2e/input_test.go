@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -18,6 +17,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestBadFlags: every invalid configuration exits 2 with one line on stderr,
@@ -67,7 +70,7 @@ func TestBadFlags(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(binary, tc.args...)
-			cmd.Env = append(cleanEnv(), tc.env...)
+			cmd.Env = append(harness.CleanEnv(), tc.env...)
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()
@@ -88,31 +91,18 @@ func TestBadFlags(t *testing.T) {
 	}
 }
 
-// cleanEnv is the test's environment without any LEADER_ELECTOR_* or pod
-// variables that would change the defaults.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "LEADER_ELECTOR_") || strings.HasPrefix(kv, "POD_") || strings.HasPrefix(kv, "KUBECONFIG=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
 // TestEnvironmentAndAliases: every flag can come from LEADER_ELECTOR_*, the
 // retired image's aliases work and are logged as deprecated, the JSON log
 // format is JSON, and --readiness=candidate makes a follower ready.
 func TestEnvironmentAndAliases(t *testing.T) {
 	lease := leaseName(t)
-	ports := freePorts(t, 2)
+	ports := harnesstest.FreePorts(t, 2)
 	g := &group{t: t, lease: lease}
 	g.monitor = startMonitor(t, g.members)
 	byEnv := startCandidate(t, "by-env", candidateOptions{
 		bareArgs: true,
 		ports:    ports,
-		env: append(cleanEnv(),
+		env: append(harness.CleanEnv(),
 			"LEADER_ELECTOR_LEASE_NAME="+lease,
 			"LEADER_ELECTOR_LEASE_NAMESPACE=default",
 			"LEADER_ELECTOR_IDENTITY=by-env",
@@ -131,7 +121,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		),
 	})
 	g.add(byEnv)
-	aliasPorts := freePorts(t, 2)
+	aliasPorts := harnesstest.FreePorts(t, 2)
 	byAlias := startCandidate(t, "by-alias", candidateOptions{
 		bareArgs: true,
 		ports:    aliasPorts,
@@ -147,7 +137,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 			"--retry-period=" + retryPeriod.String(),
 			"--readiness=candidate",
 		},
-		env: cleanEnv(),
+		env: harness.CleanEnv(),
 	})
 	g.add(byAlias)
 	leader := g.waitLeader(30 * time.Second)
@@ -267,7 +257,7 @@ func TestBadRequests(t *testing.T) {
 	// POST /release with a malformed query string is refused before the
 	// leader does anything: it still leads, with the same fencing token.
 	t.Run("POST /release?% releases nothing", func(t *testing.T) {
-		var before leaderState
+		var before api.Leader
 		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			s, err := c.state()
 			before = s
@@ -313,7 +303,7 @@ func TestRuntimeErrorsExitOne(t *testing.T) {
 			cmd := exec.Command(binary, tc.args...)
 			// Outside a pod: no in-cluster configuration, no KUBECONFIG. The
 			// identity is given: the machine's hostname need not be a pod name.
-			cmd.Env = append(cleanEnv(), "GORACE=atexit_sleep_ms=0", "POD_NAME=runtime-error")
+			cmd.Env = append(harness.CleanEnv(), "GORACE=atexit_sleep_ms=0", "POD_NAME=runtime-error")
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			err := cmd.Run()

@@ -13,13 +13,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 var (
@@ -41,8 +40,11 @@ func setUpAndRun(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 
-	_, file, _, _ := runtime.Caller(0)
-	repoRoot = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	var err error
+	if repoRoot, err = harness.RepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e setup:", err)
+		return 1
+	}
 
 	work, err := os.MkdirTemp("", "leader-elector-e2e-")
 	if err != nil {
@@ -57,10 +59,7 @@ func setUpAndRun(m *testing.M) int {
 	}()
 
 	binary = filepath.Join(work, "leader-elector")
-	build := exec.CommandContext(ctx, "go", "build", "-race", "-o", binary, ".")
-	build.Dir = repoRoot
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := harness.BuildBinary(ctx, binary, harness.Build{Race: true, Output: os.Stderr}); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e setup: build leader-elector:", err)
 		return 1
 	}

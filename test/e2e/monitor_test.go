@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/invariant"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ type observation struct {
 	who      string
 	sent     time.Time
 	received time.Time
-	state    leaderState
+	state    api.Leader
 }
 
 // monitor asks every candidate for its state, all the time, and checks the
@@ -131,10 +132,7 @@ func (m *monitor) check() {
 	defer m.mu.Unlock()
 	checker := invariant.New(true)
 	for _, o := range m.obs {
-		checker.Record(invariant.Answer{
-			Who: o.who, Sent: o.sent, IsLeader: o.state.IsLeader, FencingToken: o.state.FencingToken,
-			LeaderSince: o.state.LeaderSince, ValidUntil: o.state.ValidUntil,
-		})
+		checker.Record(invariant.LeaderAnswer(o.who, o.sent, o.state))
 	}
 	report := checker.Check()
 	for _, v := range report.Violations {

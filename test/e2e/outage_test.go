@@ -72,8 +72,8 @@ func TestAPIServerOutage(t *testing.T) {
 		// no request sent after it was answered "leader".
 		limit := began.Add(renewDeadline)
 		for _, a := range g.monitor.leaderAnswers(began, time.Now()) {
-			if a.state.ValidUntil != nil && a.state.ValidUntil.After(limit) {
-				t.Errorf("%s: %s claimed validity until %s, past the outage start + renew deadline (%s)", o.name, a.who, stamp(*a.state.ValidUntil), stamp(limit))
+			if a.state.ValidUntil.After(limit) {
+				t.Errorf("%s: %s claimed validity until %s, past the outage start + renew deadline (%s)", o.name, a.who, stamp(a.state.ValidUntil.Time), stamp(limit))
 			}
 			if a.sent.After(limit) {
 				t.Errorf("%s: %s answered isLeader to a request sent at %s, after the outage start + renew deadline (%s)", o.name, a.who, stamp(a.sent), stamp(limit))

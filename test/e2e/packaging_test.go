@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -93,7 +94,7 @@ func restrictedNamespace(t *testing.T, name string) {
 // pod's, and with kubeconfig instead of the in-cluster configuration.
 func fromPodTemplate(t *testing.T, spec *corev1.PodSpec, podName, namespace, kubeconfig string, extraArgs ...string) *candidate {
 	t.Helper()
-	ports := freePorts(t, 2)
+	ports := harnesstest.FreePorts(t, 2)
 	args, env := podTemplateCommand(t, spec, podName, namespace, kubeconfig, ports, extraArgs...)
 	return startCandidate(t, podName, candidateOptions{bareArgs: true, extraArgs: args, env: env, ports: ports})
 }
@@ -228,12 +229,13 @@ func checkRefused(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconf
 		}); err != nil {
 			t.Errorf("%s: no 'forbidden' in the log:\n%s", tc.name, c.log())
 		}
-		deadline := time.Now().Add(3 * time.Second)
-		for time.Now().Before(deadline) {
+		if err := holdsFor(3*time.Second, 100*time.Millisecond, func() error {
 			if s, err := c.state(); err != nil || s.IsLeader {
-				t.Fatalf("%s: state %+v, %v: led with a token for another Lease", tc.name, s, err)
+				return fmt.Errorf("state %+v, %v: led with a token for another Lease", s, err)
 			}
-			time.Sleep(100 * time.Millisecond)
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
 		}
 		c.signal(syscall.SIGKILL)
 		_, _ = c.waitExit(5 * time.Second)

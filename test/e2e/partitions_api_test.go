@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -90,15 +90,10 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 	}
 
 	// A long-poll waits for the next revision; the release makes one.
-	polled := make(chan partitionsState, 1)
+	polled := make(chan api.Partitions, 1)
 	go func() {
-		var s partitionsState
-		client := &http.Client{Timeout: 30 * time.Second}
-		resp, err := client.Get(fmt.Sprintf("%s/partitions?wait=20s&revision=%d", a.apiURL, before.Revision))
-		if err == nil {
-			defer resp.Body.Close()
-			_ = json.NewDecoder(resp.Body).Decode(&s)
-		}
+		client := api.NewClient(a.apiURL, &http.Client{Timeout: 30 * time.Second})
+		s, _ := client.WaitPartitions(context.Background(), before.Revision, 20*time.Second)
 		polled <- s
 	}()
 	events := firstEvent(t, a)
@@ -106,17 +101,13 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 		t.Errorf("GET /events: first event %q, want event: partitions with the state", events)
 	}
 
-	status, _, body, err := a.do(http.MethodPost, fmt.Sprintf("/partitions/%d/release", mine.Partition), nil)
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("release partition %d: %d %s %v", mine.Partition, status, body, err)
-	}
-	var after partitionsState
-	if err := json.Unmarshal(body, &after); err != nil {
-		t.Fatal(err)
+	after, err := a.api().ReleasePartition(context.Background(), mine.Partition)
+	if err != nil {
+		t.Fatalf("release partition %d: %v", mine.Partition, err)
 	}
 	for _, o := range after.Owned {
 		if o.Partition == mine.Partition {
-			t.Errorf("partition %d still listed after its release: %s", mine.Partition, body)
+			t.Errorf("partition %d still listed after its release: %+v", mine.Partition, after)
 		}
 	}
 	select {

@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/test/invariant"
 )
@@ -33,30 +32,8 @@ const partitionCount = 16
 // running race-enabled binaries; the measured times are logged.
 const settleBound = 2*leaseDuration + 10*retryPeriod
 
-// partitionsState is the JSON of GET /partitions.
-type partitionsState struct {
-	Identity   string `json:"identity"`
-	Partitions int    `json:"partitions"`
-	Members    int    `json:"members"`
-	Member     bool   `json:"member"`
-	FairShare  struct {
-		Min int `json:"min"`
-		Max int `json:"max"`
-	} `json:"fairShare"`
-	Owned    []invariant.OwnedAnswer `json:"owned"`
-	Revision uint64                  `json:"revision"`
-}
-
-func (c *candidate) partitions() (partitionsState, error) {
-	var s partitionsState
-	status, _, body, err := c.do(http.MethodGet, "/partitions", nil)
-	if err != nil {
-		return s, err
-	}
-	if status != http.StatusOK {
-		return s, fmt.Errorf("GET /partitions: %d %s", status, body)
-	}
-	return s, json.Unmarshal(body, &s)
+func (c *candidate) partitions() (api.Partitions, error) {
+	return c.api().Partitions(context.Background())
 }
 
 // partitionGroup is a set of partition-mode members, with a monitor that

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // What the probe port must withstand (issue 11): connections anyone in the
@@ -65,7 +66,7 @@ func TestProbePortUnderIdleConnections(t *testing.T) {
 		Transport: &http.Transport{DisableKeepAlives: true},
 	}
 	waitReady(t, probes, c.probeURL)
-	pid := c.cmd.Process.Pid
+	pid := c.h.Pid()
 	warmUp(t, c, probes)
 	baseline := procStatusKiB(t, pid, "VmRSS")
 	resetPeakRSS(t, pid)
@@ -156,10 +157,8 @@ func warmUp(t *testing.T, c *candidate, probes *http.Client) {
 func productionBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "leader-elector")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = repoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build leader-elector: %v\n%s", err, out)
+	if err := harness.BuildBinary(context.Background(), bin, harness.Build{}); err != nil {
+		t.Fatalf("build leader-elector: %v", err)
 	}
 	return bin
 }

@@ -302,16 +302,14 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 				g.waitLeader(10 * time.Second)
 			} else {
 				// A lease duration and then some: it never leads.
-				deadline := time.Now().Add(leaseDuration + time.Second)
-				for time.Now().Before(deadline) {
+				if err := holdsFor(leaseDuration+time.Second, 100*time.Millisecond, func() error {
 					s, err := c.state()
-					if err != nil {
-						t.Fatal(err)
+					if err == nil && s.IsLeader {
+						err = fmt.Errorf("led without %q", verb)
 					}
-					if s.IsLeader {
-						t.Fatalf("led without %q", verb)
-					}
-					time.Sleep(100 * time.Millisecond)
+					return err
+				}); err != nil {
+					t.Fatal(err)
 				}
 				if code, body, _ := c.probe("/readyz"); code != 503 {
 					t.Errorf("/readyz = %d %q, want 503", code, body)

@@ -92,7 +92,7 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 			// The monitor checks that no claim overlapped the old leader's;
 			// the new leader's claim began a lease duration after the
 			// candidates saw the replaced Lease, not sooner.
-			if after.LeaderSince == nil {
+			if after.LeaderSince.IsZero() {
 				t.Fatalf("%s leads with no leaderSince: %+v", next.name, after)
 			}
 			if since := after.LeaderSince.Sub(applied); since < leaseDuration-retryPeriod {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/routing"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -309,7 +310,7 @@ func TestRouteLabelRefusesATakenLabel(t *testing.T) {
 	// the label runs on, and is killed).
 	run := func(t *testing.T, label string, code int, want string) {
 		t.Helper()
-		args, env := podTemplateCommand(t, spec, "pod-a", namespace, kubeconfig, freePorts(t, 2), "--leader-label="+label)
+		args, env := podTemplateCommand(t, spec, "pod-a", namespace, kubeconfig, harnesstest.FreePorts(t, 2), "--leader-label="+label)
 		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		cmd := exec.CommandContext(cctx, binary, args...)

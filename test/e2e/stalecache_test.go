@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -95,12 +96,13 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 
 	// Two lease durations: long enough for the stale view to look expired
 	// too (the stale version never changes).
-	deadline := time.Now().Add(2*leaseDuration + time.Second)
-	for time.Now().Before(deadline) {
+	if err := holdsFor(2*leaseDuration+time.Second, 10*time.Millisecond, func() error {
 		if s := stalePod.Snapshot(); s.IsLeader {
-			t.Fatalf("the candidate with a stale cache claimed leadership: %+v", s)
+			return fmt.Errorf("the candidate with a stale cache claimed leadership: %+v", s)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	after, err := leader.state()
 	if err != nil {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leader-elector/leader-elector/api"
 )
 
 // TestWatchers: an app watching a follower over SSE and long-poll learns
@@ -51,7 +54,7 @@ func TestWatchers(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
 		t.Fatalf("Content-Type %q", ct)
 	}
-	events := make(chan leaderState, 100)
+	events := make(chan api.Leader, 100)
 	go func() {
 		sc := bufio.NewScanner(resp.Body)
 		event := ""
@@ -61,7 +64,7 @@ func TestWatchers(t *testing.T) {
 			case strings.HasPrefix(line, "event: "):
 				event = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: ") && event == "leader":
-				var s leaderState
+				var s api.Leader
 				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &s) == nil {
 					events <- s
 				}
@@ -76,21 +79,14 @@ func TestWatchers(t *testing.T) {
 
 	// A long-poll that waits for the next change after the current revision.
 	type result struct {
-		s   leaderState
+		s   api.Leader
 		at  time.Time
 		err error
 	}
 	polled := make(chan result, 1)
 	go func() {
-		c := &http.Client{Timeout: 40 * time.Second}
-		resp, err := c.Get(fmt.Sprintf("%s/leader?wait=30s&revision=%d", follower.apiURL, before.Revision))
-		if err != nil {
-			polled <- result{err: err}
-			return
-		}
-		defer resp.Body.Close()
-		var s leaderState
-		err = json.NewDecoder(resp.Body).Decode(&s)
+		c := api.NewClient(follower.apiURL, &http.Client{Timeout: 40 * time.Second})
+		s, err := c.WaitLeader(context.Background(), before.Revision, 30*time.Second)
 		polled <- result{s, time.Now(), err}
 	}()
 

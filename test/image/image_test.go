@@ -8,7 +8,6 @@ import (
 	"context"
 	"debug/buildinfo"
 	"debug/elf"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -31,7 +30,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/cluster"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -388,7 +389,7 @@ func runSidecarContainer(t *testing.T, env podEnv, id, podName string) *sidecarC
 		t.Fatal(err)
 	}
 	apiHost, apiPort, _ := net.SplitHostPort(apiURL.Host)
-	ports := freePorts(t, 2)
+	ports := harnesstest.FreePorts(t, 2)
 	c := &sidecarContainer{id: id, apiPort: ports[0], probePort: ports[1], pidFile: filepath.Join(t.TempDir(), "pid"), exited: make(chan struct{})}
 	run := ctd.command(context.Background(), "run", "--rm", "--platform", hostPlatform(t),
 		"--read-only", "--seccomp", "--net-host",
@@ -421,31 +422,23 @@ func runSidecarContainer(t *testing.T, env podEnv, id, podName string) *sidecarC
 	return c
 }
 
-// sidecarState is the part of GET /leader the image tests look at.
-type sidecarState struct {
-	Lease    struct{ Namespace, Name string } `json:"lease"`
-	Identity string                           `json:"identity"`
-	Holder   string                           `json:"holder"`
-	IsLeader bool                             `json:"isLeader"`
-}
-
 // waitState polls the sidecar's GET /leader until cond holds.
-func (c *sidecarContainer) waitState(t *testing.T, timeout time.Duration, cond func(sidecarState) bool) sidecarState {
+func (c *sidecarContainer) waitState(t *testing.T, timeout time.Duration, cond func(api.Leader) bool) api.Leader {
 	t.Helper()
-	var state sidecarState
-	client := &http.Client{Timeout: 2 * time.Second}
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	var state api.Leader
+	client := api.NewClient(fmt.Sprintf("http://127.0.0.1:%d", c.apiPort), &http.Client{Timeout: 2 * time.Second})
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		select {
 		case <-c.exited:
 			return false, fmt.Errorf("the container exited: %v", c.exitErr)
 		default:
 		}
-		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/leader", c.apiPort))
+		s, err := client.Leader(ctx)
 		if err != nil {
 			return false, nil
 		}
-		defer resp.Body.Close()
-		return json.NewDecoder(resp.Body).Decode(&state) == nil && cond(state), nil
+		state = s
+		return cond(state), nil
 	}); err != nil {
 		t.Fatalf("container %s: %v (last state %+v)", c.id, err, state)
 	}
@@ -461,7 +454,7 @@ func TestElectsInContainer(t *testing.T) {
 	const podName = "image-pod"
 	env := setUpPodEnv(t, "image-e2e")
 	c := runSidecarContainer(t, env, "elector", podName)
-	state := c.waitState(t, 30*time.Second, func(s sidecarState) bool { return s.IsLeader })
+	state := c.waitState(t, 30*time.Second, func(s api.Leader) bool { return s.IsLeader })
 	if state.Identity != podName || state.Lease.Namespace != env.namespace || state.Lease.Name != env.lease {
 		t.Errorf("leads as %q on %s/%s; want %q on %s/%s (identity from POD_NAME, namespace from the mounted namespace file)",
 			state.Identity, state.Lease.Namespace, state.Lease.Name, podName, env.namespace, env.lease)
@@ -541,20 +534,6 @@ func leaseHolder(t *testing.T, namespace, name string) string {
 	return *l.Spec.HolderIdentity
 }
 
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
 // TestDemoApp: the demo app of manifests/example — its own shell script,
 // run by busybox — next to sidecar containers of the image, as in two pods:
 // the leader's app logs that it does the singleton work and serves its pod
@@ -590,9 +569,9 @@ func TestDemoApp(t *testing.T) {
 
 	env := setUpPodEnv(t, "image-demo")
 	leader := runSidecarContainer(t, env, "demo-a", "demo-a")
-	leader.waitState(t, 30*time.Second, func(s sidecarState) bool { return s.IsLeader })
+	leader.waitState(t, 30*time.Second, func(s api.Leader) bool { return s.IsLeader })
 	follower := runSidecarContainer(t, env, "demo-b", "demo-b")
-	follower.waitState(t, 30*time.Second, func(s sidecarState) bool { return s.Holder == "demo-a" && !s.IsLeader })
+	follower.waitState(t, 30*time.Second, func(s api.Leader) bool { return s.Holder == "demo-a" && !s.IsLeader })
 
 	for _, tc := range []struct {
 		pod     string
@@ -604,7 +583,7 @@ func TestDemoApp(t *testing.T) {
 	} {
 		t.Run(tc.pod, func(t *testing.T) {
 			// The pod's addresses and its /tmp volume, as this machine has them.
-			httpPort := freePorts(t, 1)[0]
+			httpPort := harnesstest.FreePorts(t, 1)[0]
 			pod := map[string]string{
 				"127.0.0.1:4040": fmt.Sprintf("127.0.0.1:%d", tc.sidecar.apiPort),
 				"-p 8081":        fmt.Sprintf("-p %d", httpPort),

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/leader-elector/leader-elector/api"
 )
 
 // Checker checks, from every answer a poller gets, these invariants,
@@ -42,13 +44,19 @@ type claim struct {
 }
 
 // Answer is one answer to GET /leader, with when its request was sent.
+// LeaderSince and ValidUntil are zero when the answer has none.
 type Answer struct {
 	Who          string
 	Sent         time.Time
 	IsLeader     bool
 	FencingToken int64
-	LeaderSince  *time.Time
-	ValidUntil   *time.Time
+	LeaderSince  time.Time
+	ValidUntil   time.Time
+}
+
+// LeaderAnswer is the answer l that who gave to a request sent at sent.
+func LeaderAnswer(who string, sent time.Time, l api.Leader) Answer {
+	return Answer{Who: who, Sent: sent, IsLeader: l.IsLeader, FencingToken: l.FencingToken, LeaderSince: l.LeaderSince.Time, ValidUntil: l.ValidUntil.Time}
 }
 
 // Report is the outcome of a checked run.
@@ -94,17 +102,17 @@ func (m *Checker) Record(s Answer) {
 	if !s.IsLeader {
 		return
 	}
-	if m.validity && (s.ValidUntil == nil || !s.ValidUntil.After(s.Sent)) {
+	if m.validity && (s.ValidUntil.IsZero() || !s.ValidUntil.After(s.Sent)) {
 		m.violate("%s claimed leadership past its validity: request sent %s, validUntil %v", s.Who, Stamp(s.Sent), s.ValidUntil)
 	}
-	if s.LeaderSince == nil {
+	if s.LeaderSince.IsZero() {
 		m.violate("%s answered isLeader without leaderSince (request sent %s)", s.Who, Stamp(s.Sent))
 		return
 	}
 	key := s.Who + "@" + s.LeaderSince.Format(time.RFC3339Nano)
 	c, ok := m.claims[key]
 	if !ok {
-		c = &claim{who: s.Who, since: *s.LeaderSince, token: s.FencingToken}
+		c = &claim{who: s.Who, since: s.LeaderSince, token: s.FencingToken}
 		m.claims[key] = c
 	}
 	if s.Sent.After(c.lastSent) {

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/leader-elector/leader-elector/api"
 )
 
 // Partitions checks a partition group (leader-elector --partitions) from
@@ -23,17 +25,9 @@ func NewPartitions() *Partitions {
 	return &Partitions{checkers: map[int]*Checker{}}
 }
 
-// OwnedAnswer is one partition a member reported owning: an element of
-// "owned" in GET /partitions.
-type OwnedAnswer struct {
-	Partition    int        `json:"partition"`
-	FencingToken int64      `json:"fencingToken"`
-	Since        *time.Time `json:"since"`
-	ValidUntil   *time.Time `json:"validUntil"`
-}
-
-// Record checks one answer of member who to a request sent at sent.
-func (p *Partitions) Record(who string, sent time.Time, owned []OwnedAnswer) {
+// Record checks the partitions member who reported owning (the "owned" of
+// GET /partitions) in answer to a request sent at sent.
+func (p *Partitions) Record(who string, sent time.Time, owned []api.OwnedPartition) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, o := range owned {
@@ -42,7 +36,7 @@ func (p *Partitions) Record(who string, sent time.Time, owned []OwnedAnswer) {
 			c = New(true)
 			p.checkers[o.Partition] = c
 		}
-		c.Record(Answer{Who: who, Sent: sent, IsLeader: true, FencingToken: o.FencingToken, LeaderSince: o.Since, ValidUntil: o.ValidUntil})
+		c.Record(Answer{Who: who, Sent: sent, IsLeader: true, FencingToken: o.FencingToken, LeaderSince: o.Since.Time, ValidUntil: o.ValidUntil.Time})
 	}
 }
 

@@ -4,7 +4,6 @@ package packaging
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -165,7 +164,7 @@ func tokenVolume(spec *corev1.PodSpec) *corev1.Volume {
 // partition-mode rules (which the e2e suite runs partition mode with), and
 // keeps the base's Lease to carry the renamed group name.
 func TestKustomizePartitions(t *testing.T) {
-	objs, err := KustomizeBuild(context.Background(), filepath.Join(RepoRoot(), "test", "packaging", "testdata", "partitions"))
+	objs, err := KustomizeBuild(context.Background(), inRepo("test", "packaging", "testdata", "partitions"))
 	if err != nil {
 		t.Fatal(err)
 	}

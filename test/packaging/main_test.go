@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // binary is a leader-elector built from this checkout, to ask it whether it
@@ -35,10 +37,7 @@ func setUpAndRun(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "leader-elector")
-	build := exec.CommandContext(ctx, "go", "build", "-o", binary, ".")
-	build.Dir = RepoRoot()
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := harness.BuildBinary(ctx, binary, harness.Build{Output: os.Stderr}); err != nil {
 		fmt.Fprintln(os.Stderr, "packaging setup: build leader-elector:", err)
 		return 1
 	}

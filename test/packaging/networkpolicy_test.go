@@ -4,7 +4,6 @@ package packaging
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -236,7 +235,7 @@ func TestChartNetworkPolicyGuards(t *testing.T) {
 // the example's pods by the Deployment's selector, admits Prometheus to the
 // probe port, and the app's port from anywhere.
 func TestKustomizeNetworkPolicy(t *testing.T) {
-	objs, err := KustomizeBuild(context.Background(), filepath.Join(RepoRoot(), "test", "packaging", "testdata", "networkpolicy"))
+	objs, err := KustomizeBuild(context.Background(), inRepo("test", "packaging", "testdata", "networkpolicy"))
 	if err != nil {
 		t.Fatal(err)
 	}

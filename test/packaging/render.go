@@ -16,31 +16,37 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
-// RepoRoot is the repository's top directory.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+// inRepo is the path of elem below the repository's top directory. It
+// panics if there is no repository around: every file this package reads
+// is in it, and its callers are tests run from a checkout.
+func inRepo(elem ...string) string {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(append([]string{root}, elem...)...)
 }
 
 // ChartDir is the shipped chart.
-func ChartDir() string { return filepath.Join(RepoRoot(), "charts", "leader-elector") }
+func ChartDir() string { return inRepo("charts", "leader-elector") }
 
 // ManifestsDir is a directory under manifests/ (base, example, …).
-func ManifestsDir(name string) string { return filepath.Join(RepoRoot(), "manifests", name) }
+func ManifestsDir(name string) string { return inRepo("manifests", name) }
 
 // KubeVersion is the version of the kube-apiserver the e2e tests run
 // (pinned in test/tools/kube/go.mod); charts are rendered for it.
 func KubeVersion() (string, error) {
-	path := filepath.Join(RepoRoot(), "test", "tools", "kube", "go.mod")
+	path := inRepo("test", "tools", "kube", "go.mod")
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -67,7 +73,7 @@ var (
 func Tools(ctx context.Context, progress io.Writer) (string, error) {
 	toolsOnce.Do(func() {
 		var stdout bytes.Buffer
-		cmd := exec.CommandContext(ctx, "bash", filepath.Join(RepoRoot(), "test", "packaging", "tools.sh"))
+		cmd := exec.CommandContext(ctx, "bash", inRepo("test", "packaging", "tools.sh"))
 		cmd.Stdout = &stdout
 		cmd.Stderr = progress
 		if err := cmd.Run(); err != nil {

@@ -1,0 +1,119 @@
+// Package api is the Go side of leader-elector's application API: the JSON
+// types of GET /leader, GET /partitions, POST /release, POST
+// /partitions/<i>/release and of every error answer, and a small client for
+// them. The types are the wire contract documented in docs/api.md and
+// docs/partitions.md: the sidecar encodes its answers with them, so the
+// format is defined once.
+//
+// It depends on the standard library only, so a Go application can import
+// it without pulling in client-go.
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Lease names the Lease an answer is about.
+type Lease struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// Leader is the answer of GET /leader and POST /release, and the data of
+// the "leader" events of GET /events.
+type Leader struct {
+	Lease    Lease  `json:"lease"`
+	Identity string `json:"identity"`
+	// Holder holds the Lease; "" if no one does.
+	Holder string `json:"holder"`
+	// IsLeader is true only while this pod holds the Lease and its last
+	// renewal started less than the renew deadline ago.
+	IsLeader bool `json:"isLeader"`
+	// FencingToken is the current holder's term; it only grows.
+	FencingToken         int64 `json:"fencingToken"`
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds"`
+	// RenewTime is zero until the Lease has been seen.
+	RenewTime Time `json:"renewTime,omitzero"`
+	// LeaderSince and ValidUntil are set only while IsLeader: when this
+	// pod's claim began, and the moment after which it stops claiming
+	// unless it renews.
+	LeaderSince Time `json:"leaderSince,omitzero"`
+	ValidUntil  Time `json:"validUntil,omitzero"`
+	// Revision grows by one on every change of Holder, IsLeader,
+	// FencingToken or LeaderSince.
+	Revision uint64 `json:"revision"`
+}
+
+// Partitions is the answer of GET /partitions and POST
+// /partitions/<i>/release, and the data of the "partitions" events of GET
+// /events in partition mode.
+type Partitions struct {
+	Lease      Lease     `json:"lease"`
+	Identity   string    `json:"identity"`
+	Partitions int       `json:"partitions"`
+	Members    int       `json:"members"`
+	Member     bool      `json:"member"`
+	FairShare  FairShare `json:"fairShare"`
+	// Owned is never null: an empty list when nothing is owned.
+	Owned    []OwnedPartition `json:"owned"`
+	Revision uint64           `json:"revision"`
+}
+
+// FairShare is how many partitions each member should own.
+type FairShare struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// OwnedPartition is one partition this pod owns: it may work on it until
+// ValidUntil, under FencingToken.
+type OwnedPartition struct {
+	Partition    int   `json:"partition"`
+	FencingToken int64 `json:"fencingToken"`
+	Since        Time  `json:"since"`
+	ValidUntil   Time  `json:"validUntil"`
+}
+
+// Time is a moment as the API writes it: RFC 3339 in UTC with microseconds,
+// the Lease's own precision. time.Time's own JSON trims trailing zeros and
+// keeps nanoseconds, which is not that format; the zero Time is written as
+// "" (or left out, with omitzero).
+type Time struct{ time.Time }
+
+// TimeFormat is the layout of every time in an answer.
+const TimeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// MarshalJSON writes t in TimeFormat, or "" if t is zero.
+func (t Time) MarshalJSON() ([]byte, error) {
+	if t.IsZero() {
+		return []byte(`""`), nil
+	}
+	b := make([]byte, 0, len(TimeFormat)+2)
+	b = append(b, '"')
+	b = t.UTC().AppendFormat(b, TimeFormat)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON reads any RFC 3339 time; "" and null leave t zero.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	if s, err := strconv.Unquote(string(b)); err == nil && s == "" {
+		t.Time = time.Time{}
+		return nil
+	}
+	return t.Time.UnmarshalJSON(b)
+}
+
+// Error is the body of every error answer, {"error": "..."}, and the error
+// the Client returns for an answer that is not 2xx.
+type Error struct {
+	// StatusCode is the answer's HTTP status; it is not part of the body.
+	StatusCode int `json:"-"`
+	// Message is the body's "error".
+	Message string `json:"error"`
+}
+
+func (e *Error) Error() string {
+	return strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode) + ": " + e.Message
+}

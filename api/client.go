@@ -1,0 +1,122 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Client asks one sidecar's application API.
+type Client struct {
+	baseURL string
+	http    *http.Client
+}
+
+// NewClient returns a client of the API at baseURL (for example
+// "http://127.0.0.1:4040"). httpClient is used for every request,
+// http.DefaultClient if nil; its Timeout also bounds the long-polls, so give
+// WaitLeader and WaitPartitions a wait shorter than it.
+func NewClient(baseURL string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = http.DefaultClient
+	}
+	return &Client{baseURL: baseURL, http: httpClient}
+}
+
+// BaseURL is the API's address as given to NewClient.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// Leader asks GET /leader.
+func (c *Client) Leader(ctx context.Context) (Leader, error) {
+	var l Leader
+	return l, c.do(ctx, http.MethodGet, "/leader", nil, &l)
+}
+
+// WaitLeader long-polls GET /leader: it answers once the state's revision
+// differs from revision, or after wait (the sidecar caps it at 5 minutes)
+// with the state unchanged. Pass the Revision of the last answer to learn
+// of the next change without missing one.
+func (c *Client) WaitLeader(ctx context.Context, revision uint64, wait time.Duration) (Leader, error) {
+	var l Leader
+	return l, c.do(ctx, http.MethodGet, "/leader", waitQuery(revision, wait), &l)
+}
+
+// Release asks POST /release: the leader steps down and answers its new
+// state. A follower gets an *Error with StatusCode 409.
+func (c *Client) Release(ctx context.Context) (Leader, error) {
+	var l Leader
+	return l, c.do(ctx, http.MethodPost, "/release", nil, &l)
+}
+
+// Partitions asks GET /partitions (partition mode).
+func (c *Client) Partitions(ctx context.Context) (Partitions, error) {
+	var p Partitions
+	return p, c.do(ctx, http.MethodGet, "/partitions", nil, &p)
+}
+
+// WaitPartitions long-polls GET /partitions as WaitLeader does GET /leader.
+func (c *Client) WaitPartitions(ctx context.Context, revision uint64, wait time.Duration) (Partitions, error) {
+	var p Partitions
+	return p, c.do(ctx, http.MethodGet, "/partitions", waitQuery(revision, wait), &p)
+}
+
+// ReleasePartition asks POST /partitions/<i>/release: this pod hands
+// partition i back. An *Error with StatusCode 409 if it does not own it,
+// 404 if there is no such partition.
+func (c *Client) ReleasePartition(ctx context.Context, i int) (Partitions, error) {
+	var p Partitions
+	return p, c.do(ctx, http.MethodPost, "/partitions/"+strconv.Itoa(i)+"/release", nil, &p)
+}
+
+func waitQuery(revision uint64, wait time.Duration) url.Values {
+	return url.Values{
+		"revision": {strconv.FormatUint(revision, 10)},
+		"wait":     {wait.String()},
+	}
+}
+
+// maxErrorBody bounds how much of an error answer is read.
+const maxErrorBody = 64 << 10
+
+// do sends one request and decodes a 2xx answer into out; any other answer
+// becomes an *Error.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, out any) error {
+	u := c.baseURL + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return readError(resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// readError turns an error answer into an *Error; a body that is not the
+// API's JSON (a proxy's page, say) becomes the message as it is.
+func readError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	e := &Error{StatusCode: resp.StatusCode}
+	if json.Unmarshal(body, e) != nil || e.Message == "" {
+		e.Message = string(bytes.TrimSpace(body))
+	}
+	return e
+}

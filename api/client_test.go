@@ -1,0 +1,89 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// fakeSidecar answers as the sidecar does and records the last request.
+func fakeSidecar(t *testing.T, status int, contentType, body string) (*Client, *http.Request) {
+	t.Helper()
+	var last http.Request
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		last = *r
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return NewClient(srv.URL, srv.Client()), &last
+}
+
+func TestClientDecodesAnswers(t *testing.T) {
+	ctx := context.Background()
+	c, req := fakeSidecar(t, 200, "application/json", `{"lease":{"namespace":"default","name":"app"},"holder":"pod-a","isLeader":true,"fencingToken":7,"validUntil":"2026-11-29T08:00:10.123456Z","revision":3}`)
+	l, err := c.WaitLeader(ctx, 2, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Method != http.MethodGet || req.URL.Path != "/leader" || req.URL.Query().Get("revision") != "2" || req.URL.Query().Get("wait") != "30s" {
+		t.Errorf("asked %s %s", req.Method, req.URL)
+	}
+	want := time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
+	if l.Lease.Name != "app" || l.Holder != "pod-a" || !l.IsLeader || l.FencingToken != 7 || !l.ValidUntil.Equal(want) || l.Revision != 3 {
+		t.Errorf("decoded %+v", l)
+	}
+
+	c, req = fakeSidecar(t, 200, "application/json", `{"partitions":4,"owned":[{"partition":1,"fencingToken":5,"since":"2026-11-29T08:00:00.000000Z","validUntil":"2026-11-29T08:00:10.000000Z"}]}`)
+	p, err := c.ReleasePartition(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Method != http.MethodPost || req.URL.Path != "/partitions/3/release" || req.URL.RawQuery != "" {
+		t.Errorf("asked %s %s", req.Method, req.URL)
+	}
+	if p.Partitions != 4 || len(p.Owned) != 1 || p.Owned[0].Partition != 1 || p.Owned[0].FencingToken != 5 {
+		t.Errorf("decoded %+v", p)
+	}
+}
+
+func TestClientReturnsTypedErrors(t *testing.T) {
+	cases := []struct {
+		name        string
+		contentType string
+		body        string
+		want        string
+	}{
+		{"the API's JSON", "application/json", `{"error":"not the leader"}` + "\n", "not the leader"},
+		{"anything else, as it is", "text/html", " <h1>bad gateway</h1>\n", "<h1>bad gateway</h1>"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, req := fakeSidecar(t, http.StatusConflict, tc.contentType, tc.body)
+			_, err := c.Release(context.Background())
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v (%T), want an *Error", err, err)
+			}
+			if e.StatusCode != http.StatusConflict || e.Message != tc.want {
+				t.Errorf("got %+v, want status 409 and message %q", e, tc.want)
+			}
+			if req.Method != http.MethodPost || req.URL.Path != "/release" {
+				t.Errorf("asked %s %s", req.Method, req.URL)
+			}
+		})
+	}
+}
+
+func TestClientWrapsTransportErrors(t *testing.T) {
+	c, _ := fakeSidecar(t, 200, "application/json", `not json`)
+	_, err := c.Partitions(context.Background())
+	var e *Error
+	if err == nil || errors.As(err, &e) {
+		t.Errorf("err = %v, want a decoding error that is no *Error", err)
+	}
+}
