@@ -358,6 +358,9 @@ func TestChartGuards(t *testing.T) {
 		}
 	})
 
+	// The chart's guard against the sidecar's own verdict, which applies the
+	// timing rules (election.Timings.Check) and the supported ranges
+	// (options): the edges of every rule, on both sides.
 	timings := []struct{ lease, renew, retry string }{
 		{"15", "10", "2"}, {"4", "2", "0.5"}, {"15", "15", "2"}, {"10", "15", "2"},
 		{"15", "10", "8"}, {"15", "10", "9"}, {"3", "2", "1"}, {"2", "1.2", "1"}, {"2", "1.3", "1"},
