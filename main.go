@@ -4,7 +4,8 @@
 // this pod; its readiness probe passes only on the leader.
 //
 // main only wires the steps together: parse (package options), logging,
-// signals, run (package app), exit code.
+// signals, run (package app), exit code; `leader-elector status` is
+// package status.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/app"
 	"github.com/leader-elector/leader-elector/options"
+	"github.com/leader-elector/leader-elector/status"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -37,6 +39,9 @@ func main() {
 // execute parses the configuration, runs until a signal, and returns the
 // process's exit code.
 func execute(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "status" {
+		return status.Run(args[1:], os.LookupEnv, stdout, stderr)
+	}
 	opts, err := options.Parse(args, options.OSEnvironment)
 	switch {
 	case errors.Is(err, options.ErrHelp):

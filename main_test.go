@@ -178,3 +178,13 @@ func TestInvalidConfigurationIsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestExecuteStatus: "status" as the first argument is the status command,
+// with its own flags and exit codes (package status tests the rest).
+func TestExecuteStatus(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := execute([]string{"status", "--url=http://127.0.0.1:4040/leader"}, &stdout, &stderr)
+	if code != 2 || !strings.HasPrefix(stderr.String(), "leader-elector status: --url") {
+		t.Errorf("exit %d, stderr %q; want 2 and the status command's own message", code, stderr.String())
+	}
+}

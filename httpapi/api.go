@@ -56,8 +56,19 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 	}
 	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive}
 	return routes{
+		// The retired k8s.gcr.io/leader-elector image answered every path
+		// with {"name": <holder>} (one catch-all handler) and /isLeader with
+		// {"isLeader": …}. Charts poll "/" and "/health" on its --http port;
+		// those two and /isLeader are kept, while other unknown paths stay
+		// a JSON 404 as this API promises.
 		"/": {
 			http.MethodGet: a.compat,
+		},
+		"/health": {
+			http.MethodGet: a.compat,
+		},
+		"/isLeader": {
+			http.MethodGet: a.compatIsLeader,
 		},
 		"/leader": {
 			http.MethodGet: a.leader,
@@ -204,13 +215,26 @@ func writeChunk(rc *http.ResponseController, w http.ResponseWriter, chunk string
 	return rc.Flush()
 }
 
-// compat answers GET / in the format of the retired leader-elector image.
+// compat answers GET / (and /health) in the format of the retired
+// leader-elector image: 200 and the holder's name, on leader and follower
+// alike, "" while no one holds the Lease.
 func (a *leaderAPI) compat(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, "GET / takes no query parameters")
+		writeError(w, http.StatusBadRequest, "GET "+r.URL.Path+" takes no query parameters")
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"name": a.el.Snapshot().Holder})
+}
+
+// compatIsLeader answers GET /isLeader as the retired image did: 200 and
+// whether this pod leads. The old image compared the holder with its
+// hostname; this is the time-bounded isLeader of GET /leader.
+func (a *leaderAPI) compatIsLeader(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, "GET /isLeader takes no query parameters")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"isLeader": a.el.Snapshot().IsLeader})
 }
 
 // releaseAnswerTimeout bounds how long POST /release waits for the Lease to

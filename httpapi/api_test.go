@@ -473,31 +473,55 @@ func TestLeaderLongPoll(t *testing.T) {
 	})
 }
 
+// TestCompat: the paths the retired k8s.gcr.io/leader-elector image served
+// and charts still poll answer as it did: 200 with {"name": <holder>} on
+// "/" and "/health" and {"isLeader": …} on "/isLeader", on leader and
+// follower alike.
 func TestCompat(t *testing.T) {
+	noHolder := followerState()
+	noHolder.Holder = ""
 	for _, tc := range []struct {
-		name   string
-		holder string
+		name     string
+		state    election.State
+		isLeader bool
 	}{
-		{name: "held", holder: "my-app-7d9f-xyz12"},
-		{name: "not held", holder: ""},
+		{name: "leader", state: leaderState(), isLeader: true},
+		{name: "follower", state: followerState()},
+		{name: "not held", state: noHolder},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := followerState()
-			s.Holder = tc.holder
-			w := serve(NewAPIHandler(newFakeElection(s), APIOptions{}), newRequest(t, http.MethodGet, "/"))
+		for _, path := range []string{"/", "/health"} {
+			t.Run(tc.name+" "+path, func(t *testing.T) {
+				w := serve(NewAPIHandler(newFakeElection(tc.state), APIOptions{}), newRequest(t, http.MethodGet, path))
+				if w.Code != http.StatusOK {
+					t.Errorf("status = %d, want 200", w.Code)
+				}
+				got := decodeJSON(t, w)
+				if len(got) != 1 || got["name"] != tc.state.Holder {
+					t.Errorf("GET %s = %s, want {\"name\": %q}", path, w.Body.String(), tc.state.Holder)
+				}
+			})
+		}
+		t.Run(tc.name+" /isLeader", func(t *testing.T) {
+			w := serve(NewAPIHandler(newFakeElection(tc.state), APIOptions{}), newRequest(t, http.MethodGet, "/isLeader"))
 			if w.Code != http.StatusOK {
 				t.Errorf("status = %d, want 200", w.Code)
 			}
 			got := decodeJSON(t, w)
-			if len(got) != 1 || got["name"] != tc.holder {
-				t.Errorf("GET / = %s, want {\"name\": %q}", w.Body.String(), tc.holder)
+			if len(got) != 1 || got["isLeader"] != tc.isLeader {
+				t.Errorf("GET /isLeader = %s, want {\"isLeader\": %v}", w.Body.String(), tc.isLeader)
 			}
 		})
 	}
-	t.Run("query", func(t *testing.T) {
-		w := serve(NewAPIHandler(newFakeElection(followerState()), APIOptions{}), newRequest(t, http.MethodGet, "/?x=1"))
-		checkJSONError(t, w, http.StatusBadRequest)
-	})
+	for _, target := range []string{"/?x=1", "/health?x=1", "/isLeader?x=1"} {
+		t.Run("query "+target, func(t *testing.T) {
+			w := serve(NewAPIHandler(newFakeElection(followerState()), APIOptions{}), newRequest(t, http.MethodGet, target))
+			checkJSONError(t, w, http.StatusBadRequest)
+		})
+	}
+	// Only the old image's known paths are kept: other unknown paths stay a
+	// JSON 404.
+	w := serve(NewAPIHandler(newFakeElection(followerState()), APIOptions{}), newRequest(t, http.MethodGet, "/healthz"))
+	checkJSONError(t, w, http.StatusNotFound)
 }
 
 func TestRelease(t *testing.T) {

@@ -58,10 +58,17 @@ type Options struct {
 	electionNamespace string
 	id                string
 	http              string
+	ttl               time.Duration
+	// useClusterCredentials is accepted and ignored (contrib.go).
+	useClusterCredentials bool
 
 	// deprecated lists the aliases that were used, for a warning once the
 	// logger is set up.
 	deprecated []string
+	// ttlDerived lists the timings --ttl derived, for the same warning.
+	ttlDerived []string
+	// noOps lists the retired image's flags that were given and do nothing.
+	noOps []string
 	// serviceLinks lists the LEADER_ELECTOR_* variables that are the
 	// kubelet's service links, not settings, for a log line.
 	serviceLinks []string
@@ -120,6 +127,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
 	fs.StringVar(&o.id, "id", "", "Deprecated: use --identity.")
 	fs.StringVar(&o.http, "http", "", "Deprecated: use --http-address.")
+	fs.DurationVar(&o.ttl, "ttl", 0, "Deprecated: use --lease-duration (--renew-deadline and --retry-period, unless given, are derived in the defaults' ratios).")
+	fs.BoolVar(&o.useClusterCredentials, "use-cluster-credentials", false, "Deprecated, no effect: credentials come from --kubeconfig, else $KUBECONFIG, else the pod's service account.")
+	_ = fs.MarkDeprecated("use-cluster-credentials", "it has no effect")
 	for alias, replacement := range deprecatedAliases {
 		_ = fs.MarkDeprecated(alias, "use --"+replacement)
 	}
@@ -137,6 +147,7 @@ var deprecatedAliases = map[string]string{
 	"election-namespace": "lease-namespace",
 	"id":                 "identity",
 	"http":               "http-address",
+	"ttl":                "lease-duration",
 }
 
 // applyEnvironment sets every flag not given on the command line from its
@@ -189,7 +200,7 @@ func (o *Options) complete(env Environment) {
 // the same level are an error.
 func (o *Options) resolveAliases(fs *pflag.FlagSet, done map[string]bool) error {
 	var errs []error
-	for _, alias := range []string{"election", "election-namespace", "id", "http"} {
+	for _, alias := range []string{"election", "election-namespace", "id", "http", "ttl"} {
 		if done[alias] || !fs.Changed(alias) {
 			continue
 		}
@@ -331,6 +342,9 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	if err := o.resolveAliases(fs, resolved); err != nil {
 		return nil, fs, err
 	}
+	if err := o.applyContrib(fs); err != nil {
+		return nil, fs, err
+	}
 	o.complete(env)
 	if err := o.Validate(); err != nil {
 		return nil, fs, err
@@ -355,8 +369,13 @@ func verbosity(fs *pflag.FlagSet) int {
 // refusing it: deprecated flags in use, and service link variables ignored.
 func (o *Options) LogNotices(logger klog.Logger) {
 	for _, alias := range o.deprecated {
+		if alias == "ttl" {
+			o.logTTL(logger)
+			continue
+		}
 		logger.Info("Flag is deprecated", "flag", "--"+alias, "use", "--"+deprecatedAliases[alias])
 	}
+	o.logContrib(logger)
 	if len(o.serviceLinks) > 0 {
 		logger.Info("Ignoring environment variables that are Kubernetes service links, not settings", "variables", o.serviceLinks)
 	}
