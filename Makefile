@@ -51,7 +51,7 @@ e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector process
 tools: ## build (or reuse from the cache) etcd, kube-apiserver and kube-controller-manager at the pinned versions
 	bash test/tools/build.sh
 
-demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running)
+demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running; with KUBECONFIG set, on that cluster instead)
 	$(GO) run ./test/demo $(if $(HOLD),-hold)
 
 clean: ## remove build outputs (the tool cache stays)

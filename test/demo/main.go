@@ -15,6 +15,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -277,8 +278,11 @@ func summary(ctx context.Context, cs []*harness.Candidate) string {
 	return strings.Join(parts, " | ")
 }
 
+// out is where the demo tells its story.
+var out io.Writer = os.Stdout
+
 func say(format string, args ...any) {
-	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	fmt.Fprintf(out, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
 // existingCluster connects to the cluster of kubeconfig (a path or a
@@ -330,14 +334,20 @@ func existingCluster(ctx context.Context, kubeconfig, work string) (target, func
 	return target{client: client, kubeconfig: path, namespace: ns.Name, host: cfg.Host}, cleanup, nil
 }
 
-// building runs build and, while it runs, says every 10 s what is being
-// built and for how long, so that a cold build (minutes) does not look hung.
+// progressEvery is how often building says that a build still runs.
+var progressEvery = 10 * time.Second
+
+// building runs build and, while it runs, says every progressEvery what is
+// being built and for how long, so that a cold build (minutes) does not
+// look hung.
 func building(ctx context.Context, what string, build func() error) error {
 	start := time.Now()
 	say("Building %s", what)
 	done := make(chan struct{})
+	stopped := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(10 * time.Second)
+		defer close(stopped)
+		tick := time.NewTicker(progressEvery)
 		defer tick.Stop()
 		for {
 			select {
@@ -352,6 +362,7 @@ func building(ctx context.Context, what string, build func() error) error {
 	}()
 	err := build()
 	close(done)
+	<-stopped // no progress line after the outcome
 	if err == nil {
 		say("Built %s in %v", what, time.Since(start).Round(100*time.Millisecond))
 	}
