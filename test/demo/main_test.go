@@ -42,7 +42,9 @@ func TestBuildingSaysProgress(t *testing.T) {
 
 	release := make(chan struct{})
 	done := make(chan error)
-	go func() { done <- building(context.Background(), "kube-apiserver", func() error { <-release; return nil }) }()
+	go func() {
+		done <- building(context.Background(), "kube-apiserver", func() error { <-release; return nil })
+	}()
 	// The build ends once two progress lines have been said.
 	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return strings.Count(buf.String(), "still building kube-apiserver: ") >= 2, nil
