@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,6 +25,7 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 	"sigs.k8s.io/yaml"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/packaging"
 	"github.com/leader-elector/leader-elector/test/snippets"
 )
@@ -59,6 +61,7 @@ func TestDocSnippets(t *testing.T) {
 		"pod-spec":                  testPodSpecSnippet,
 		"worker-example":            testWorkerExample,
 		"chart-dependency-template": testChartDependencyTemplate,
+		"leader-answer-sample":      testLeaderAnswerSample,
 		"networkpolicy-values":      testNetworkPolicyValues,
 		"networkpolicy-component":   testNetworkPolicyComponent,
 	}
@@ -550,4 +553,51 @@ func testChartDependencyTemplate(t *testing.T, b snippets.Block) {
 		}
 		i++
 	}
+}
+
+// testLeaderAnswerSample: the sample answer of GET /leader has exactly the
+// fields (and those of "lease") of a real leader's answer, and decodes
+// into the api package's type.
+func testLeaderAnswerSample(t *testing.T, b snippets.Block) {
+	lines := strings.Split(strings.TrimSpace(b.Text), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "$ curl -s localhost:4040/leader") {
+		t.Fatalf("%s: want the curl command and its answer", b)
+	}
+	sample := []byte(lines[1])
+	dec := json.NewDecoder(bytes.NewReader(sample))
+	dec.DisallowUnknownFields()
+	var typed api.Leader
+	if err := dec.Decode(&typed); err != nil {
+		t.Errorf("%s: the sample is not an api.Leader: %v", b, err)
+	}
+	g := newGroup(t, 1, candidateOptions{})
+	leader := g.waitLeader(30 * time.Second)
+	code, _, real, err := leader.do("GET", "/leader", nil)
+	if err != nil || code != 200 {
+		t.Fatalf("GET /leader: %d %v", code, err)
+	}
+	if got, want := jsonKeys(t, sample), jsonKeys(t, real); !slices.Equal(got, want) {
+		t.Errorf("%s: the sample has the fields %v, a leader answers %v:\n%s", b, got, want, real)
+	}
+}
+
+// jsonKeys lists an object's keys and, as parent.key, those of the objects
+// in it, sorted.
+func jsonKeys(t *testing.T, data []byte) []string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	var keys []string
+	for k, v := range m {
+		keys = append(keys, k)
+		if inner, ok := v.(map[string]any); ok {
+			for ik := range inner {
+				keys = append(keys, k+"."+ik)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
