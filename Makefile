@@ -51,7 +51,7 @@ e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector process
 tools: ## build (or reuse from the cache) etcd, kube-apiserver and kube-controller-manager at the pinned versions
 	bash test/tools/build.sh
 
-demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running)
+demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running; with KUBECONFIG set, on that cluster instead)
 	$(GO) run ./test/demo $(if $(HOLD),-hold)
 
 clean: ## remove build outputs (the tool cache stays)
@@ -164,6 +164,17 @@ image-test: image-test-archive tools packaging-tools ## check the offline-built 
 
 chart-test: packaging-tools ## helm lint, helm template and kustomize build of everything shipped, checked (no cluster)
 	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 20m -v ./test/packaging/ 2>&1 | tee chart-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+
+# The chart's README is generated from its README.md.gotmpl and the `# --`
+# comments of values.yaml by helm-docs, pinned and run with `go run` as the
+# linters are; test/packaging's TestChartDocsCurrent runs this target on a
+# copy of the chart and fails if the committed README differs.
+HELM_DOCS       := $(GO) run github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2
+CHART_DOCS_ROOT ?= charts
+
+.PHONY: chart-docs
+chart-docs: ## regenerate charts/leader-elector/README.md (values table) from README.md.gotmpl and values.yaml with helm-docs
+	$(HELM_DOCS) --log-level warning --chart-search-root $(CHART_DOCS_ROOT) --sort-values-order file --template-files README.md.gotmpl
 
 packaging-tools: ## install (or reuse from the cache) helm and kustomize at the pinned versions
 	bash test/packaging/tools.sh

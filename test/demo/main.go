@@ -1,9 +1,12 @@
 // Command demo shows leader-elector at work on a local control plane (etcd
-// and kube-apiserver built from source and started on loopback): three
+// and kube-apiserver built from source and started on loopback), or on an
+// existing cluster when KUBECONFIG (or -kubeconfig) names one: three
 // candidates race for one Lease, the leader is stopped gracefully, then
 // killed, and the demo prints who leads at every step. With -hold it keeps
 // running until Ctrl-C so you can kill candidates yourself (their PIDs are
-// printed).
+// printed). On an existing cluster the candidates run here, as processes,
+// with that kubeconfig's credentials, in a namespace of their own that the
+// demo creates and deletes.
 //
 // It is a demo and a smoke test, not part of what ships.
 package main
@@ -12,6 +15,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -25,6 +29,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/harness"
@@ -47,14 +54,27 @@ var timings = harness.Timings{LeaseDuration: leaseDuration, RenewDeadline: renew
 
 func main() {
 	hold := flag.Bool("hold", false, "keep running after the scripted handovers, until Ctrl-C")
+	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "run on the cluster of this kubeconfig (default $KUBECONFIG) instead of building and starting a local control plane")
 	flag.Parse()
-	if err := run(*hold); err != nil {
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "demo: unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	if err := run(*hold, *kubeconfig); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(hold bool) error {
+// target is the cluster the demo runs on.
+type target struct {
+	client     kubernetes.Interface
+	kubeconfig string // for the candidates
+	namespace  string // of the Lease
+	host       string
+}
+
+func run(hold bool, kubeconfig string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
@@ -64,21 +84,38 @@ func run(hold bool) error {
 	}
 	defer os.RemoveAll(work)
 
-	say("Building leader-elector and the control plane (the first run builds kube-apiserver from source: several minutes)")
 	binary := filepath.Join(work, "leader-elector")
-	if err := harness.BuildBinary(ctx, binary, harness.Build{Output: os.Stderr}); err != nil {
+	if err := building(ctx, "leader-elector (go build)", func() error {
+		return harness.BuildBinary(ctx, binary, harness.Build{Output: os.Stderr})
+	}); err != nil {
 		return fmt.Errorf("build leader-elector: %w", err)
 	}
-	binDir, err := cluster.EnsureBinaries(ctx, os.Stderr)
-	if err != nil {
-		return err
+	var tg target
+	if kubeconfig != "" {
+		var cleanup func()
+		tg, cleanup, err = existingCluster(ctx, kubeconfig, work)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		say("Using the cluster at %s (kubeconfig %s); no control plane is built. Lease %s/%s; timings: lease %v, renew deadline %v, retry %v", tg.host, kubeconfig, tg.namespace, leaseName, leaseDuration, renewDeadline, retryPeriod)
+	} else {
+		say("Building the control plane: etcd, kube-apiserver and kube-controller-manager from source into ~/.cache/leader-elector/tools (the first run takes 15-25 minutes on 2 cores; later runs reuse them). KUBECONFIG=<file> make demo uses an existing cluster instead")
+		var binDir string
+		if err := building(ctx, "etcd, kube-apiserver and kube-controller-manager", func() (err error) {
+			binDir, err = cluster.EnsureBinaries(ctx, os.Stderr)
+			return err
+		}); err != nil {
+			return err
+		}
+		cp, err := cluster.Start(ctx, cluster.Options{BinDir: binDir, WorkDir: filepath.Join(work, "cluster")})
+		if err != nil {
+			return err
+		}
+		defer cp.Stop()
+		tg = target{client: cp.AdminClient(), kubeconfig: cp.AdminKubeconfig(), namespace: "default", host: cp.Host()}
+		say("Control plane ready at %s; Lease default/%s; timings: lease %v, renew deadline %v, retry %v", cp.Host(), leaseName, leaseDuration, renewDeadline, retryPeriod)
 	}
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: binDir, WorkDir: filepath.Join(work, "cluster")})
-	if err != nil {
-		return err
-	}
-	defer cp.Stop()
-	say("Control plane ready at %s; Lease default/%s; timings: lease %v, renew deadline %v, retry %v", cp.Host(), leaseName, leaseDuration, renewDeadline, retryPeriod)
 
 	var candidates []*harness.Candidate
 	defer func() {
@@ -91,7 +128,8 @@ func run(hold bool) error {
 			Binary:     binary,
 			Name:       name,
 			Lease:      leaseName,
-			Kubeconfig: cp.AdminKubeconfig(),
+			Namespace:  tg.namespace,
+			Kubeconfig: tg.kubeconfig,
 			Timings:    timings,
 			LogPath:    filepath.Join(work, name+".log"),
 			HTTPClient: &http.Client{Timeout: 2 * time.Second},
@@ -138,7 +176,7 @@ func run(hold bool) error {
 	}
 	say("%s leads %v after the SIGKILL", third.Name(), time.Since(killed).Round(time.Millisecond))
 	show(ctx, candidates)
-	if err := showEvents(ctx, cp, third.Name()); err != nil {
+	if err := showEvents(ctx, tg, third.Name()); err != nil {
 		return err
 	}
 
@@ -168,10 +206,10 @@ func run(hold bool) error {
 // leader" is among them (it is written a moment after it leads). The
 // crashed leader could not record its "stopped leading"; the one that left
 // gracefully did.
-func showEvents(ctx context.Context, cp *cluster.ControlPlane, lastLeader string) error {
+func showEvents(ctx context.Context, tg target, lastLeader string) error {
 	var events []corev1.Event
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := cp.AdminClient().CoreV1().Events("default").List(ctx, metav1.ListOptions{
+		list, err := tg.client.CoreV1().Events(tg.namespace).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.kind": "Lease", "involvedObject.name": leaseName}.String(),
 		})
 		if err != nil {
@@ -240,6 +278,93 @@ func summary(ctx context.Context, cs []*harness.Candidate) string {
 	return strings.Join(parts, " | ")
 }
 
+// out is where the demo tells its story.
+var out io.Writer = os.Stdout
+
 func say(format string, args ...any) {
-	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	fmt.Fprintf(out, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// existingCluster connects to the cluster of kubeconfig (a path or a
+// KUBECONFIG list) and creates the demo's namespace there. The candidates
+// get one self-contained copy of the kubeconfig (their --kubeconfig takes
+// one file). cleanup deletes the namespace, Lease and Events with it.
+func existingCluster(ctx context.Context, kubeconfig, work string) (target, func(), error) {
+	rules := &clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(kubeconfig)}
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return target{}, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	if err := clientcmdapi.MinifyConfig(&raw); err != nil {
+		return target{}, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	if err := clientcmdapi.FlattenConfig(&raw); err != nil {
+		return target{}, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	path := filepath.Join(work, "kubeconfig")
+	if err := clientcmd.WriteToFile(raw, path); err != nil {
+		return target{}, nil, err
+	}
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return target{}, nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return target{}, nil, err
+	}
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		GenerateName: "leader-elector-demo-",
+		Labels:       map[string]string{"app.kubernetes.io/name": "leader-elector-demo"},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		return target{}, nil, fmt.Errorf("creating the demo's namespace on %s: %w", cfg.Host, err)
+	}
+	cleanup := func() {
+		// The demo's context may be cancelled (Ctrl-C): clean up regardless.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := client.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+			fmt.Fprintf(os.Stderr, "demo: deleting namespace %s: %v (delete it yourself)\n", ns.Name, err)
+			return
+		}
+		say("Deleted namespace %s", ns.Name)
+	}
+	return target{client: client, kubeconfig: path, namespace: ns.Name, host: cfg.Host}, cleanup, nil
+}
+
+// progressEvery is how often building says that a build still runs.
+var progressEvery = 10 * time.Second
+
+// building runs build and, while it runs, says every progressEvery what is
+// being built and for how long, so that a cold build (minutes) does not
+// look hung.
+func building(ctx context.Context, what string, build func() error) error {
+	start := time.Now()
+	say("Building %s", what)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				say("  still building %s: %v elapsed", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	err := build()
+	close(done)
+	<-stopped // no progress line after the outcome
+	if err == nil {
+		say("Built %s in %v", what, time.Since(start).Round(100*time.Millisecond))
+	}
+	return err
 }

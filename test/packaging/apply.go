@@ -23,6 +23,16 @@ const FieldManager = "leader-elector-e2e"
 // (an unknown or duplicate field is an error, as with `kubectl apply
 // --server-side`), Namespaces first.
 func Apply(ctx context.Context, cfg *rest.Config, objs Objects) error {
+	return apply(ctx, cfg, objs, nil)
+}
+
+// DryRunApply is Apply as a server-side dry run: the API server validates
+// and admits the objects without storing them.
+func DryRunApply(ctx context.Context, cfg *rest.Config, objs Objects) error {
+	return apply(ctx, cfg, objs, []string{metav1.DryRunAll})
+}
+
+func apply(ctx context.Context, cfg *rest.Config, objs Objects, dryRun []string) error {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -51,7 +61,7 @@ func Apply(ctx context.Context, cfg *rest.Config, objs Objects) error {
 			ri = dyn.Resource(mapping.Resource).Namespace(u.GetNamespace())
 		}
 		force := true
-		opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force, FieldValidation: "Strict"}
+		opts := metav1.PatchOptions{FieldManager: FieldManager, Force: &force, FieldValidation: "Strict", DryRun: dryRun}
 		if _, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, opts); err != nil {
 			return fmt.Errorf("server-side apply of %s/%s: %w", u.GetKind(), u.GetName(), err)
 		}

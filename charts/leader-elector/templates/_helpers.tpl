@@ -105,6 +105,30 @@ The sidecar image reference.
 {{- end }}
 
 {{/*
+The pod's imagePullSecrets (the imagePullSecrets value), for a pod spec's
+imagePullSecrets: list; nothing when there are none. Use it as
+  {{- with include "leader-elector.imagePullSecrets" $le }}
+  imagePullSecrets:
+    {{- . | nindent 4 }}
+  {{- end }}
+*/}}
+{{- define "leader-elector.imagePullSecrets" -}}
+{{- with .Values.imagePullSecrets }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The environment that tells the app where its sidecar answers, as items of
+the app container's env: LEADER_ELECTOR_URL, e.g. http://127.0.0.1:4040
+(sidecar.httpPort). The app asks $LEADER_ELECTOR_URL/leader.
+*/}}
+{{- define "leader-elector.appEnv" -}}
+- name: LEADER_ELECTOR_URL
+  value: {{ printf "http://127.0.0.1:%v" .Values.sidecar.httpPort | quote }}
+{{- end }}
+
+{{/*
 A number of seconds as a Go duration flag value: 15 → 15s, 0.5 → 0.5s.
 */}}
 {{- define "leader-elector.seconds" -}}
@@ -276,10 +300,25 @@ rollingUpdate:
 {{- end }}
 
 {{/*
+What a Kubernetes version error adds: helm install renders for the
+cluster's version, helm template for its own default (v1.20.0 in a helm
+built without its release flags) unless told.
+*/}}
+{{- define "leader-elector.kubeVersionHint" -}}
+{{- print " (the cluster's version with helm install; with helm template, helm's default unless you pass --kube-version: pass your cluster's, e.g. --kube-version 1.34.0)" }}
+{{- end }}
+
+{{/*
 Refuse values the sidecar would refuse at start (it exits 2 on them), or
 that cannot work.
 */}}
 {{- define "leader-elector.validate" -}}
+{{- /* Checked here rather than by Chart.yaml's kubeVersion, whose failure
+(“incompatible with Kubernetes v1.20.0” from a helm that assumes 1.20 for
+helm template) does not say what to do. */}}
+{{- if semverCompare "<1.25-0" .Capabilities.KubeVersion.Version }}
+{{- fail (printf "leader-elector needs Kubernetes 1.25 or later, and helm renders for %s%s" .Capabilities.KubeVersion.Version (include "leader-elector.kubeVersionHint" .)) }}
+{{- end }}
 {{- $e := .Values.election }}
 {{- $lease := float64 $e.leaseDurationSeconds }}
 {{- $renew := float64 $e.renewDeadlineSeconds }}
@@ -333,9 +372,9 @@ that cannot work.
 {{- fail (printf "routing.leaderLabel %q is reserved for Kubernetes (its controllers' labels, the kubernetes.io/ and k8s.io/ prefixes): the sidecar refuses it; choose a key under your own prefix" $leaderLabel) }}
 {{- end }}
 {{- if and (ne .Values.routing.mode "none") .Values.routing.admissionPolicy (semverCompare "<1.30-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "routing.admissionPolicy needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1), this cluster is %s: set routing.admissionPolicy=false (see docs/security.md for what that leaves open)" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "routing.admissionPolicy needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy v1), helm renders for %s%s; on an older cluster set routing.admissionPolicy=false (see docs/security.md for what that leaves open)" .Capabilities.KubeVersion.Version (include "leader-elector.kubeVersionHint" .)) }}
 {{- end }}
 {{- if and .Values.sidecar.native (semverCompare "<1.29-0" .Capabilities.KubeVersion.Version) }}
-{{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars), this cluster is %s: set sidecar.native=false" .Capabilities.KubeVersion.Version) }}
+{{- fail (printf "sidecar.native needs Kubernetes 1.29 or later (native sidecars), helm renders for %s%s; on an older cluster set sidecar.native=false" .Capabilities.KubeVersion.Version (include "leader-elector.kubeVersionHint" .)) }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,603 @@
+//go:build integration
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
+	"sigs.k8s.io/yaml"
+
+	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/packaging"
+	"github.com/leader-elector/leader-elector/test/snippets"
+)
+
+// TestDocSnippets runs every code block of the user docs marked
+// `<!-- test: NAME -->` (see package snippets) with the handler NAME below:
+// YAML is applied to the real API server, shell commands are run as
+// written where they can run here (kustomize, helm install, the objects
+// `kubectl apply -k` would apply) and replaced by the equivalent API read
+// where they need what this suite has not (a kubelet for `kubectl logs` and
+// `exec`, a registry for a push). Applied workloads get real leader-elector
+// processes started from their pod templates with their ServiceAccount's
+// token, so a snippet whose RBAC does not fit its sidecar fails here.
+// A handler without a block, or a marked block without a handler, fails.
+func TestDocSnippets(t *testing.T) {
+	files, err := snippets.DocFiles(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := snippets.Extract(repoRoot, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range snippets.Check(blocks) {
+		t.Error(p)
+	}
+	handlers := map[string]func(t *testing.T, b snippets.Block){
+		"make-targets":              runShellSnippet,
+		"image-build":               runShellSnippet,
+		"kubectl-example":           runShellSnippet,
+		"helm-install":              runShellSnippet,
+		"partitions-flags":          testPartitionsFlags,
+		"pod-spec":                  testPodSpecSnippet,
+		"worker-example":            testWorkerExample,
+		"chart-dependency-template": testChartDependencyTemplate,
+		"leader-answer-sample":      testLeaderAnswerSample,
+		"networkpolicy-values":      testNetworkPolicyValues,
+		"networkpolicy-component":   testNetworkPolicyComponent,
+	}
+	used := map[string]bool{}
+	for _, b := range snippets.Tested(blocks) {
+		used[b.Test] = true
+		h, ok := handlers[b.Test]
+		if !ok {
+			t.Errorf("%s is marked test: %s, which no handler in TestDocSnippets runs", b, b.Test)
+			continue
+		}
+		t.Run(b.Test, func(t *testing.T) {
+			t.Logf("%s", b)
+			h(t, b)
+		})
+	}
+	for name := range handlers {
+		if !used[name] {
+			t.Errorf("handler %s has no block marked test: %s in %v", name, name, files)
+		}
+	}
+}
+
+// shell runs the commands of a shell snippet one by one in a copy of the
+// repository's manifests and chart, as a user in a checkout would.
+type shell struct {
+	t        *testing.T
+	root     string // the copy
+	cwd, old string
+	// leaders: the leading candidate's name for each namespace/Lease.
+	leaders map[string]string
+}
+
+// runShellSnippet parses the block with a real shell parser (mvdan.cc/sh)
+// and runs each simple command, also those joined by &&.
+func runShellSnippet(t *testing.T, b snippets.Block) {
+	f, err := syntax.NewParser().Parse(strings.NewReader(b.Text), b.File)
+	if err != nil {
+		t.Fatalf("%s: not a valid shell snippet: %v", b, err)
+	}
+	root := t.TempDir()
+	for _, dir := range []string{"manifests", "charts"} {
+		if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot, dir), root).CombinedOutput(); err != nil {
+			t.Fatalf("copying %s: %v: %s", dir, err, out)
+		}
+	}
+	sh := &shell{t: t, root: root, cwd: root, old: root, leaders: map[string]string{}}
+	env := expand.ListEnviron(os.Environ()...)
+	var run func(cmd syntax.Command)
+	run = func(cmd syntax.Command) {
+		switch c := cmd.(type) {
+		case *syntax.BinaryCmd:
+			if c.Op != syntax.AndStmt {
+				t.Fatalf("%s: only && joins commands here, not %s", b, c.Op)
+			}
+			run(c.X.Cmd)
+			run(c.Y.Cmd)
+		case *syntax.CallExpr:
+			args, err := expand.Fields(&expand.Config{Env: env}, c.Args...)
+			if err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+			sh.command(args)
+		default:
+			t.Fatalf("%s: a %T, which this test cannot run: keep snippets to simple commands", b, cmd)
+		}
+	}
+	for _, stmt := range f.Stmts {
+		run(stmt.Cmd)
+	}
+}
+
+func (sh *shell) command(args []string) {
+	t := sh.t
+	t.Helper()
+	t.Logf("$ %s", strings.Join(args, " "))
+	switch args[0] {
+	case "make":
+		sh.make(args[1:])
+	case "buildah":
+		sh.buildah(args[1:])
+	case "cd":
+		next := sh.old
+		if args[1] != "-" {
+			next = filepath.Join(sh.cwd, args[1])
+		}
+		sh.old, sh.cwd = sh.cwd, next
+	case "kustomize":
+		sh.tool("kustomize", args[1:]...)
+	case "helm":
+		if args[1] != "install" {
+			t.Fatalf("helm %s: only helm install is run here", args[1])
+		}
+		sh.tool("helm", append(args[1:], "--kubeconfig", controlPlane.AdminKubeconfig())...)
+		sh.elect(flagValue(t, args, "--namespace", "-n"))
+	case "kubectl":
+		sh.kubectl(args[1:])
+	default:
+		t.Fatalf("%q: no rule for this command in TestDocSnippets", strings.Join(args, " "))
+	}
+}
+
+// make: the target exists (make help lists it) and every variable set on
+// the command line is one the Makefile uses. Running them is CI's job
+// (.ci/run runs make test and make demo).
+func (sh *shell) make(args []string) {
+	t := sh.t
+	help, err := exec.Command("make", "-C", repoRoot, "--no-print-directory", "help").Output()
+	if err != nil {
+		t.Fatalf("make help: %v", err)
+	}
+	makefile, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range args {
+		if name, _, ok := strings.Cut(a, "="); ok {
+			if !bytes.Contains(makefile, []byte("$("+name+")")) && !bytes.Contains(makefile, []byte("$(if $("+name+")")) {
+				t.Errorf("make %s: the Makefile does not use %s", strings.Join(args, " "), name)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(strings.Split(string(help), "\n"), func(l string) bool { return strings.HasPrefix(l, a+"\t") }) {
+			t.Errorf("make %s: `make help` lists no target %s:\n%s", strings.Join(args, " "), a, help)
+		}
+	}
+}
+
+// buildah (the push after make image): its storage options are those make
+// image builds into, so the push finds the image.
+func (sh *shell) buildah(args []string) {
+	t := sh.t
+	out, err := exec.Command("make", "-C", repoRoot, "--no-print-directory", "-n", "image", "IMAGE=x").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n image: %v: %s", err, out)
+	}
+	for i := 0; i+1 < len(args) && strings.HasPrefix(args[i], "--"); i += 2 {
+		if opt := args[i] + " " + args[i+1]; !strings.Contains(string(out), opt) {
+			t.Errorf("buildah %s: make image does not use %q:\n%s", strings.Join(args, " "), opt, out)
+		}
+	}
+}
+
+// tool runs helm or kustomize, as installed for the packaging tests, in the
+// current directory.
+func (sh *shell) tool(name string, args ...string) {
+	t := sh.t
+	dir, err := packaging.Tools(context.Background(), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(dir, name), args...)
+	cmd.Dir = sh.cwd
+	home := filepath.Join(dir, "helm-home")
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// kubectl: `apply -k` applies the kustomize build server-side (what
+// kubectl's built-in kustomize does); reads are done with client-go.
+func (sh *shell) kubectl(args []string) {
+	t := sh.t
+	ctx := context.Background()
+	cs := controlPlane.AdminClient()
+	namespace := "default"
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-n" || args[i] == "--namespace" {
+			namespace = args[i+1]
+			i++
+			continue
+		}
+		rest = append(rest, args[i])
+	}
+	verb := strings.Join(rest[:min(2, len(rest))], " ")
+	switch {
+	case verb == "apply -k":
+		objs, err := packaging.KustomizeBuild(ctx, filepath.Join(sh.cwd, rest[2]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyServerSide(t, objs)
+		for _, ns := range objs.OfKind("Namespace") {
+			sh.elect(ns.GetName())
+		}
+	case verb == "get lease":
+		name := rest[2]
+		want, ok := sh.leaders[namespace+"/"+name]
+		if !ok {
+			t.Fatalf("kubectl get lease %s in %s: no candidates run for this Lease (leaders: %v)", name, namespace, sh.leaders)
+		}
+		if got := leaseHolder(t, namespace, name); got != want {
+			t.Errorf("kubectl -n %s get lease %s: holder %q, want the leading candidate %q", namespace, name, got, want)
+		}
+	case rest[0] == "logs" || rest[0] == "exec":
+		// They need a kubelet: check that what they name exists.
+		deploy, ok := strings.CutPrefix(rest[1], "deploy/")
+		if !ok {
+			t.Fatalf("kubectl %s: want deploy/NAME", strings.Join(rest, " "))
+		}
+		d, err := cs.AppsV1().Deployments(namespace).Get(ctx, deploy, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("kubectl %s: %v", strings.Join(rest, " "), err)
+		}
+		c := flagValue(t, rest, "-c", "--container")
+		if !slices.ContainsFunc(d.Spec.Template.Spec.Containers, func(x corev1.Container) bool { return x.Name == c }) {
+			t.Errorf("kubectl %s: Deployment %s has no container %s", strings.Join(rest, " "), deploy, c)
+		}
+	case verb == "get endpointslices":
+		selector := flagValue(t, rest, "-l", "--selector")
+		if _, err := cs.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
+			t.Fatalf("kubectl get endpointslices -l %s: %v", selector, err)
+		}
+		service, ok := strings.CutPrefix(selector, "kubernetes.io/service-name=")
+		if !ok {
+			t.Fatalf("kubectl get endpointslices -l %s: want the kubernetes.io/service-name label", selector)
+		}
+		if _, err := cs.CoreV1().Services(namespace).Get(ctx, service, metav1.GetOptions{}); err != nil {
+			t.Errorf("kubectl get endpointslices -l %s: the Service: %v", selector, err)
+		}
+	default:
+		t.Fatalf("kubectl %s: no rule for this in TestDocSnippets", strings.Join(rest, " "))
+	}
+}
+
+// elect starts two candidates from the pod template of every Deployment in
+// namespace, with its ServiceAccount's token, and waits for a leader.
+func (sh *shell) elect(namespace string) {
+	t := sh.t
+	ctx := context.Background()
+	list, err := controlPlane.AdminClient().AppsV1().Deployments(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) == 0 {
+		t.Fatalf("namespace %s: no Deployment to run", namespace)
+	}
+	for i := range list.Items {
+		d := &list.Items[i]
+		lease := electFromSpec(t, &d.Spec.Template.Spec, namespace, d.Name)
+		sh.leaders[namespace+"/"+lease.lease] = lease.leader
+	}
+}
+
+type elected struct{ lease, leader string }
+
+// electFromSpec runs two candidates as the sidecar in spec with the token of
+// spec's ServiceAccount and returns the Lease and its leader.
+func electFromSpec(t *testing.T, spec *corev1.PodSpec, namespace, prefix string) elected {
+	t.Helper()
+	kubeconfig, err := controlPlane.ServiceAccountKubeconfig(context.Background(), namespace, spec.ServiceAccountName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, env := podTemplateCommand(t, spec, "x", namespace, kubeconfig, []int{0, 0})
+	lease := ""
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--lease-name="); ok {
+			lease = v
+		}
+	}
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "LEADER_ELECTOR_LEASE_NAME="); ok && lease == "" {
+			lease = v
+		}
+	}
+	if lease == "" {
+		t.Fatalf("the sidecar of %s names no Lease", prefix)
+	}
+	g := &group{t: t, lease: lease}
+	g.monitor = startMonitor(t, g.members)
+	for _, pod := range []string{prefix + "-a", prefix + "-b"} {
+		g.add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
+	}
+	// A new Lease is taken one lease duration (15 s by default) after the
+	// candidates first see it.
+	leader := g.waitLeader(45 * time.Second)
+	for _, c := range g.members() {
+		if strings.Contains(c.log(), "forbidden") {
+			t.Errorf("%s was refused something:\n%s", c.name, c.log())
+		}
+	}
+	return elected{lease: lease, leader: leader.name}
+}
+
+func flagValue(t *testing.T, args []string, names ...string) string {
+	t.Helper()
+	for i, a := range args {
+		for _, n := range names {
+			if a == n && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, n+"="); ok {
+				return v
+			}
+		}
+	}
+	t.Fatalf("%v: no %v", args, names)
+	return ""
+}
+
+// testPodSpecSnippet: the README's pod spec, with the RBAC the README tells
+// the user to apply (manifests/base), is admitted by the API server and its
+// sidecar, run with that ServiceAccount's token, elects a leader.
+func testPodSpecSnippet(t *testing.T, b snippets.Block) {
+	ctx := context.Background()
+	const namespace = "docs-pod-spec"
+	var pod struct {
+		Spec corev1.PodSpec `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(b.Text), &pod); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if _, err := controlPlane.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	objs, err := packaging.KustomizeBuild(ctx, packaging.ManifestsDir("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := packaging.InNamespace(objs, namespace); err != nil {
+		t.Fatal(err)
+	}
+	applyServerSide(t, objs)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "docs-"}, Spec: pod.Spec}
+	if _, err := controlPlane.AdminClient().CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+		t.Fatalf("the API server refuses the README's pod: %v", err)
+	}
+	e := electFromSpec(t, &pod.Spec, namespace, "docs")
+	if holder := leaseHolder(t, namespace, e.lease); holder != e.leader {
+		t.Errorf("Lease %s names %q, %s leads", e.lease, holder, e.leader)
+	}
+}
+
+// testPartitionsFlags: the command line, with the admin's credentials (the
+// partition RBAC is docs/partitions.md's own subject), gives one pod every
+// partition.
+func testPartitionsFlags(t *testing.T, b snippets.Block) {
+	f, err := syntax.NewParser().Parse(strings.NewReader(b.Text), b.File)
+	if err != nil || len(f.Stmts) != 1 {
+		t.Fatalf("%s: want one command: %v", b, err)
+	}
+	call, ok := f.Stmts[0].Cmd.(*syntax.CallExpr)
+	if !ok {
+		t.Fatalf("%s: want a simple command", b)
+	}
+	args, err := expand.Fields(nil, call.Args...)
+	if err != nil || args[0] != "leader-elector" {
+		t.Fatalf("%s: want leader-elector FLAGS: %v", b, err)
+	}
+	const namespace = "docs-partitions"
+	if _, err := controlPlane.AdminClient().CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The harness passes the Lease's name itself.
+	lease := flagValue(t, args, "--lease-name")
+	flags := slices.DeleteFunc(slices.Clone(args[1:]), func(a string) bool { return strings.HasPrefix(a, "--lease-name") })
+	c := startCandidate(t, "docs-partitions", candidateOptions{lease: lease, namespace: namespace, extraArgs: flags, startedPath: "/partitions"})
+	partitions := flagValue(t, args, "--partitions")
+	n, err := strconv.Atoi(partitions)
+	if err != nil {
+		t.Fatalf("%s: --partitions=%s: %v", b, partitions, err)
+	}
+	var last string
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		code, _, body, err := c.do("GET", "/partitions", nil)
+		last = fmt.Sprintf("%d %s %v", code, body, err)
+		return code == 200 && strings.Contains(string(body), `"partitions":`+partitions+`,`) && strings.Count(string(body), `"fencingToken"`) == n, nil
+	}); err != nil {
+		t.Fatalf("one pod of --partitions=%s never owned them all: %s\n%s", partitions, last, c.log())
+	}
+}
+
+// testWorkerExample: the Go code shown is examples/worker's, verbatim.
+func testWorkerExample(t *testing.T, b snippets.Block) {
+	files, err := filepath.Glob(filepath.Join(repoRoot, "examples", "worker", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(src, []byte(b.Text)) {
+			return
+		}
+	}
+	t.Errorf("%s is not part of examples/worker (which the e2e suite runs): copy it from there again", b)
+}
+
+// testNetworkPolicyValues: the values, with the chart, render objects the
+// API server accepts (server-side dry run).
+func testNetworkPolicyValues(t *testing.T, b snippets.Block) {
+	ctx := context.Background()
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(b.Text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "docs", "default", "-f", values, "--set", "image.repository=registry.example.com/leader-elector")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.OfKind("NetworkPolicy")) != 1 {
+		t.Fatalf("the values render %v, want one NetworkPolicy", objs.Kinds())
+	}
+	dryRunApply(t, objs)
+}
+
+// testNetworkPolicyComponent: the overlay, with manifests/example as the
+// workload, builds, and the API server accepts what it builds.
+func testNetworkPolicyComponent(t *testing.T, b snippets.Block) {
+	ctx := context.Background()
+	// kustomize takes only relative paths: the overlay sits next to a copy
+	// of manifests/, which "<path to>" names.
+	root := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot, "manifests"), root).CombinedOutput(); err != nil {
+		t.Fatalf("copying manifests: %v: %s", err, out)
+	}
+	dir := filepath.Join(root, "overlay")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(b.Text, "<path to>", "..")
+	// "Your overlay": the example as the workload, in its namespace.
+	text = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: leader-elector-example\nresources: [../manifests/example]\n" + text
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := packaging.KustomizeBuild(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var np networkingv1.NetworkPolicy
+	if err := objs.OneInto("NetworkPolicy", &np); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(np.Spec.Ingress, func(r networkingv1.NetworkPolicyIngressRule) bool {
+		return len(r.Ports) == 1 && r.Ports[0].Port != nil && r.Ports[0].Port.IntValue() == 8081
+	}) {
+		t.Errorf("the patch did not add the app's port: %+v", np.Spec.Ingress)
+	}
+	dryRunApply(t, objs)
+}
+
+// dryRunApply creates the objects as a server-side dry run, namespaces
+// first (a dry-run namespace does not exist for the objects in it, so
+// those go to "default").
+func dryRunApply(t *testing.T, objs packaging.Objects) {
+	t.Helper()
+	var out packaging.Objects
+	for _, u := range objs {
+		if u.GetKind() == "Namespace" {
+			continue
+		}
+		u = u.DeepCopy()
+		if u.GetNamespace() != "" {
+			u.SetNamespace("default")
+		}
+		out = append(out, u)
+	}
+	if err := packaging.DryRunApply(context.Background(), controlPlane.AdminConfig(), out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testChartDependencyTemplate: the template fragment's lines ("…" leaves
+// some out) are, in order and as written, lines of the user's chart that
+// test/packaging renders and checks (TestChartAsDependency).
+func testChartDependencyTemplate(t *testing.T, b snippets.Block) {
+	path := filepath.Join(repoRoot, "test", "packaging", "testdata", "my-app", "templates", "deployment.yaml")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := strings.Split(string(src), "\n")
+	i := 0
+	for _, line := range strings.Split(strings.TrimRight(b.Text, "\n"), "\n") {
+		if strings.TrimSpace(line) == "…" {
+			continue
+		}
+		for i < len(have) && have[i] != line {
+			i++
+		}
+		if i == len(have) {
+			t.Fatalf("%s: the line %q is not, in this order, in %s", b, line, path)
+		}
+		i++
+	}
+}
+
+// testLeaderAnswerSample: the sample answer of GET /leader has exactly the
+// fields (and those of "lease") of a real leader's answer, and decodes
+// into the api package's type.
+func testLeaderAnswerSample(t *testing.T, b snippets.Block) {
+	lines := strings.Split(strings.TrimSpace(b.Text), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "$ curl -s localhost:4040/leader") {
+		t.Fatalf("%s: want the curl command and its answer", b)
+	}
+	sample := []byte(lines[1])
+	dec := json.NewDecoder(bytes.NewReader(sample))
+	dec.DisallowUnknownFields()
+	var typed api.Leader
+	if err := dec.Decode(&typed); err != nil {
+		t.Errorf("%s: the sample is not an api.Leader: %v", b, err)
+	}
+	g := newGroup(t, 1, candidateOptions{})
+	leader := g.waitLeader(30 * time.Second)
+	code, _, real, err := leader.do("GET", "/leader", nil)
+	if err != nil || code != 200 {
+		t.Fatalf("GET /leader: %d %v", code, err)
+	}
+	if got, want := jsonKeys(t, sample), jsonKeys(t, real); !slices.Equal(got, want) {
+		t.Errorf("%s: the sample has the fields %v, a leader answers %v:\n%s", b, got, want, real)
+	}
+}
+
+// jsonKeys lists an object's keys and, as parent.key, those of the objects
+// in it, sorted.
+func jsonKeys(t *testing.T, data []byte) []string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	var keys []string
+	for k, v := range m {
+		keys = append(keys, k)
+		if inner, ok := v.(map[string]any); ok {
+			for ik := range inner {
+				keys = append(keys, k+"."+ik)
+			}
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
