@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"regexp"
-	"strings"
-	"testing"
 	"time"
 
 	"github.com/leader-elector/leader-elector/api"
@@ -35,8 +31,8 @@ func fakeLeader() *httptest.Server {
 	}))
 }
 
-// Example_fromGo is the snippet of docs/api.md, "From Go"
-// (TestDocsShowExampleFromGo keeps the two the same).
+// Example_fromGo is the snippet of docs/api.md, "From Go" (the e2e suite's
+// TestDocSnippets keeps the two the same).
 func Example_fromGo() {
 	srv := fakeLeader()
 	defer srv.Close()
@@ -57,37 +53,4 @@ func Example_fromGo() {
 	// true 2 <nil>
 	// <nil>
 	// 409 Conflict: this pod is not the leader
-}
-
-// TestDocsShowExampleFromGo: every line of docs/api.md's Go snippet is a
-// line of Example_fromGo (comments and spacing aside), so the snippet users
-// copy compiles and does what the example's output shows.
-func TestDocsShowExampleFromGo(t *testing.T) {
-	doc, err := os.ReadFile("../docs/api.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := regexp.MustCompile("(?s)### From Go.*?```go\n(.*?)```").FindSubmatch(doc)
-	if block == nil {
-		t.Fatal(`docs/api.md has no Go block under "### From Go"`)
-	}
-	self, err := os.ReadFile("example_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	code := map[string]bool{}
-	for _, line := range strings.Split(string(self), "\n") {
-		code[normalize(line)] = true
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(block[1])), "\n") {
-		if !code[normalize(line)] {
-			t.Errorf("docs/api.md's snippet line %q is not in Example_fromGo", line)
-		}
-	}
-}
-
-// normalize drops a line's comment and its spacing.
-func normalize(line string) string {
-	line, _, _ = strings.Cut(line, "//")
-	return strings.Join(strings.Fields(line), " ")
 }

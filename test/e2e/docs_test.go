@@ -64,6 +64,8 @@ func TestDocSnippets(t *testing.T) {
 		"leader-answer-sample":      testLeaderAnswerSample,
 		"networkpolicy-values":      testNetworkPolicyValues,
 		"networkpolicy-component":   testNetworkPolicyComponent,
+		"migration-rbac":            testMigrationRBAC,
+		"go-client-example":         testGoClientExample,
 	}
 	used := map[string]bool{}
 	for _, b := range snippets.Tested(blocks) {
@@ -321,8 +323,10 @@ func electFromSpec(t *testing.T, spec *corev1.PodSpec, namespace, prefix string)
 	args, env := podTemplateCommand(t, spec, "x", namespace, kubeconfig, []int{0, 0})
 	lease := ""
 	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--lease-name="); ok {
-			lease = v
+		for _, flag := range []string{"--lease-name=", "--election="} {
+			if v, ok := strings.CutPrefix(a, flag); ok {
+				lease = v
+			}
 		}
 	}
 	for _, e := range env {
@@ -453,6 +457,85 @@ func testWorkerExample(t *testing.T, b snippets.Block) {
 		}
 	}
 	t.Errorf("%s is not part of examples/worker (which the e2e suite runs): copy it from there again", b)
+}
+
+// testGoClientExample: every line of the Go snippet (comments and spacing
+// aside) is a line of package api's Example_fromGo, which the unit tests
+// run against a fake sidecar and check the output of.
+func testGoClientExample(t *testing.T, b snippets.Block) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "api", "example_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	normalize := func(line string) string {
+		line, _, _ = strings.Cut(line, "//")
+		return strings.Join(strings.Fields(line), " ")
+	}
+	code := map[string]bool{}
+	for _, line := range strings.Split(string(src), "\n") {
+		code[normalize(line)] = true
+	}
+	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
+		if !code[normalize(line)] {
+			t.Errorf("%s: line %q is not in api.Example_fromGo", b, line)
+		}
+	}
+}
+
+// testMigrationRBAC: the Lease and the Role the migration guide gives,
+// bound to a ServiceAccount, are enough for sidecars started with the
+// retired image's command line (--election, --election-namespace, --ttl,
+// --use-cluster-credentials) to elect a leader.
+func testMigrationRBAC(t *testing.T, b snippets.Block) {
+	ctx := context.Background()
+	const namespace = "docs-migration"
+	objs, err := packaging.Decode([]byte(b.Text))
+	if err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if _, err := controlPlane.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	binding, err := packaging.Decode([]byte(`apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: my-app
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: leader-elector
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: leader-elector}
+subjects: [{kind: ServiceAccount, name: my-app, namespace: ` + namespace + `}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, binding...)
+	if err := packaging.InNamespace(objs, namespace); err != nil {
+		t.Fatal(err)
+	}
+	applyServerSide(t, objs)
+	lease := ""
+	for _, u := range objs {
+		if u.GetKind() == "Lease" {
+			lease = u.GetName()
+		}
+	}
+	// --id=$(POD_NAME) and --http are left out: the kubelet expands the
+	// first, and the test gives every candidate its own address.
+	spec := &corev1.PodSpec{
+		ServiceAccountName: "my-app",
+		Containers: []corev1.Container{{
+			Name: "leader-elector",
+			Args: []string{"--election=" + lease, "--election-namespace=" + namespace, "--ttl=4s", "--use-cluster-credentials"},
+			Env:  []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+		}},
+	}
+	e := electFromSpec(t, spec, namespace, "migration")
+	if holder := leaseHolder(t, namespace, e.lease); holder != e.leader {
+		t.Errorf("Lease %s names %q, %s leads", e.lease, holder, e.leader)
+	}
 }
 
 // testNetworkPolicyValues: the values, with the chart, render objects the
