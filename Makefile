@@ -248,11 +248,17 @@ test: e2e-cluster
 NODE_KUBE_COMMANDS := kube-controller-manager kube-scheduler kubelet kube-proxy
 NODE_IMAGES_DIR    := _output/node-images
 
+# TestHelmInstallFromRegistry runs `make release` inside the node's network
+# namespace, which reaches no network: the registry, the SBOM tool and the
+# build stage image are made here first (the image build's module cache is
+# warm from image-test-archive).
 e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real node: kubelet, containerd, kube-proxy in a network namespace (needs root)
 	bindir="$$(KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh)" && \
 	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS) && \
+	bash test/registry/registry.sh >/dev/null && $(CYCLONEDX_GOMOD) version >/dev/null && \
+	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(GO) test -tags $(INTEGRATION_TAG) -c -o _output/node.test ./test/e2e/node && \
-	LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
+	LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
 		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout 30m $(if $(RUN),-test.run '$(RUN)') 2>&1 \
 		| tee e2e-cluster.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
 
