@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -22,8 +21,6 @@ const containerdNamespace = "k8s.io"
 // root, state and socket, runc without systemd, CNI from Debian's plugins.
 // restrict_oom_score_adj: root here cannot lower oom_score_adj, and without
 // it every sandbox fails with "can't get final child's PID from pipe: EOF".
-// config_path: a directory of hosts.toml files, one per registry host,
-// which containerd reads at each pull (PlainHTTPRegistry writes them).
 const containerdConfig = `version = 2
 root = %[1]q
 state = %[2]q
@@ -43,8 +40,6 @@ state = %[2]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %[6]q
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = %[7]q
 `
 
 func (n *Node) containerdSock() string {
@@ -64,7 +59,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	config := fmt.Sprintf(containerdConfig, n.dir("containerd", "root"), n.dir("containerd", "state"),
-		n.containerdSock(), n.containerdSock()+".ttrpc", n.opts.PauseImage, n.dir("cni", "net.d"), n.dir("containerd", "certs.d"))
+		n.containerdSock(), n.containerdSock()+".ttrpc", n.opts.PauseImage, n.dir("cni", "net.d"))
 	if err := os.WriteFile(n.dir("containerd", "config.toml"), []byte(config), 0o644); err != nil {
 		return err
 	}
@@ -76,18 +71,6 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		_, err := n.ctr(ctx, "version")
 		return err
 	})
-}
-
-// PlainHTTPRegistry lets the node's containerd pull from host (host:port,
-// reachable in the node's network namespace) over plain HTTP, as a
-// registry's hosts.toml does on a real node.
-func (n *Node) PlainHTTPRegistry(host string) error {
-	dir := n.dir("containerd", "certs.d", host)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	hosts := fmt.Sprintf("server = %[1]q\n\n[host.%[1]q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host)
-	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
 }
 
 // cniConfig is a bridge network on the node's bridge with host-local
