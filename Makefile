@@ -1,7 +1,10 @@
 # One entry point for people and CI. `make help` lists the targets.
 SHELL := /bin/bash
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The one source of the version: the VERSION file. The binary's --version,
+# the image's tag and labels, and the chart's version and appVersion all
+# come from it (`make release VERSION=…` overrides it for one run).
+VERSION ?= $(shell cat $(dir $(lastword $(MAKEFILE_LIST)))VERSION)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 HOLD    ?=
 
@@ -117,7 +120,7 @@ bench-partitions-smoke: tools ## partition-mode benchmark, short run (16 partiti
 # the shipped Dockerfile offline — a build stage made from this machine's Go
 # (test/image/local-builder.sh) and a scratch base, since no registry can be
 # reached — then checks the image and runs it in containerd.
-.PHONY: image image-deps image-test-archive image-test chart-test packaging packaging-tools
+.PHONY: image buildah image-deps image-test-archive image-test chart-test packaging packaging-tools
 test: packaging
 # The e2e suite installs the chart and the manifests too.
 e2e: packaging-tools
@@ -132,9 +135,9 @@ BUILDAH_STORE ?= $(HOME)/.cache/leader-elector/buildah
 BUILDAH_FLAGS := --storage-driver vfs --root $(BUILDAH_STORE)/root --runroot $(BUILDAH_STORE)/runroot
 TEST_IMAGE_ARCHIVE := _output/leader-elector-image-test.oci.tar
 
-packaging: chart-test image-test ## chart and manifest checks, and the image built offline, checked and run in containerd
+packaging: chart-test image-test ## chart and manifest checks, the image built offline, checked and run in containerd, and make release against a local registry
 
-image: image-deps ## build the image for PLATFORMS with buildah, export it to IMAGE_ARCHIVE (set IMAGE, GO_IMAGE, BASE_IMAGE to override)
+image: buildah ## build the image for PLATFORMS with buildah, export it to IMAGE_ARCHIVE (set IMAGE, GO_IMAGE, BASE_IMAGE to override)
 	buildah $(BUILDAH_FLAGS) manifest rm $(IMAGE) >/dev/null 2>&1 || true
 	buildah $(BUILDAH_FLAGS) build --isolation chroot --platform $(PLATFORMS) --manifest $(IMAGE) \
 		--build-arg BUILDPLATFORM=linux/$(shell $(GO) env GOARCH) \
@@ -142,23 +145,33 @@ image: image-deps ## build the image for PLATFORMS with buildah, export it to IM
 		--build-arg GO_IMAGE=$(GO_IMAGE) --build-arg BASE_IMAGE=$(BASE_IMAGE) .
 	mkdir -p $(dir $(IMAGE_ARCHIVE)) && rm -f $(IMAGE_ARCHIVE)
 	buildah $(BUILDAH_FLAGS) manifest push --all --quiet $(IMAGE) oci-archive:$(IMAGE_ARCHIVE):$(IMAGE)
+	$(if $(IMAGE_PUSH),buildah $(BUILDAH_FLAGS) manifest push --all --quiet $(if $(PLAIN_HTTP),--tls-verify=false) $(IMAGE) docker://$(IMAGE_PUSH))
 	buildah $(BUILDAH_FLAGS) rmi --prune >/dev/null 2>&1 || true
 	@echo "image $(IMAGE) ($(PLATFORMS)) in $(IMAGE_ARCHIVE); push with: buildah $(BUILDAH_FLAGS) manifest push --all $(IMAGE) docker://<registry>/leader-elector:$(VERSION)"
 
-image-deps: ## install buildah, containerd, runc (and a static busybox, for the demo app tests) with apt-get if any is missing (needs root)
-	@missing=""; for c in buildah containerd ctr runc containerd-shim-runc-v2 busybox; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+# Building an image needs buildah alone; running containers (the image
+# checks, the real node) needs containerd, runc and a static busybox too.
+buildah: ## install buildah with apt-get if it is missing (needs root)
+	@command -v buildah >/dev/null || { \
+		echo "buildah: missing; installing it with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah >/dev/null; } \
+			|| { echo "buildah: could not install it (apt-get as root); install buildah and retry" >&2; exit 1; }; \
+	}
+
+image-deps: buildah ## install containerd, runc and a static busybox (for the image checks, which run containers) with apt-get if any is missing (needs root)
+	@missing=""; for c in containerd ctr runc containerd-shim-runc-v2 busybox; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	if [ -n "$$missing" ]; then \
-		echo "image-deps: missing$$missing; installing buildah containerd runc busybox with apt-get"; \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah containerd runc busybox-static >/dev/null; } \
-			|| { echo "image-deps: could not install buildah, containerd, runc and busybox (apt-get as root); install them and retry" >&2; exit 1; }; \
+		echo "image-deps: missing$$missing; installing containerd runc busybox with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc busybox-static >/dev/null; } \
+			|| { echo "image-deps: could not install containerd, runc and busybox (apt-get as root); install them and retry" >&2; exit 1; }; \
 		for c in $$missing; do command -v $$c >/dev/null || { echo "image-deps: $$c still missing after apt-get install" >&2; exit 1; }; done; \
 	fi
 
-image-test-archive: image-deps ## build the shipped Dockerfile offline (local Go builder, scratch base) into TEST_IMAGE_ARCHIVE
+image-test-archive: buildah ## build the shipped Dockerfile offline (local Go builder, scratch base) into TEST_IMAGE_ARCHIVE
 	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(MAKE) --no-print-directory image IMAGE=localhost/leader-elector:test BASE_IMAGE=scratch IMAGE_ARCHIVE=$(TEST_IMAGE_ARCHIVE) GO_IMAGE="$$builder"
 
-image-test: image-test-archive tools packaging-tools ## check the offline-built image archive and run it in containerd
+image-test: image-deps image-test-archive tools packaging-tools ## check the offline-built image archive and run it in containerd
 	LEADER_ELECTOR_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_IMAGE_VERSION=$(VERSION) LEADER_ELECTOR_IMAGE_BASE=scratch \
 		$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 20m -v ./test/image/ 2>&1 | tee image-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|checked|image_test.go' ; exit $${PIPESTATUS[0]}
 
@@ -179,10 +192,61 @@ chart-docs: ## regenerate charts/leader-elector/README.md (values table) from RE
 packaging-tools: ## install (or reuse from the cache) helm and kustomize at the pinned versions
 	bash test/packaging/tools.sh
 
+# A release: the multi-arch image (an OCI index for PLATFORMS) pushed to
+# $(REGISTRY)/leader-elector:$(VERSION), the chart pushed as an OCI artifact
+# to oci://$(REGISTRY)/charts (so `helm install oci://…/charts/leader-elector
+# --version $(VERSION)`), with image.repository defaulting to the pushed
+# image, and a CycloneDX SBOM of the binary. The chart lives under charts/
+# because an image and a chart cannot share a repository and tag. Log in
+# first (`buildah login`, `helm registry login`); PLAIN_HTTP=1 for a registry
+# without TLS. helm comes from test/packaging/tools.sh (packaging-tools).
+.PHONY: release
+REGISTRY       ?=
+CHART_REGISTRY ?= $(REGISTRY)/charts
+RELEASE_DIR    ?= _output/release
+CHART_VERSION  := $(patsubst v%,%,$(VERSION))
+PLAIN_HTTP     ?=
+CYCLONEDX_GOMOD := $(GO) run github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
+
+release: buildah packaging-tools ## build and push the image and the chart to REGISTRY=host[:port]/path, write the SBOM (VERSION from the VERSION file; PLAIN_HTTP=1 for no TLS)
+	@[ -n "$(REGISTRY)" ] || { echo "release: set REGISTRY=host[:port]/path, e.g. make release REGISTRY=registry.example.com/team" >&2; exit 2; }
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	$(MAKE) --no-print-directory image IMAGE=$(REGISTRY)/leader-elector:$(VERSION) IMAGE_PUSH=$(REGISTRY)/leader-elector:$(VERSION) \
+		IMAGE_ARCHIVE=$(RELEASE_DIR)/leader-elector-$(VERSION).oci.tar
+	@# The SBOM is read from a binary built as the image's (the Dockerfile's
+	@# flags; its modules are the same for every platform): the modules and
+	@# Go version it embeds. From the binary, not the source tree: the
+	@# source mode asks git for the main module's version and fails without
+	@# a tag; here the version is VERSION.
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOFLAGS=-buildvcs=false $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(RELEASE_DIR)/sbom-input/leader-elector .
+	$(CYCLONEDX_GOMOD) bin -json -std -version $(VERSION) -output $(RELEASE_DIR)/leader-elector-$(VERSION).sbom.cdx.json $(RELEASE_DIR)/sbom-input/leader-elector
+	rm -rf $(RELEASE_DIR)/sbom-input
+	@# The packaged chart names the pushed image by default.
+	chart="$$(mktemp -d)" && trap 'rm -rf "$$chart"' EXIT && cp -r charts/leader-elector "$$chart/" && \
+	sed -i '/^image:/,/^[^ #]/ s|^  repository: ""$$|  repository: "$(REGISTRY)/leader-elector"|' "$$chart/leader-elector/values.yaml" && \
+	grep -q '^  repository: "$(REGISTRY)/leader-elector"$$' "$$chart/leader-elector/values.yaml" && \
+	helm="$$(bash test/packaging/tools.sh)/helm" && \
+	"$$helm" package "$$chart/leader-elector" --version $(CHART_VERSION) --app-version $(VERSION) -d $(RELEASE_DIR) && \
+	"$$helm" push $(if $(PLAIN_HTTP),--plain-http) $(RELEASE_DIR)/leader-elector-$(CHART_VERSION).tgz oci://$(CHART_REGISTRY)
+	@echo "released $(VERSION): image $(REGISTRY)/leader-elector:$(VERSION) ($(PLATFORMS)), chart oci://$(CHART_REGISTRY)/leader-elector --version $(CHART_VERSION), SBOM and archives in $(RELEASE_DIR)"
+
+# The release path proven against a real registry: test/release starts the
+# CNCF distribution registry on loopback (built from the Go module proxy by
+# test/registry/registry.sh, cached), runs `make release` against it with the
+# offline build stage and a scratch base (as image-test-archive), and checks
+# what a user pulls from it.
+.PHONY: release-test
+packaging: release-test
+
+release-test: buildah packaging-tools ## make release against a local OCI registry, then check the pulled image index, labels, --version, chart and SBOM
+	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
+	LEADER_ELECTOR_RELEASE_GO_IMAGE="$$builder" LEADER_ELECTOR_RELEASE_BASE_IMAGE=scratch \
+		$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/release/ 2>&1 | tee release-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|registry|released|_test.go' ; exit $${PIPESTATUS[0]}
+
 clean: clean-packaging
 .PHONY: clean-packaging
 clean-packaging:
-	rm -rf _output image-test.out chart-test.out e2e-cluster.out
+	rm -rf _output image-test.out chart-test.out e2e-cluster.out release-test.out
 
 # Tests on a real single-node cluster (test/node): the image built from the
 # shipped Dockerfile, manifests/example and the Helm chart deployed next to
@@ -195,11 +259,17 @@ test: e2e-cluster
 NODE_KUBE_COMMANDS := kube-controller-manager kube-scheduler kubelet kube-proxy
 NODE_IMAGES_DIR    := _output/node-images
 
+# TestHelmInstallFromRegistry runs `make release` inside the node's network
+# namespace, which reaches no network: the registry, the SBOM tool and the
+# build stage image are made here first (the image build's module cache is
+# warm from image-test-archive).
 e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real node: kubelet, containerd, kube-proxy in a network namespace (needs root)
 	bindir="$$(KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh)" && \
 	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS) && \
+	bash test/registry/registry.sh >/dev/null && $(CYCLONEDX_GOMOD) version >/dev/null && \
+	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(GO) test -tags $(INTEGRATION_TAG) -c -o _output/node.test ./test/e2e/node && \
-	LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
+	LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
 		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout 30m $(if $(RUN),-test.run '$(RUN)') 2>&1 \
 		| tee e2e-cluster.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
 

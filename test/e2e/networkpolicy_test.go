@@ -25,8 +25,8 @@ func TestNetworkPolicyAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	fromChart, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "np", namespace,
-		"--set", "demo.enabled=true", "--set", "networkPolicy.enabled=true",
-		"--set-json", `networkPolicy.nodeCIDRs=["10.0.0.0/16","fd00::/64"]`)
+		packaging.WithImage("--set", "demo.enabled=true", "--set", "networkPolicy.enabled=true",
+			"--set-json", `networkPolicy.nodeCIDRs=["10.0.0.0/16","fd00::/64"]`)...)
 	if err != nil {
 		t.Fatal(err)
 	}

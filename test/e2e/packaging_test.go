@@ -268,7 +268,7 @@ func TestHelmInstall(t *testing.T) {
 		}
 		return string(out)
 	}
-	out := helm("install", release, packaging.ChartDir(), "--set", "demo.enabled=true")
+	out := helm(append([]string{"install", release, packaging.ChartDir()}, packaging.WithImage("--set", "demo.enabled=true")...)...)
 	fullname := release + "-leader-elector"
 	for _, want := range []string{
 		"STATUS: deployed",
@@ -302,7 +302,7 @@ func TestHelmInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	helm("upgrade", release, packaging.ChartDir(), "--set", "demo.enabled=true", "--set", "demo.replicas=3")
+	helm(append([]string{"upgrade", release, packaging.ChartDir()}, packaging.WithImage("--set", "demo.enabled=true", "--set", "demo.replicas=3")...)...)
 	// Three renewals later, the same term.
 	time.Sleep(3 * 2 * time.Second)
 	after, err := leader.state()
@@ -330,7 +330,7 @@ func TestHelmInstall(t *testing.T) {
 	if _, err := cs.CoordinationV1().Leases(namespace).Get(ctx, fullname, metav1.GetOptions{}); err != nil {
 		t.Errorf("after helm uninstall, Lease: %v, want kept", err)
 	}
-	helm("install", release, packaging.ChartDir(), "--set", "demo.enabled=true")
+	helm(append([]string{"install", release, packaging.ChartDir()}, packaging.WithImage("--set", "demo.enabled=true")...)...)
 	kubeconfig, err = controlPlane.ServiceAccountKubeconfig(ctx, namespace, spec.ServiceAccountName)
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +352,7 @@ func TestHelmInstallWithoutLease(t *testing.T) {
 	const namespace, release = "helm-e2e-nolease", "e2e"
 	ctx := context.Background()
 	restrictedNamespace(t, namespace)
-	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), release, namespace, "--set", "demo.enabled=true", "--set", "lease.create=false")
+	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), release, namespace, packaging.WithImage("--set", "demo.enabled=true", "--set", "lease.create=false")...)
 	if err != nil {
 		t.Fatal(err)
 	}

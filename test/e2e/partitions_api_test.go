@@ -25,7 +25,7 @@ import (
 // that /leader is not served.
 func TestPartitionsRBACAndAPI(t *testing.T) {
 	const namespace = "partitions-rbac"
-	objs, err := packaging.HelmTemplate(context.Background(), packaging.ChartDir(), "parts", namespace, "--set", fmt.Sprintf("partitions.count=%d", partitionCount))
+	objs, err := packaging.HelmTemplate(context.Background(), packaging.ChartDir(), "parts", namespace, packaging.WithImage("--set", fmt.Sprintf("partitions.count=%d", partitionCount))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -349,7 +349,7 @@ func TestRolloutDefaultStrategyDeadlocks(t *testing.T) {
 // the new ReplicaSet leads.
 func TestRolloutReadinessCandidate(t *testing.T) {
 	const namespace = "rollout-candidate"
-	objs, err := packaging.HelmTemplate(context.Background(), packaging.ChartDir(), "cand", namespace, "--set", "demo.enabled=true", "--set", "election.readiness=candidate")
+	objs, err := packaging.HelmTemplate(context.Background(), packaging.ChartDir(), "cand", namespace, packaging.WithImage("--set", "demo.enabled=true", "--set", "election.readiness=candidate")...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -406,7 +406,7 @@ func TestHelmInstallRouteLabel(t *testing.T) {
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
-	helm("install", release, packaging.ChartDir(), "--set", "demo.enabled=true", "--set", "routing.mode=label", "--set", "election.readiness=candidate")
+	helm(append([]string{"install", release, packaging.ChartDir()}, packaging.WithImage("--set", "demo.enabled=true", "--set", "routing.mode=label", "--set", "election.readiness=candidate")...)...)
 	fullname := release + "-leader-elector"
 	policyName := "leader-elector-route-label." + namespace + "." + fullname
 	admin := controlPlane.AdminClient()

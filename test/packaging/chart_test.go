@@ -29,9 +29,11 @@ const (
 	namespace = "ns"
 )
 
+// helmTemplate renders the chart with the image repository set (the chart
+// requires it) and extra helm arguments, which come later and so win.
 func helmTemplate(t *testing.T, extra ...string) Objects {
 	t.Helper()
-	objs, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, extra...)
+	objs, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage(extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +245,7 @@ func TestChartSidecar(t *testing.T) {
 		digest := "sha256:" + strings.Repeat("ab", 32)
 		_, d := demo(t, "--set", "image.digest="+digest)
 		sc, _, _ := Sidecar(&d.Spec.Template.Spec)
-		if want := "ghcr.io/leader-elector/leader-elector@" + digest; sc.Image != want {
+		if want := TestImageRepository + "@" + digest; sc.Image != want {
 			t.Errorf("image %q, want %q", sc.Image, want)
 		}
 	})
@@ -346,14 +348,14 @@ func TestChartGuards(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, tc.args...)
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage(tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("helm template %v: %v, want an error with %q", tc.args, err, tc.want)
 			}
 		})
 	}
 	t.Run("classic sidecar before 1.29 renders", func(t *testing.T) {
-		if _, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, "--kube-version", "1.28.9", "--set", "sidecar.native=false", "--set", "demo.enabled=true"); err != nil {
+		if _, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage("--kube-version", "1.28.9", "--set", "sidecar.native=false", "--set", "demo.enabled=true")...); err != nil {
 			t.Error(err)
 		}
 	})
@@ -370,8 +372,8 @@ func TestChartGuards(t *testing.T) {
 	}
 	for _, tm := range timings {
 		t.Run(fmt.Sprintf("timings %s/%s/%s", tm.lease, tm.renew, tm.retry), func(t *testing.T) {
-			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, "--set-json",
-				fmt.Sprintf("election={\"leaseDurationSeconds\":%s,\"renewDeadlineSeconds\":%s,\"retryPeriodSeconds\":%s}", tm.lease, tm.renew, tm.retry))
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage("--set-json",
+				fmt.Sprintf("election={\"leaseDurationSeconds\":%s,\"renewDeadlineSeconds\":%s,\"retryPeriodSeconds\":%s}", tm.lease, tm.renew, tm.retry))...)
 			chartAccepts := err == nil
 			binaryAccepts := binaryVerdict(t, []string{"--lease-name=x", "--lease-duration=" + tm.lease + "s", "--renew-deadline=" + tm.renew + "s", "--retry-period=" + tm.retry + "s"})
 			if chartAccepts != binaryAccepts {
@@ -396,7 +398,7 @@ func TestChartGuards(t *testing.T) {
 			for i, a := range r.extra {
 				args = append(args, "--set", fmt.Sprintf("sidecar.extraArgs[%d]=%s", i, a))
 			}
-			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, args...)
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage(args...)...)
 			chartAccepts := err == nil
 			binaryAccepts := binaryVerdict(t, append([]string{"--lease-name=x", "--partitions=" + r.count, "--lease-duration=4s", "--renew-deadline=2s", "--retry-period=" + r.retry + "s"}, r.extra...))
 			if chartAccepts != binaryAccepts {

@@ -214,7 +214,7 @@ func TestChartNetworkPolicyGuards(t *testing.T) {
 		{"a misspelt value", []string{"--set", "networkPolicy.enable=true"}, "enable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, tc.args...)
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage(tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("helm template %v: %v, want an error with %q", tc.args, err, tc.want)
 			}

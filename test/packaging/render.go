@@ -109,6 +109,16 @@ func Run(ctx context.Context, tool string, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
+// TestImageRepository is the repository the tests build the image under
+// (`make image-test-archive`) and give the chart, which requires one.
+const TestImageRepository = "localhost/leader-elector"
+
+// WithImage returns helm arguments that give the chart TestImageRepository,
+// followed by extra (which come later, and so win).
+func WithImage(extra ...string) []string {
+	return append([]string{"--set", "image.repository=" + TestImageRepository}, extra...)
+}
+
 // HelmTemplate renders chartDir as release in namespace for KubeVersion,
 // with extra helm arguments (--set …, -f …).
 func HelmTemplate(ctx context.Context, chartDir, release, namespace string, extra ...string) (Objects, error) {
@@ -122,6 +132,31 @@ func HelmTemplate(ctx context.Context, chartDir, release, namespace string, extr
 		return nil, err
 	}
 	return Decode(out)
+}
+
+// KustomizeExampleWithImage renders manifests/<name> (example or one of its
+// variants) with the sidecar's image set the way the example tells users
+// to: `kustomize edit set image leader-elector=<image>` in manifests/example,
+// here in a copy of manifests/ so that the checkout stays as it is.
+func KustomizeExampleWithImage(ctx context.Context, name, image string) (Objects, error) {
+	dir, err := os.MkdirTemp("", "leader-elector-manifests-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.CopyFS(dir, os.DirFS(inRepo("manifests"))); err != nil {
+		return nil, err
+	}
+	tools, err := Tools(ctx, os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	edit := exec.CommandContext(ctx, filepath.Join(tools, "kustomize"), "edit", "set", "image", "leader-elector="+image)
+	edit.Dir = filepath.Join(dir, "example")
+	if out, err := edit.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("kustomize edit set image leader-elector=%s: %w: %s", image, err, out)
+	}
+	return KustomizeBuild(ctx, filepath.Join(dir, name))
 }
 
 // KustomizeBuild renders a kustomization directory.

@@ -250,7 +250,7 @@ func TestChartRoutingGuards(t *testing.T) {
 		{"an IPv5 EndpointSlice", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "routing.addressType=IPv5"}, "routing/addressType"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, tc.args...)
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage(tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("helm template %v: %v, want an error with %q", tc.args, err, tc.want)
 			}

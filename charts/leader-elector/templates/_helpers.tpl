@@ -97,10 +97,13 @@ kustomize components' do.
 The sidecar image reference.
 */}}
 {{- define "leader-elector.image" -}}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is required: no official image is published yet; set it to where you pushed the image (make release REGISTRY=<registry>/<path> pushes <registry>/<path>/leader-elector), e.g. --set image.repository=registry.example.com/team/leader-elector" }}
+{{- end }}
 {{- if .Values.image.digest }}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default (printf "v%s" .Chart.AppVersion) .Values.image.tag) }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 

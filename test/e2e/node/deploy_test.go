@@ -45,11 +45,12 @@ type deployment struct {
 func (d *deployment) routed() bool { return d.route != "none" }
 
 // deployExample applies manifests/<name> (example or one of its routing
-// variants) as shipped.
+// variants) as shipped, with the image set as the example says
+// (`kustomize edit set image`).
 func deployExample(t *testing.T, name string) *deployment {
 	t.Helper()
 	ctx := context.Background()
-	objs, err := packaging.KustomizeBuild(ctx, packaging.ManifestsDir(name))
+	objs, err := packaging.KustomizeExampleWithImage(ctx, name, nodeImage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func deployChart(t *testing.T, values ...string) *deployment {
 	if _, err := theNode.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--set", "demo.enabled=true"}
+	args := []string{"--set", "demo.enabled=true", "--set", "image.repository=" + nodeImageRepository, "--set", "image.tag=" + nodeImageTag}
 	for _, v := range values {
 		args = append(args, "--set", v)
 	}
@@ -89,7 +90,18 @@ func deployChart(t *testing.T, values ...string) *deployment {
 
 func deploy(t *testing.T, name string, objs packaging.Objects) *deployment {
 	t.Helper()
-	ctx := context.Background()
+	dep := track(t, name, objs)
+	if err := packaging.Apply(context.Background(), theNode.ControlPlane().AdminConfig(), objs); err != nil {
+		t.Fatalf("applying %s: %v", name, err)
+	}
+	t.Logf("deployed %s: Deployment %s/%s, Service %s, Lease %s (lease duration %v, route %s)", name, dep.namespace, dep.deployment, dep.service, dep.lease, dep.leaseDur, dep.route)
+	return dep
+}
+
+// track is a deployment of objs (not applied yet), removed when the test
+// ends.
+func track(t *testing.T, name string, objs packaging.Objects) *deployment {
+	t.Helper()
 	var d appsv1.Deployment
 	if err := objs.OneInto("Deployment", &d); err != nil {
 		t.Fatal(err)
@@ -132,10 +144,6 @@ func deploy(t *testing.T, name string, objs packaging.Objects) *deployment {
 		}
 		dep.remove(t)
 	})
-	if err := packaging.Apply(ctx, theNode.ControlPlane().AdminConfig(), objs); err != nil {
-		t.Fatalf("applying %s: %v", name, err)
-	}
-	t.Logf("deployed %s: Deployment %s/%s, Service %s, Lease %s (lease duration %v, route %s)", name, dep.namespace, dep.deployment, dep.service, dep.lease, dep.leaseDur, dep.route)
 	return dep
 }
 

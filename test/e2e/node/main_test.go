@@ -14,11 +14,9 @@ package node_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -29,12 +27,16 @@ import (
 // theNode is the cluster every test deploys into, each in its own namespace.
 var theNode *node.Node
 
-// Image names the shipped manifests and chart refer to; the locally built
-// images are imported under them (nothing can be pulled here).
+// The images the node runs, imported from archives (nothing can be pulled
+// here): the leader-elector image as `make image-test-archive` names it —
+// the chart and the example are given it, as users give theirs — and the
+// images the shipped manifests and chart refer to.
 const (
-	exampleImage = "ghcr.io/leader-elector/leader-elector:v0.1.0"
-	busyboxImage = "docker.io/library/busybox:1.37"
-	pauseImage   = "localhost/leader-elector-test/pause:1"
+	nodeImageRepository = packaging.TestImageRepository
+	nodeImageTag        = "test"
+	nodeImage           = nodeImageRepository + ":" + nodeImageTag
+	busyboxImage        = "docker.io/library/busybox:1.37"
+	pauseImage          = "localhost/leader-elector-test/pause:1"
 )
 
 func TestMain(m *testing.M) {
@@ -66,11 +68,6 @@ func setUpAndRun(m *testing.M) int {
 	// be pulled), as `make image-test` builds it.
 	fmt.Fprintf(os.Stderr, "leader-elector image: %s (the shipped Dockerfile, built offline on a scratch base)\n", filepath.Base(imageArchive))
 
-	chartImg, err := chartImage()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "node e2e setup:", err)
-		return 1
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
@@ -80,7 +77,7 @@ func setUpAndRun(m *testing.M) int {
 		Images: []node.Image{
 			{Archive: filepath.Join(imagesDir, "pause.oci.tar"), Names: []string{pauseImage}},
 			{Archive: filepath.Join(imagesDir, "busybox.oci.tar"), Names: []string{busyboxImage}},
-			{Archive: imageArchive, Names: []string{exampleImage, chartImg}},
+			{Archive: imageArchive, Names: []string{nodeImage}},
 		},
 		PauseImage: pauseImage,
 		Log:        os.Stderr,
@@ -99,18 +96,4 @@ func setUpAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "component logs were in %s (keep them: LEADER_ELECTOR_NODE_KEEP=1 make e2e-cluster)\n", filepath.Join(work, "logs"))
 	}
 	return code
-}
-
-// chartImage is the image the chart's defaults name: v + its appVersion.
-func chartImage() (string, error) {
-	b, err := os.ReadFile(filepath.Join(packaging.ChartDir(), "Chart.yaml"))
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "appVersion:"); ok {
-			return "ghcr.io/leader-elector/leader-elector:v" + strings.Trim(strings.TrimSpace(v), `"'`), nil
-		}
-	}
-	return "", errors.New("Chart.yaml has no appVersion")
 }
