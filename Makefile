@@ -200,7 +200,7 @@ packaging-tools: ## install (or reuse from the cache) helm and kustomize at the 
 # because an image and a chart cannot share a repository and tag. Log in
 # first (`buildah login`, `helm registry login`); PLAIN_HTTP=1 for a registry
 # without TLS. helm comes from test/packaging/tools.sh (packaging-tools).
-.PHONY: release
+.PHONY: release release-chart
 REGISTRY       ?=
 CHART_REGISTRY ?= $(REGISTRY)/charts
 RELEASE_DIR    ?= _output/release
@@ -221,6 +221,12 @@ release: buildah packaging-tools ## build and push the image and the chart to RE
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 GOFLAGS=-buildvcs=false $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(RELEASE_DIR)/sbom-input/leader-elector .
 	$(CYCLONEDX_GOMOD) bin -json -std -version $(VERSION) -output $(RELEASE_DIR)/leader-elector-$(VERSION).sbom.cdx.json $(RELEASE_DIR)/sbom-input/leader-elector
 	rm -rf $(RELEASE_DIR)/sbom-input
+	$(MAKE) --no-print-directory release-chart
+	@echo "released $(VERSION): image $(REGISTRY)/leader-elector:$(VERSION) ($(PLATFORMS)), chart oci://$(CHART_REGISTRY)/leader-elector --version $(CHART_VERSION), SBOM and archives in $(RELEASE_DIR)"
+
+release-chart: packaging-tools ## package the chart with image.repository set to REGISTRY's image and push it to oci://REGISTRY/charts (part of make release)
+	@[ -n "$(REGISTRY)" ] || { echo "release-chart: set REGISTRY=host[:port]/path" >&2; exit 2; }
+	mkdir -p $(RELEASE_DIR)
 	@# The packaged chart names the pushed image by default.
 	chart="$$(mktemp -d)" && trap 'rm -rf "$$chart"' EXIT && cp -r charts/leader-elector "$$chart/" && \
 	sed -i '/^image:/,/^[^ #]/ s|^  repository: ""$$|  repository: "$(REGISTRY)/leader-elector"|' "$$chart/leader-elector/values.yaml" && \
@@ -228,7 +234,6 @@ release: buildah packaging-tools ## build and push the image and the chart to RE
 	helm="$$(bash test/packaging/tools.sh)/helm" && \
 	"$$helm" package "$$chart/leader-elector" --version $(CHART_VERSION) --app-version $(VERSION) -d $(RELEASE_DIR) && \
 	"$$helm" push $(if $(PLAIN_HTTP),--plain-http) $(RELEASE_DIR)/leader-elector-$(CHART_VERSION).tgz oci://$(CHART_REGISTRY)
-	@echo "released $(VERSION): image $(REGISTRY)/leader-elector:$(VERSION) ($(PLATFORMS)), chart oci://$(CHART_REGISTRY)/leader-elector --version $(CHART_VERSION), SBOM and archives in $(RELEASE_DIR)"
 
 # The release path proven against a real registry: test/release starts the
 # CNCF distribution registry on loopback (built from the Go module proxy by

@@ -27,6 +27,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/packaging"
+	"github.com/leader-elector/leader-elector/test/registry"
 	"github.com/leader-elector/leader-elector/test/snippets"
 )
 
@@ -57,6 +58,7 @@ func TestDocSnippets(t *testing.T) {
 		"image-build":               runShellSnippet,
 		"kubectl-example":           runShellSnippet,
 		"helm-install":              runShellSnippet,
+		"helm-install-checkout":     runShellSnippet,
 		"partitions-flags":          testPartitionsFlags,
 		"pod-spec":                  testPodSpecSnippet,
 		"worker-example":            testWorkerExample,
@@ -157,13 +159,44 @@ func (sh *shell) command(args []string) {
 		if args[1] != "install" {
 			t.Fatalf("helm %s: only helm install is run here", args[1])
 		}
-		sh.tool("helm", append(args[1:], "--kubeconfig", controlPlane.AdminKubeconfig())...)
+		sh.tool("helm", append(sh.fromLocalRegistry(args[1:]), "--kubeconfig", controlPlane.AdminKubeconfig())...)
 		sh.elect(flagValue(t, args, "--namespace", "-n"))
 	case "kubectl":
 		sh.kubectl(args[1:])
 	default:
 		t.Fatalf("%q: no rule for this command in TestDocSnippets", strings.Join(args, " "))
 	}
+}
+
+// docsRegistry is the example registry the docs push to and install from.
+const docsRegistry = "registry.example.com/team"
+
+// fromLocalRegistry points a chart reference in the docs' example registry
+// (oci://registry.example.com/team/…) at a real registry on loopback, to
+// which the chart is pushed first as `make release` pushes it (make
+// release-chart): the install then pulls it as a user's does. Traffic never
+// leaves the machine.
+func (sh *shell) fromLocalRegistry(args []string) []string {
+	t := sh.t
+	const prefix = "oci://" + docsRegistry + "/"
+	i := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, prefix) })
+	if i < 0 {
+		return args
+	}
+	reg, err := registry.Start(context.Background(), t.TempDir(), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	local := reg.Host + "/team"
+	push := exec.Command("make", "-C", repoRoot, "--no-print-directory", "release-chart",
+		"REGISTRY="+local, "PLAIN_HTTP=1", "RELEASE_DIR="+t.TempDir())
+	if out, err := push.CombinedOutput(); err != nil {
+		t.Fatalf("make release-chart: %v\n%s\n%s", err, out, reg.LogTail(20))
+	}
+	out := slices.Clone(args)
+	out[i] = "oci://" + local + "/" + strings.TrimPrefix(args[i], prefix)
+	return append(out, "--plain-http")
 }
 
 // make: the target exists (make help lists it) and every variable set on
