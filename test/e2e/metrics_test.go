@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/partition"
 )
 
 // TestMetricsScrape scrapes a real candidate's /metrics, run with the
@@ -67,6 +69,34 @@ func TestMetricsScrape(t *testing.T) {
 		own := map[string]string{"lease": lease, "lease_namespace": namespace}
 		if s := series(fams, "leader_elector_is_leader", own); s == nil || s.GetGauge().GetValue() != 0 {
 			t.Errorf("no leader_elector_is_leader%v 0", own)
+		}
+		checkLabelPolicy(t, fams)
+	})
+
+	t.Run("partition", func(t *testing.T) {
+		// lease is the group's name; the group's series are this member's
+		// totals (no partition label); client-go's gauge has one series
+		// per partition Lease this member holds.
+		g := newPartitionGroup(t, candidateOptions{namespace: "default"})
+		c := g.join(1)[0]
+		fams := scrapeUntil(t, c, func(f map[string]*dto.MetricFamily) bool {
+			s := series(f, "leader_elector_partition_owned", nil)
+			return s != nil && s.GetGauge().GetValue() == partitionCount
+		})
+		own := map[string]string{"lease": g.lease, "lease_namespace": "default"}
+		for _, name := range []string{"leader_elector_partition_owned", "leader_elector_partition_members", "leader_elector_partition_configured", "leader_elector_partition_rebalances_total", "leader_elector_partition_assignment_duration_seconds"} {
+			if f := fams[name]; len(f.GetMetric()) != 1 || series(fams, name, own) == nil {
+				t.Errorf("%s: %v, want one series with %v", name, f.GetMetric(), own)
+			}
+		}
+		if s := series(fams, "leader_elector_partition_configured", nil); s.GetGauge().GetValue() != partitionCount {
+			t.Errorf("leader_elector_partition_configured = %v, want %d", s.GetGauge().GetValue(), partitionCount)
+		}
+		for i := range partitionCount {
+			name := partition.PartitionLease(g.lease, i)
+			if s := series(fams, "leader_election_master_status", map[string]string{"name": name}); s == nil || s.GetGauge().GetValue() != 1 {
+				t.Errorf("no leader_election_master_status{name=%q} 1", name)
+			}
 		}
 		checkLabelPolicy(t, fams)
 	})
