@@ -60,6 +60,11 @@ func (c Config) partitionMode() bool { return c.Partition.Partitions > 0 }
 // then releases what it holds and stops the servers.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
+	// Before the clients: client-go's metric hooks count every request.
+	metrics, err := newMetrics(cfg)
+	if err != nil {
+		return err
+	}
 	c, err := newClients(ctx, cfg)
 	if err != nil {
 		return err
@@ -68,8 +73,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	metrics, err := newMetrics(cfg, w.collectors)
-	if err != nil {
+	if err := metrics.registerOwn(w.collectors); err != nil {
 		return err
 	}
 	if err := checkLeaderLabel(ctx, cfg.Routing, c.routing); err != nil {
@@ -89,7 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	// The router withdraws this pod when runCtx ends, while the elector
 	// releases the Lease; either order is safe (the writes are fenced).
-	routingDone, err := startRouting(runCtx, cfg.Routing, c.routing, w.elector, metrics.labelled)
+	routingDone, err := startRouting(runCtx, cfg.Routing, c.routing, w.elector, metrics.own)
 	if err != nil {
 		stop(err)
 	}

@@ -22,7 +22,7 @@ func listen(ctx context.Context, cfg Config, w *workload, m *metrics) (*servers,
 	if err != nil {
 		return nil, fmt.Errorf("application API: %w", err)
 	}
-	probes, err := httpapi.ListenProbes(ctx, cfg.ProbeAddress, w.probes(m.registry), m.labelled)
+	probes, err := httpapi.ListenProbes(ctx, cfg.ProbeAddress, w.probes(m.registry), m.own)
 	if err != nil {
 		_ = api.Shutdown(context.Background())
 		return nil, fmt.Errorf("probe server: %w", err)

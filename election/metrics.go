@@ -9,7 +9,7 @@ import (
 // metrics are the election's Prometheus collectors. The gauges are computed
 // when scraped, from the same time-bounded state the API reports, so a
 // scrape never shows a lapsed leader as leading. The caller adds the lease
-// and namespace labels when it registers them.
+// and lease_namespace labels when it registers them.
 type metrics struct {
 	renewDuration prometheus.Histogram
 	collectors    []prometheus.Collector

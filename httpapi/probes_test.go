@@ -130,7 +130,7 @@ func TestHealthz(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"lease": "my-app", "namespace": "default"}, reg)
+	labelled := prometheus.WrapRegistererWith(prometheus.Labels{"lease": "my-app", "lease_namespace": "default"}, reg)
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "leader_elector_is_leader", Help: "Test gauge."})
 	labelled.MustRegister(g)
 	g.Set(1)
@@ -143,7 +143,7 @@ func TestMetrics(t *testing.T) {
 	if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("Content-Type = %q, want the Prometheus text format", ct)
 	}
-	want := `leader_elector_is_leader{lease="my-app",namespace="default"} 1`
+	want := `leader_elector_is_leader{lease="my-app",lease_namespace="default"} 1`
 	if !strings.Contains(w.Body.String(), want) {
 		t.Errorf("GET /metrics does not contain %q:\n%s", want, w.Body.String())
 	}

@@ -4,10 +4,15 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the group's Prometheus collectors. The gauges are computed
 // when scraped from the same time-bounded view the API reports. The caller
-// adds the lease and namespace labels when it registers them.
+// adds the lease (the group's name) and lease_namespace labels when it
+// registers them. Every name starts with leader_elector_partition_. The
+// series are this member's aggregates, not one per partition: that keeps
+// their number fixed whatever --partitions is; client-go's
+// leader_election_master_status{name} has one series per Lease this pod
+// runs an elector on.
 type metrics struct {
 	rebalances prometheus.Counter
-	assignment prometheus.Gauge
+	assignment prometheus.Histogram
 	collectors []prometheus.Collector
 }
 
@@ -17,16 +22,19 @@ func newMetrics(m *Member) *metrics {
 			Name: "leader_elector_partition_rebalances_total",
 			Help: "Partitions this pod handed over because it owned more than its fair share.",
 		}),
-		assignment: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "leader_elector_partition_assignment_seconds",
-			Help: "Time from the last change of members this pod saw to the first full and fair assignment it saw after it.",
+		// A histogram, not the last value: a slow rebalance between two
+		// scrapes stays visible, and the rate of slow ones can be alerted on.
+		assignment: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leader_elector_partition_assignment_duration_seconds",
+			Help:    "Time from a change of members this pod saw to the first full and fair assignment it saw after it.",
+			Buckets: []float64{.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300},
 		}),
 	}
 	mt.collectors = []prometheus.Collector{
 		mt.rebalances,
 		mt.assignment,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "leader_elector_partitions_owned",
+			Name: "leader_elector_partition_owned",
 			Help: "Partitions this pod owns (time-bounded, as in GET /partitions).",
 		}, func() float64 { return float64(len(m.assess().mine)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -34,7 +42,7 @@ func newMetrics(m *Member) *metrics {
 			Help: "Live members of the group as this pod sees them.",
 		}, func() float64 { return float64(len(m.assess().members)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "leader_elector_partitions",
+			Name: "leader_elector_partition_configured",
 			Help: "Partitions in the group (--partitions).",
 		}, func() float64 { return float64(len(m.partitions)) }),
 	}

@@ -94,7 +94,7 @@ func (m *Member) publishLocked(v view) {
 	}
 	if !m.settled && Fair(len(m.partitions), v.members, v.owners) {
 		m.settled = true
-		m.metrics.assignment.Set(now.Sub(m.membersChanged).Seconds())
+		m.metrics.assignment.Observe(now.Sub(m.membersChanged).Seconds())
 	}
 	key := publishedKey(v)
 	if key == m.published {

@@ -9,7 +9,7 @@ const (
 )
 
 // Metrics are the router's Prometheus collectors. The caller adds the lease
-// and namespace labels when it registers them.
+// and lease_namespace labels when it registers them.
 type Metrics struct {
 	writes    prometheus.Counter
 	conflicts prometheus.Counter
