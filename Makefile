@@ -233,7 +233,7 @@ monitoring-deps: ## install promtool and prometheus (Debian's prometheus package
 monitoring-generate: ## copy the alert rules into the chart and the kustomize component (run after editing deploy/prometheus/leader-elector-rules.yaml)
 	bash hack/monitoring-generate.sh
 
-rules-test: ## promtool check rules and promtool test rules on deploy/prometheus (fails if promtool is missing: make monitoring-deps)
+rules-test: monitoring-deps ## promtool check rules and promtool test rules on deploy/prometheus (fails if promtool is missing: make monitoring-deps)
 	@command -v promtool >/dev/null || { echo "rules-test: promtool not found; run make monitoring-deps (Debian's prometheus package)" >&2; exit 1; }
 	promtool check rules deploy/prometheus/leader-elector-rules.yaml
 	cd deploy/prometheus && promtool test rules leader-elector-rules.test.yaml
