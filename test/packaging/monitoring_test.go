@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -190,4 +191,55 @@ func selects(selector map[string]string, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestRulesRunbooks: every alert has a for, a severity, a summary, a
+// description and a runbook_url whose anchor is its own heading in
+// docs/operations.md.
+func TestRulesRunbooks(t *testing.T) {
+	b, err := os.ReadFile(inRepo("deploy", "prometheus", "leader-elector-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, For  string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		t.Fatal(err)
+	}
+	ops, err := os.ReadFile(inRepo("docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "https://github.com/leader-elector/leader-elector/blob/main/docs/operations.md#"
+	alerts := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			alerts++
+			if r.For == "" {
+				t.Errorf("%s has no for", r.Alert)
+			}
+			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
+				t.Errorf("%s: severity %q, want critical or warning", r.Alert, s)
+			}
+			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s lacks a summary or a description", r.Alert)
+			}
+			if want := base + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+				t.Errorf("%s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+			}
+			if !strings.Contains(string(ops), "\n#### "+r.Alert+"\n") {
+				t.Errorf("docs/operations.md has no runbook heading `#### %s`", r.Alert)
+			}
+		}
+	}
+	if alerts < 6 {
+		t.Errorf("%d alerts, want at least 6", alerts)
+	}
 }
