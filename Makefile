@@ -286,3 +286,29 @@ node-deps: image-deps ## install containerd, runc, the CNI plugins, iptables, co
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc containernetworking-plugins iptables conntrack busybox-static iproute2 util-linux file >/dev/null; } \
 			|| { echo "node-deps: could not install the node's packages (apt-get as root); install them and retry" >&2; exit 1; }; \
 	fi
+
+# Monitoring (deploy/prometheus, deploy/grafana): the alert rules are one
+# file, deploy/prometheus/leader-elector-rules.yaml; the chart and the
+# kustomize component carry copies that monitoring-generate writes and
+# test/packaging checks. promtool comes from Debian's prometheus package,
+# which also provides the Prometheus server test/e2e starts.
+.PHONY: monitoring-deps monitoring-generate rules-test
+test: rules-test
+e2e: monitoring-deps
+
+monitoring-deps: ## install promtool and prometheus (Debian's prometheus package) with apt-get if missing (needs root)
+	@missing=""; for c in promtool prometheus; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "monitoring-deps: missing$$missing; installing Debian's prometheus package with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+			|| { echo "monitoring-deps: could not install prometheus (apt-get as root); install it and retry" >&2; exit 1; }; \
+		for c in $$missing; do command -v $$c >/dev/null || { echo "monitoring-deps: $$c still missing after apt-get install" >&2; exit 1; }; done; \
+	fi
+
+monitoring-generate: ## copy the alert rules into the chart and the kustomize component (run after editing deploy/prometheus/leader-elector-rules.yaml)
+	bash hack/monitoring-generate.sh
+
+rules-test: monitoring-deps ## promtool check rules and promtool test rules on deploy/prometheus (fails if promtool is missing: make monitoring-deps)
+	@command -v promtool >/dev/null || { echo "rules-test: promtool not found; run make monitoring-deps (Debian's prometheus package)" >&2; exit 1; }
+	promtool check rules deploy/prometheus/leader-elector-rules.yaml
+	cd deploy/prometheus && promtool test rules leader-elector-rules.test.yaml

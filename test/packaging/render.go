@@ -40,6 +40,9 @@ func inRepo(elem ...string) string {
 // ChartDir is the shipped chart.
 func ChartDir() string { return inRepo("charts", "leader-elector") }
 
+// TestdataDir is a directory under test/packaging/testdata.
+func TestdataDir(name string) string { return inRepo("test", "packaging", "testdata", name) }
+
 // ManifestsDir is a directory under manifests/ (base, example, …).
 func ManifestsDir(name string) string { return inRepo("manifests", name) }
 
