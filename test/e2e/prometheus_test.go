@@ -33,30 +33,10 @@ import (
 // candidates expose.
 
 // notYetExposed lists the metric names the rules and the dashboard use that
-// today's binary does not expose, with the change that brings them. The
+// the binary does not expose yet, with the change that brings them. The
 // names check accepts them; once a name is exposed it fails until the entry
-// is removed, so the table only shrinks and the check then covers them too.
-var notYetExposed = map[string]string{
-	"rest_client_requests_total":                       "client-go's REST metrics registered (branch metrics)",
-	"rest_client_request_duration_seconds_bucket":      "client-go's REST metrics registered (branch metrics)",
-	"rest_client_rate_limiter_duration_seconds_bucket": "client-go's REST metrics registered (branch metrics)",
-	"leader_election_master_status":                    "client-go's leader election metrics registered (branch metrics)",
-}
-
-// labelMapping is the scrape configuration's metric_relabel_configs that map
-// the labels today's binary puts on its own series (lease, namespace) to
-// those the rules use (lease, lease_namespace). It is a no-op once the
-// binary exposes lease_namespace itself (branch metrics): then drop it.
-const labelMapping = `
-    metric_relabel_configs:
-      - source_labels: [__name__, namespace]
-        regex: 'leader_elector_.+;(.+)'
-        target_label: lease_namespace
-      - source_labels: [__name__]
-        regex: 'leader_elector_.+'
-        target_label: namespace
-        replacement: ''
-`
+// is removed, so the table only shrinks. Empty: every name is exposed.
+var notYetExposed = map[string]string{}
 
 // prometheus is a Prometheus server started by a test.
 type prometheus struct {
@@ -91,7 +71,7 @@ scrape_configs:
   - job_name: leader-elector
     static_configs:
       - targets: [%s]
-%s`, rulesFile, strings.Join(quoted, ", "), labelMapping)
+`, rulesFile, strings.Join(quoted, ", "))
 	configPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
@@ -442,7 +422,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	var exposed []string
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		exposed, err = prom.metricNames()
-		return err == nil && slices.Contains(exposed, "leader_elector_partitions") && slices.Contains(exposed, "leader_elector_route_writes_total"), nil
+		return err == nil && slices.Contains(exposed, "leader_elector_partition_configured") && slices.Contains(exposed, "leader_elector_route_writes_total"), nil
 	}); err != nil {
 		t.Fatalf("Prometheus has not scraped the partition-mode and routing metrics: %v (names %v)", err, exposed)
 	}
