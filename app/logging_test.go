@@ -3,11 +3,13 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/klog/v2"
 )
@@ -48,6 +50,63 @@ func TestSetUpLoggingJSON(t *testing.T) {
 	}
 	if first["msg"] != "Shown" || first["key"] != "value" {
 		t.Errorf("first line = %v", first)
+	}
+}
+
+// TestSetUpLoggingJSONSchema: the lines have the Kubernetes JSON log
+// format's fields and types, as k8s.io/component-base/logs/json writes
+// them: ts (float milliseconds since the epoch), caller, msg, v on info
+// lines (the verbosity, a number), err on error lines, durations as
+// strings, names under "logger", key/values in order.
+func TestSetUpLoggingJSONSchema(t *testing.T) {
+	setVerbosity(t, "2")
+	t.Cleanup(klog.ClearLogger)
+	var buf bytes.Buffer
+	SetUpLogging("json", 2, &buf)
+	before := float64(time.Now().UnixNano()) / 1e6
+	logger := klog.Background().WithName("election").WithValues("lease", klog.KRef("ns", "my-app"))
+	logger.Info("Became leader", "reason", "acquired", "leaseDuration", 1500*time.Millisecond)
+	logger.V(2).Info("Observed new holder", "holder", "pod-b")
+	logger.Error(errors.New("boom"), "Failed", "attempts", 3)
+	after := float64(time.Now().UnixNano()) / 1e6
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("got %d lines, want 3:\n%s", len(lines), buf.String())
+	}
+	var got []map[string]any
+	for _, line := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %q: %v", line, err)
+		}
+		ts, ok := m["ts"].(float64)
+		if !ok || ts < before || ts > after {
+			t.Errorf("ts = %v, want milliseconds since the epoch between %f and %f", m["ts"], before, after)
+		}
+		if caller, _ := m["caller"].(string); !regexp.MustCompile(`^app/logging_test\.go:\d+$`).MatchString(caller) {
+			t.Errorf("caller = %v, want app/logging_test.go:<line>", m["caller"])
+		}
+		if m["logger"] != "election" {
+			t.Errorf("logger = %v, want election", m["logger"])
+		}
+		if lease, _ := m["lease"].(map[string]any); lease["name"] != "my-app" || lease["namespace"] != "ns" {
+			t.Errorf("lease = %v, want name and namespace", m["lease"])
+		}
+		got = append(got, m)
+	}
+	if got[0]["msg"] != "Became leader" || got[0]["v"] != float64(0) || got[0]["reason"] != "acquired" || got[0]["leaseDuration"] != "1.5s" {
+		t.Errorf("info line = %s, want msg, v 0, reason and leaseDuration \"1.5s\"", lines[0])
+	}
+	if got[1]["v"] != float64(2) || got[1]["holder"] != "pod-b" {
+		t.Errorf("-v=2 line = %s, want v 2", lines[1])
+	}
+	if _, hasV := got[2]["v"]; hasV || got[2]["err"] != "boom" || got[2]["msg"] != "Failed" || got[2]["attempts"] != float64(3) {
+		t.Errorf("error line = %s, want err \"boom\", no v", lines[2])
+	}
+	// Key order as zap writes it: ts, logger, caller, msg, v, then the
+	// key/values.
+	if !regexp.MustCompile(`^\{"ts":[0-9.]+,"logger":"election","caller":"[^"]+","msg":"Became leader","v":0,"lease":\{`).MatchString(lines[0]) {
+		t.Errorf("line does not start ts, logger, caller, msg, v, key/values: %s", lines[0])
 	}
 }
 

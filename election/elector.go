@@ -295,7 +295,7 @@ func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, 
 	}
 	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut}
 	e.releasing = req
-	e.tracker.setClaiming(false)
+	e.tracker.setClaiming(false, ReasonReleased)
 	e.cancelRun()
 	e.mu.Unlock()
 
@@ -375,8 +375,17 @@ func (e *Elector) Run(ctx context.Context) error {
 	ctx = klog.NewContext(ctx, logger)
 
 	// Readers must see "not leader" the moment shutdown begins, not when
-	// client-go notices the cancelled context.
-	stopClaiming := context.AfterFunc(ctx, func() { e.tracker.setClaiming(false) })
+	// client-go notices the cancelled context: the election runs on a
+	// context that ends only after claims have stopped, so that the term
+	// is recorded as ended by the shutdown (in the log and in client-go's
+	// "stopped leading" Event) whichever goroutine runs first.
+	shutdownCtx := ctx
+	ctx, stopRunning := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRunning()
+	stopClaiming := context.AfterFunc(shutdownCtx, func() {
+		e.tracker.setClaiming(false, ReasonShutdown)
+		stopRunning()
+	})
 	defer stopClaiming()
 	defer e.tracker.stop()
 
@@ -427,7 +436,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		e.attempt.Stop()
 	}
 	e.mu.Unlock()
-	e.tracker.setClaiming(false)
+	e.tracker.setClaiming(false, ReasonShutdown)
 	if err == nil && e.cfg.ReleaseOnShutdown {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		if rerr := e.release(relCtx); rerr != nil {
@@ -460,7 +469,7 @@ func (e *Elector) runRound(ctx context.Context) error {
 		ReleaseOnCancel: false,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) {},
-			OnStoppedLeading: e.tracker.stoppedLeading,
+			OnStoppedLeading: func() { e.tracker.stoppedLeading() },
 		},
 	})
 	if err != nil {
@@ -504,7 +513,7 @@ func (e *Elector) serveRelease(ctx context.Context) {
 	e.releasing = nil
 	e.mu.Unlock()
 	if ctx.Err() == nil {
-		e.tracker.setClaiming(true)
+		e.tracker.setClaiming(true, "")
 		// The Lease may have changed during the sit-out, when no attempt
 		// was scheduled: schedule one from what was observed.
 		e.scheduleAttempt()
@@ -556,26 +565,41 @@ func (e *Elector) release(ctx context.Context) error {
 	return fmt.Errorf("release lease %s/%s: it kept changing under us", e.cfg.Namespace, e.cfg.Name)
 }
 
-// logTransitions logs every change of leadership as it is published.
+// logTransitions logs every change of this pod's leadership, one line
+// each at the default verbosity with its reason and fencing token, and the
+// other holders it observes at -v=2.
 func (e *Elector) logTransitions(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	prev, changed := e.tracker.Watch()
 	for {
+		done := false
 		select {
 		case <-ctx.Done():
-			return
+			// The change that ended the run (shutdown) is published
+			// before ctx ends: log it too.
+			done = true
 		case <-changed:
+		}
+		for _, c := range e.tracker.takeChanges() {
+			logChange(logger, c)
+		}
+		if done {
+			return
 		}
 		var cur State
 		cur, changed = e.tracker.Watch()
-		switch {
-		case cur.IsLeader && !prev.IsLeader:
-			logger.Info("Became leader", "fencingToken", cur.FencingToken, "validUntil", cur.ValidUntil)
-		case !cur.IsLeader && prev.IsLeader:
-			logger.Info("Stopped leading", "fencingToken", prev.FencingToken, "holder", cur.Holder)
-		case cur.Holder != prev.Holder || cur.FencingToken != prev.FencingToken:
+		if !cur.IsLeader && (cur.Holder != prev.Holder || cur.FencingToken != prev.FencingToken) {
 			logger.V(2).Info("Observed new holder", "holder", cur.Holder, "fencingToken", cur.FencingToken)
 		}
 		prev = cur
 	}
+}
+
+// logChange writes the line of one leadership change.
+func logChange(logger klog.Logger, c Change) {
+	if c.Leader {
+		logger.Info("Became leader", "reason", c.Reason, "fencingToken", c.FencingToken)
+		return
+	}
+	logger.Info("Stopped leading", "reason", c.Reason, "fencingToken", c.FencingToken)
 }

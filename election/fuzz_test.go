@@ -48,7 +48,7 @@ func FuzzTracker(f *testing.F) {
 			case 4: // time passes (up to two days)
 				clk.Step(time.Duration(in.uint32()%(48*3600*1000)) * time.Millisecond)
 			case 5:
-				tr.setClaiming(in.byte()%2 == 0)
+				tr.setClaiming(in.byte()%2 == 0, ReasonReleased)
 			case 6:
 				highest := tr.Snapshot().FencingToken
 				if own, ok := tr.currentOwnTerm(); ok && own < highest {

@@ -327,16 +327,29 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 }
 
 // RecordEvent records client-go's "became leader" and "stopped leading" on
-// the Lease, with the fencing token of the term they are about: the last
-// one this process wrote. client-go records them only after a successful
-// write of this process's own term, which is also what gives the inner lock
-// the Lease object (and its UID) that the Event refers to.
+// the Lease, with the reason (a Reason) and the fencing token of the term
+// they are about: the last one this process wrote. client-go records them
+// only after a successful write of this process's own term, which is also
+// what gives the inner lock the Lease object (and its UID) that the Event
+// refers to.
+//
+// client-go records "stopped leading" when its renewal loop ends, just
+// before it calls OnStoppedLeading: the term is marked ended here, so that
+// the Event says why.
 func (l *observingLock) RecordEvent(s string) {
 	if !l.wroteOnce {
 		return
 	}
-	l.inner.RecordEvent(fmt.Sprintf("%s (fencing token %d)", s, l.ownToken))
+	reason := ReasonAcquired
+	if s == clientGoStoppedLeading {
+		reason = l.tracker.stoppedLeading()
+	}
+	l.inner.RecordEvent(fmt.Sprintf("%s (reason %s, fencing token %d)", s, reason, l.ownToken))
 }
+
+// clientGoStoppedLeading is what client-go's elector records when its
+// renewal loop ends ("became leader" when it acquires).
+const clientGoStoppedLeading = "stopped leading"
 
 func (l *observingLock) Identity() string { return l.inner.Identity() }
 func (l *observingLock) Describe() string { return l.inner.Describe() }

@@ -618,7 +618,7 @@ func TestLockRecordEventCarriesTheTerm(t *testing.T) {
 		t.Fatalf("Create: %v", err)
 	}
 	l.RecordEvent("became leader")
-	want := []string{"Normal LeaderElection " + testIdentity + " became leader (fencing token 6)"}
+	want := []string{"Normal LeaderElection " + testIdentity + " became leader (reason acquired, fencing token 6)"}
 	if !slices.Equal(events.messages, want) || !slices.Equal(events.objects, []string{testNamespace + "/" + testName}) {
 		t.Errorf("recorded %v about %v, want %v about the Lease", events.messages, events.objects, want)
 	}
@@ -856,7 +856,7 @@ func TestElectorGuardedRelease(t *testing.T) {
 			if tc.ownTerm {
 				e.tracker.observeWrite(e.clock.Now(), own(ownToken, t0))
 				// The round has ended; the tracker no longer claims.
-				e.tracker.setClaiming(false)
+				e.tracker.setClaiming(false, ReasonReleased)
 			}
 			if tc.cached != nil {
 				primeCache(e.cache, tc.cached)

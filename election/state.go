@@ -52,6 +52,48 @@ type State struct {
 	// process before it, and a long-poll carrying an old revision is
 	// answered at once.
 	Revision uint64
+	// LastChange is this pod's last change of leadership (became leader or
+	// stopped leading) and why; zero before the first.
+	LastChange Change
+}
+
+// Reason says why this pod's leadership changed. The values are a fixed
+// vocabulary: they appear in the log line and the Event of every change,
+// and operators and alerts match them.
+type Reason string
+
+const (
+	// ReasonAcquired: this pod wrote itself into the Lease as a new term
+	// and became leader.
+	ReasonAcquired Reason = "acquired"
+	// ReasonReleased: the leader stepped down on request (POST /release,
+	// or a partition handed over).
+	ReasonReleased Reason = "released"
+	// ReasonShutdown: the leader stopped because the process is shutting
+	// down (SIGTERM).
+	ReasonShutdown Reason = "shutdown"
+	// ReasonRenewDeadline: the leader's last successful renewal started a
+	// renew deadline ago (the API server did not answer in time, or the
+	// process was paused).
+	ReasonRenewDeadline Reason = "renew-deadline"
+	// ReasonTakenOver: the Lease was observed to name another holder or
+	// another term than this pod's.
+	ReasonTakenOver Reason = "taken-over"
+	// ReasonLeaseDeleted: the Lease was observed deleted (or not found).
+	ReasonLeaseDeleted Reason = "lease-deleted"
+)
+
+// Change is one change of this pod's leadership.
+type Change struct {
+	// Leader is true when this pod became leader, false when it stopped.
+	Leader bool
+	// Reason is why.
+	Reason Reason
+	// At is when, by the local wall clock: for ReasonRenewDeadline the
+	// moment the claim ran out, otherwise when the change was observed.
+	At time.Time
+	// FencingToken is the token of the term the change is about.
+	FencingToken int64
 }
 
 // record is the part of a Lease the tracker needs.
@@ -145,6 +187,15 @@ type tracker struct {
 	// mu; it must not block.
 	onChange func()
 
+	// stopCause is why this pod stops leading, set by the method that
+	// makes it stop (while it still led) just before it publishes; empty
+	// when the claim ran out by time.
+	stopCause Reason
+	// changes are the leadership changes not yet taken by takeChanges
+	// (the log), at most maxPendingChanges; lastChange is the latest.
+	changes    []Change
+	lastChange Change
+
 	published view
 	revision  uint64
 	changed   chan struct{}
@@ -153,6 +204,10 @@ type tracker struct {
 	// leaves the timer alone, so reads do not churn timers.
 	timerAt time.Time
 }
+
+// maxPendingChanges bounds the leadership changes kept for the log line
+// writer; it takes them within moments, so only a stalled writer loses any.
+const maxPendingChanges = 64
 
 func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline, leaseDuration time.Duration) *tracker {
 	return &tracker{
@@ -240,6 +295,7 @@ func (t *tracker) stateLocked(now time.Time) State {
 		LeaseDurationSeconds: t.observed.durationSeconds,
 		RenewTime:            t.observed.renewTime,
 		Revision:             t.revision,
+		LastChange:           t.lastChange,
 	}
 	if v.isLeader {
 		s.LeaderSince = t.leaderSince
@@ -253,7 +309,12 @@ func (t *tracker) stateLocked(now time.Time) State {
 // and arms the timer for the next moment the view changes by itself.
 func (t *tracker) publishLocked(now time.Time) {
 	v := t.viewLocked(now)
+	cause := t.stopCause
+	t.stopCause = ""
 	if v != t.published {
+		if v.isLeader != t.published.isLeader {
+			t.recordChangeLocked(now, v, cause)
+		}
 		t.published = v
 		t.revision++
 		close(t.changed)
@@ -263,6 +324,47 @@ func (t *tracker) publishLocked(now time.Time) {
 		}
 	}
 	t.armTimerLocked(now, v)
+}
+
+// recordChangeLocked records a change of leadership to the published view
+// v, for cause (empty: the claim ran out by time).
+func (t *tracker) recordChangeLocked(now time.Time, v view, cause Reason) {
+	c := Change{Leader: v.isLeader, Reason: ReasonAcquired, At: now.Round(0), FencingToken: v.token}
+	if !v.isLeader {
+		c.FencingToken = t.published.token
+		c.Reason = cause
+		if cause == "" {
+			c.Reason = ReasonRenewDeadline
+			// The claim ran out at its deadline, which may be well before
+			// this (a paused process learns it when it resumes).
+			if deadline := t.renewStart.Add(t.renewDeadline); deadline.Before(now) {
+				c.At = deadline.Round(0)
+			}
+		}
+	}
+	t.lastChange = c
+	if len(t.changes) < maxPendingChanges {
+		t.changes = append(t.changes, c)
+	}
+}
+
+// takeChanges returns the leadership changes since the last call, oldest
+// first.
+func (t *tracker) takeChanges() []Change {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.publishLocked(t.clock.Now())
+	c := t.changes
+	t.changes = nil
+	return c
+}
+
+// stopCauseLocked sets why this pod stops leading if it leads now: call it
+// before a change that ends the claim, and publish after.
+func (t *tracker) stopCauseLocked(now time.Time, cause Reason) {
+	if t.isLeaderLocked(now) {
+		t.stopCause = cause
+	}
 }
 
 func (t *tracker) armTimerLocked(now time.Time, v view) {
@@ -306,6 +408,7 @@ func (t *tracker) observeRead(r record) {
 	t.observeLocked(now, r)
 	if r.holder != t.identity || !t.hasOwnTerm || r.transitions != t.ownToken {
 		// Someone else holds the Lease (or a term that is not ours).
+		t.stopCauseLocked(now, ReasonTakenOver)
 		t.holding = false
 	}
 	t.publishLocked(now)
@@ -330,6 +433,7 @@ func (t *tracker) observeDeleted() {
 
 func (t *tracker) observeAbsentLocked() {
 	now := t.clock.Now()
+	t.stopCauseLocked(now, ReasonLeaseDeleted)
 	// The token of the last record seen is kept, so that an absent Lease
 	// reads the same on every NotFound and its wait is not restarted.
 	t.observeLocked(now, record{transitions: t.observed.transitions})
@@ -481,21 +585,37 @@ func (t *tracker) observeRelease(r record) {
 	t.publishLocked(now)
 }
 
-// stoppedLeading records that client-go's elector gave up the Lease.
-func (t *tracker) stoppedLeading() {
+// stoppedLeading records that client-go's elector gave up the Lease, and
+// returns why this pod's last term ended. client-go gives up only after
+// the claim's renew deadline has passed, or after its round was stopped
+// for a reason already recorded; still leading, it ran out of time.
+func (t *tracker) stoppedLeading() Reason {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.stopCauseLocked(now, ReasonRenewDeadline)
 	t.holding = false
-	t.publishLocked(t.clock.Now())
+	t.publishLocked(now)
+	if t.lastChange.Leader || t.lastChange.Reason == "" {
+		// No term of this pod was published as ended (nor begun): its
+		// claim lapsed before it could be.
+		return ReasonRenewDeadline
+	}
+	return t.lastChange.Reason
 }
 
-// setClaiming turns claims on or off. Turned off, this pod stops reporting
-// leadership at once, whatever the state of the Lease.
-func (t *tracker) setClaiming(on bool) {
+// setClaiming turns claims on, or off for reason (released, shutdown).
+// Turned off, this pod stops reporting leadership at once, whatever the
+// state of the Lease.
+func (t *tracker) setClaiming(on bool, reason Reason) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.clock.Now()
+	if !on {
+		t.stopCauseLocked(now, reason)
+	}
 	t.claiming = on
-	t.publishLocked(t.clock.Now())
+	t.publishLocked(now)
 }
 
 // ownTerm returns the fencing token of the term this process last wrote

@@ -268,7 +268,7 @@ func TestTrackerRevision(t *testing.T) {
 		},
 		{
 			name:       "claims turned off",
-			do:         func() { tr.setClaiming(false) },
+			do:         func() { tr.setClaiming(false, ReasonReleased) },
 			wantBump:   true,
 			wantHolder: testIdentity,
 			wantLeader: false,
@@ -276,7 +276,7 @@ func TestTrackerRevision(t *testing.T) {
 		},
 		{
 			name:       "claims turned off again",
-			do:         func() { tr.setClaiming(false) },
+			do:         func() { tr.setClaiming(false, ReasonReleased) },
 			wantBump:   false,
 			wantHolder: testIdentity,
 			wantLeader: false,
@@ -292,7 +292,7 @@ func TestTrackerRevision(t *testing.T) {
 		},
 		{
 			name:       "stopped leading without a change",
-			do:         tr.stoppedLeading,
+			do:         func() { tr.stoppedLeading() },
 			wantBump:   false,
 			wantHolder: "",
 			wantToken:  3,
@@ -503,13 +503,13 @@ func TestTrackerSetClaiming(t *testing.T) {
 	if !before.IsLeader {
 		t.Fatal("not leader after a write")
 	}
-	tr.setClaiming(false)
+	tr.setClaiming(false, ReasonReleased)
 	if !isClosed(changed) {
-		t.Error("setClaiming(false) did not wake watchers")
+		t.Error("setClaiming(false, ReasonReleased) did not wake watchers")
 	}
 	s := tr.Snapshot()
 	if s.IsLeader || !s.LeaderSince.IsZero() || !s.ValidUntil.IsZero() {
-		t.Errorf("after setClaiming(false): IsLeader = %v, LeaderSince = %v, ValidUntil = %v; want false and zero times", s.IsLeader, s.LeaderSince, s.ValidUntil)
+		t.Errorf("after setClaiming(false, ReasonReleased): IsLeader = %v, LeaderSince = %v, ValidUntil = %v; want false and zero times", s.IsLeader, s.LeaderSince, s.ValidUntil)
 	}
 	// A successful write while not claiming does not make this pod leader.
 	tr.observeWrite(clk.Now(), own(2, clk.Now()))
@@ -559,6 +559,7 @@ func TestTrackerStateFields(t *testing.T) {
 		ValidUntil:           t0.Add(testRenewDeadline),
 		Deadline:             t0.Add(testRenewDeadline),
 		Revision:             base + 1,
+		LastChange:           Change{Leader: true, Reason: ReasonAcquired, At: t0.Add(500 * time.Millisecond), FencingToken: 7},
 	}
 	if s != want {
 		t.Errorf("Snapshot() =\n%+v\nwant\n%+v", s, want)
@@ -854,7 +855,7 @@ func TestTrackerNextAttempt(t *testing.T) {
 			name: "not claiming",
 			setUp: func(tr *tracker, _ asyncClock) {
 				tr.observeRead(record{transitions: 4, durationSeconds: 1})
-				tr.setClaiming(false)
+				tr.setClaiming(false, ReasonReleased)
 			},
 		},
 	} {

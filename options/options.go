@@ -61,6 +61,9 @@ type Options struct {
 	ttl               time.Duration
 	// useClusterCredentials is accepted and ignored (contrib.go).
 	useClusterCredentials bool
+	// loggingFormat is --logging-format, Kubernetes components' name of
+	// --log-format (see aliases).
+	loggingFormat string
 
 	// deprecated lists the aliases that were used, for a warning once the
 	// logger is set up.
@@ -118,7 +121,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file, for running outside a pod (default $KUBECONFIG, else in-cluster configuration).")
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Queries per second to the API server (0: client-go's default).")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of queries to the API server (0: client-go's default).")
-	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" or \"json\".")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" (klog's) or \"json\" (the Kubernetes JSON log format).")
+	fs.StringVar(&o.loggingFormat, "logging-format", "", "Same as --log-format (the name Kubernetes components use).")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
 	o.Routing.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
@@ -141,6 +145,24 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.AddGoFlag(goFS.Lookup("v"))
 }
 
+// aliases maps each alias that is not deprecated to the flag it stands for:
+// another name users know from elsewhere. It is applied as the deprecated
+// ones are (resolveAliases), without the warning: pflag's own aliasing
+// (two flags on one variable) would let the environment's value of one
+// override the command line's value of the other.
+var aliases = map[string]string{
+	"logging-format": "log-format",
+}
+
+// aliasTarget returns the flag an alias (deprecated or not) stands for.
+func aliasTarget(name string) (string, bool) {
+	if target, ok := deprecatedAliases[name]; ok {
+		return target, true
+	}
+	target, ok := aliases[name]
+	return target, ok
+}
+
 // deprecatedAliases maps each alias to the flag it stands for.
 var deprecatedAliases = map[string]string{
 	"election":           "lease-name",
@@ -151,15 +173,15 @@ var deprecatedAliases = map[string]string{
 }
 
 // applyEnvironment sets every flag not given on the command line from its
-// LEADER_ELECTOR_* variable. A deprecated alias is not taken from the
-// environment when its flag was given on the command line.
+// LEADER_ELECTOR_* variable. An alias is not taken from the environment
+// when its flag was given on the command line.
 func applyEnvironment(fs *pflag.FlagSet, env Environment) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "help" || f.Name == "version" {
 			return
 		}
-		if target, isAlias := deprecatedAliases[f.Name]; isAlias && fs.Changed(target) {
+		if target, isAlias := aliasTarget(f.Name); isAlias && fs.Changed(target) {
 			return
 		}
 		name := envName(f.Name)
@@ -193,24 +215,28 @@ func (o *Options) complete(env Environment) {
 	o.Routing.complete(env)
 }
 
-// resolveAliases copies each deprecated alias that was set, and not yet
-// copied, into its flag. It runs once for the command line and once for the
+// resolveAliases copies each alias that was set, and not yet copied, into
+// its flag. It runs once for the command line and once for the
 // environment, so that the command line wins over the environment whether
 // either uses the alias or the flag; an alias and its flag that disagree at
 // the same level are an error.
 func (o *Options) resolveAliases(fs *pflag.FlagSet, done map[string]bool) error {
 	var errs []error
-	for _, alias := range []string{"election", "election-namespace", "id", "http", "ttl"} {
+	for _, alias := range []string{"election", "election-namespace", "id", "http", "ttl", "logging-format"} {
 		if done[alias] || !fs.Changed(alias) {
 			continue
 		}
 		done[alias] = true
-		target := deprecatedAliases[alias]
-		o.deprecated = append(o.deprecated, alias)
+		target, _ := aliasTarget(alias)
+		kind := "alias"
+		if _, deprecated := deprecatedAliases[alias]; deprecated {
+			kind = "deprecated alias"
+			o.deprecated = append(o.deprecated, alias)
+		}
 		value := fs.Lookup(alias).Value.String()
 		if fs.Changed(target) {
 			if current := fs.Lookup(target).Value.String(); current != value {
-				errs = append(errs, fmt.Errorf("--%s and its deprecated alias --%s disagree (%q, %q); give only --%s", target, alias, current, value, target))
+				errs = append(errs, fmt.Errorf("--%s and its %s --%s disagree (%q, %q); give only --%s", target, kind, alias, current, value, target))
 			}
 			continue
 		}

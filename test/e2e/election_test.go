@@ -147,6 +147,8 @@ func TestGracefulHandover(t *testing.T) {
 		if !strings.Contains(leader.log(), "Released lease") {
 			t.Errorf("round %d: %s did not log its release", round, leader.name)
 		}
+		waitChangeLogged(t, leader, "Stopped leading", "shutdown")
+		waitChangeRecorded(t, leader, g.lease, "stopped leading", "shutdown")
 		after, _ := next.state()
 		if after.FencingToken <= before.FencingToken {
 			t.Errorf("round %d: fencing token %d after handover, was %d", round, after.FencingToken, before.FencingToken)
@@ -231,6 +233,9 @@ func TestFrozenLeader(t *testing.T) {
 	if !leader.running() {
 		t.Errorf("resumed leader exited")
 	}
+	// Its term ended by time, while it was frozen.
+	waitChangeLogged(t, leader, "Stopped leading", "renew-deadline")
+	waitChangeRecorded(t, leader, g.lease, "stopped leading", "renew-deadline")
 }
 
 // TestRelease: POST /release on the leader hands over; on a follower it is
@@ -261,6 +266,10 @@ func TestRelease(t *testing.T) {
 	}
 	next := g.waitLeader(leaseDuration, leader)
 	t.Logf("MEASURED release: %s leads %v after POST /release", next.name, time.Since(sent).Round(time.Millisecond))
+	waitChangeLogged(t, leader, "Stopped leading", "released")
+	waitChangeRecorded(t, leader, g.lease, "stopped leading", "released")
+	waitChangeLogged(t, next, "Became leader", "acquired")
+	waitChangeRecorded(t, next, g.lease, "became leader", "acquired")
 	// The released pod sits out a lease duration, then is a candidate again.
 	time.Sleep(leaseDuration + time.Second)
 	if s, err := leader.state(); err != nil || s.IsLeader || s.Holder != next.name {

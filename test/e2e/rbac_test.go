@@ -144,14 +144,14 @@ func TestShippedRBAC(t *testing.T) {
 	// The old leader's Events were written before it exited: read once,
 	// without waiting. (The new leader's may be there too.)
 	want := []string{
-		fmt.Sprintf("%s became leader (fencing token %d)", leader.name, first.FencingToken),
-		fmt.Sprintf("%s stopped leading (fencing token %d)", leader.name, first.FencingToken),
+		fmt.Sprintf("%s became leader (reason acquired, fencing token %d)", leader.name, first.FencingToken),
+		fmt.Sprintf("%s stopped leading (reason shutdown, fencing token %d)", leader.name, first.FencingToken),
 	}
 	if got := leaseEvents(t, namespace, lease); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 		t.Errorf("Events on the Lease when the old leader had exited:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 	next := g.waitLeader(leaseDuration+2*time.Second, leader)
-	want = append(want, fmt.Sprintf("%s became leader (fencing token %d)", next.name, first.FencingToken+1))
+	want = append(want, fmt.Sprintf("%s became leader (reason acquired, fencing token %d)", next.name, first.FencingToken+1))
 	var got []string
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		got = leaseEvents(t, namespace, lease)

@@ -162,6 +162,8 @@ func TestLeaseDeletedWhileRunning(t *testing.T) {
 	if err := leases.Delete(context.Background(), g.lease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The leader's Event goes to the deleted Lease object: the log says it.
+	waitChangeLogged(t, leader, "Stopped leading", "lease-deleted")
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*leaseDuration, true, func(ctx context.Context) (bool, error) {
 		l, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -295,8 +295,8 @@ func checkDeleteLeader(t *testing.T, d *deployment) {
 			t.Errorf("the Lease left %s only %v after the deletion: it expired instead of being released", old, released.at.Sub(deleted))
 		}
 		wantEvents = append(wantEvents,
-			fmt.Sprintf("%s stopped leading (fencing token %d)", old, oldTerm),
-			fmt.Sprintf("%s became leader (fencing token %d)", leader, d.term(t)))
+			fmt.Sprintf("%s stopped leading (reason shutdown, fencing token %d)", old, oldTerm),
+			fmt.Sprintf("%s became leader (reason acquired, fencing token %d)", leader, d.term(t)))
 		gaps, answerGaps = append(gaps, r.endpointGap()), append(answerGaps, r.answerGap())
 		handovers = append(handovers, released.at.Sub(deleted))
 		if order != nil {
