@@ -48,8 +48,9 @@ func TestMonitoringCRDs(t *testing.T) {
 
 	const namespace, release = "monitoring-e2e", "mon"
 	restrictedNamespace(t, namespace)
-	out, err := packaging.Run(ctx, "helm", "install", release, packaging.ChartDir(), "--kubeconfig", controlPlane.AdminKubeconfig(), "--namespace", namespace,
-		"--set", "demo.enabled=true", "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true")
+	args := append([]string{"install", release, packaging.ChartDir(), "--kubeconfig", controlPlane.AdminKubeconfig(), "--namespace", namespace},
+		packaging.WithImage("--set", "demo.enabled=true", "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true")...)
+	out, err := packaging.Run(ctx, "helm", args...)
 	if err != nil {
 		t.Fatal(err)
 	}
