@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/harness"
@@ -39,6 +40,7 @@ func TestContribPodSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	setSidecarImage(t, objs, nodeImage)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "contrib"}}
 	if _, err := theNode.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -95,4 +97,33 @@ func joinNames(pods []corev1.Pod) string {
 		out += n
 	}
 	return out
+}
+
+// setSidecarImage gives the leader-elector container of every Deployment in
+// objs the image the node has: the one thing a user changes in such a pod
+// spec besides the RBAC.
+func setSidecarImage(t *testing.T, objs packaging.Objects, image string) {
+	t.Helper()
+	set := 0
+	for _, u := range objs {
+		if u.GetKind() != "Deployment" {
+			continue
+		}
+		containers, _, err := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range containers {
+			if m, ok := c.(map[string]any); ok && m["name"] == "leader-elector" {
+				m["image"] = image
+				set++
+			}
+		}
+		if err := unstructured.SetNestedSlice(u.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if set == 0 {
+		t.Fatal("no leader-elector container in the pod spec")
+	}
 }
