@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptrace"
 	"strings"
 	"syscall"
 	"testing"
@@ -206,11 +207,23 @@ func TestFrozenLeader(t *testing.T) {
 		err error
 	}
 	answers := make(chan answer, 1)
+	// The kernel accepts the connection and buffers the request for the
+	// frozen process: resume it once the request is written.
+	written := make(chan struct{})
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { close(written) },
+	})
 	go func() {
-		s, err := leader.state()
+		s, err := leader.h.API().Leader(ctx)
 		answers <- answer{s, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // let the request reach the frozen process's socket
+	select {
+	case <-written:
+	case a := <-answers:
+		t.Fatalf("the frozen leader answered before it was resumed: %+v, %v", a.s, a.err)
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the request never reached the frozen process's socket")
+	}
 	leader.signal(syscall.SIGCONT)
 	a := <-answers
 	if a.err != nil {

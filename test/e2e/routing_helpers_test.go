@@ -26,6 +26,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -199,17 +200,21 @@ func (m *sliceMonitor) check() {
 // token and returns when the watch saw it.
 func (m *sliceMonitor) waitSlice(c *candidate, token int64, timeout time.Duration) time.Time {
 	m.t.Helper()
-	deadline := time.Now().Add(timeout)
 	want := fmt.Sprint(token)
-	for time.Now().Before(deadline) {
+	var at time.Time
+	// Polling the versions the watch recorded.
+	if wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		vs := m.versions()
 		if n := len(vs); n > 0 {
 			v := vs[n-1]
 			if v.token == want && v.holder == c.name && len(v.addresses) == 1 && v.addresses[0] == podIP(c.name) {
-				return v.at
+				at = v.at
+				return true, nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // polling the recorded versions
+		return false, nil
+	}) == nil {
+		return at
 	}
 	vs := m.versions()
 	m.t.Fatalf("the slice does not list %s (%s) with token %d within %v; last versions: %+v", c.name, podIP(c.name), token, timeout, vs[max(0, len(vs)-3):])
@@ -268,15 +273,19 @@ func (m *labelMonitor) states() []labelState {
 // when the watch saw it.
 func (m *labelMonitor) waitLabelled(c *candidate, timeout time.Duration) time.Time {
 	m.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	var at time.Time
+	// Polling the states the watch recorded.
+	if wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		if hs := m.states(); len(hs) > 0 {
 			last := hs[len(hs)-1]
 			if len(last.leaders) == 1 && last.leaders[0] == c.name {
-				return last.at
+				at = last.at
+				return true, nil
 			}
 		}
-		time.Sleep(10 * time.Millisecond) // polling the recorded states
+		return false, nil
+	}) == nil {
+		return at
 	}
 	hs := m.states()
 	m.t.Fatalf("not exactly %s labelled leader within %v; last states: %+v", c.name, timeout, hs[max(0, len(hs)-3):])
