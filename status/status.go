@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/options"
 )
 
 // Exit codes, as the sidecar's own (docs/api.md).
@@ -78,14 +79,14 @@ func Run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	client := api.NewClient(base, &http.Client{Timeout: *timeout})
 	answer, err := ask(ctx, client)
 	if err != nil {
-		fmt.Fprintf(stderr, "leader-elector status: cannot get the status from %s: %v\n", base, err)
+		fmt.Fprintf(stderr, "leader-elector status: cannot get the status from %s: %s\n", base, options.OneLine(err))
 		return ExitUnreachable
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(answer); err != nil {
-			fmt.Fprintf(stderr, "leader-elector status: %v\n", err)
+			fmt.Fprintf(stderr, "leader-elector status: %s\n", options.OneLine(err))
 			return ExitUnreachable
 		}
 		return ExitOK
@@ -98,14 +99,16 @@ func Run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		printPartitions(tw, a, time.Now())
 	}
 	if err := tw.Flush(); err != nil {
-		fmt.Fprintf(stderr, "leader-elector status: %v\n", err)
+		fmt.Fprintf(stderr, "leader-elector status: %s\n", options.OneLine(err))
 		return ExitUnreachable
 	}
 	return ExitOK
 }
 
 func badFlags(stderr io.Writer, msg string) int {
-	fmt.Fprintf(stderr, "leader-elector status: %s\n", msg)
+	// One printable line whatever the arguments held, as the sidecar's own
+	// refusals (options.OneLine).
+	fmt.Fprintf(stderr, "leader-elector status: %s\n", options.OneLine(errors.New(msg)))
 	return ExitBadFlags
 }
 

@@ -192,6 +192,11 @@ func TestStatusExitCodes(t *testing.T) {
 	}))
 	t.Cleanup(broken.Close)
 	neither := sidecar(t, nil, nil)
+	multiline := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(`{"error":"first\nsecond"}`))
+	}))
+	t.Cleanup(multiline.Close)
 
 	for _, tc := range []struct {
 		name   string
@@ -209,6 +214,8 @@ func TestStatusExitCodes(t *testing.T) {
 		{name: "argument", args: []string{"now"}, code: ExitBadFlags, stderr: "unexpected arguments: now"},
 		{name: "bad timeout", args: []string{"--timeout=0s"}, code: ExitBadFlags, stderr: "--timeout 0s is outside"},
 		{name: "not a URL", args: []string{"--url=127.0.0.1:4040"}, code: ExitBadFlags, stderr: `--url "127.0.0.1:4040": want http://host:port`},
+		{name: "an argument with control characters", args: []string{"one\ntwo\x1b[2J"}, code: ExitBadFlags, stderr: `unexpected arguments: one; two\x1b[2J`},
+		{name: "an error answer over lines", args: []string{"--url=" + multiline.URL}, code: ExitUnreachable, stderr: "first; second"},
 		{name: "a URL with a path", args: []string{"--url=http://127.0.0.1:4040/leader"}, code: ExitBadFlags, stderr: "no path"},
 		{name: "a bad $LEADER_ELECTOR_URL", env: map[string]string{"LEADER_ELECTOR_URL": "ftp://x"}, code: ExitBadFlags, stderr: "$LEADER_ELECTOR_URL"},
 		{name: "the sidecar's address with port 0", env: map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": "127.0.0.1:0"}, code: ExitBadFlags, stderr: "give --url"},
