@@ -42,8 +42,29 @@ type Leader struct {
 	LeaderSince Time `json:"leaderSince,omitzero"`
 	ValidUntil  Time `json:"validUntil,omitzero"`
 	// Revision grows by one on every change of Holder, IsLeader,
-	// FencingToken or LeaderSince.
+	// FencingToken, LeaderSince or Degraded.
 	Revision uint64 `json:"revision"`
+	// LastChange is this pod's most recent change of leadership and why;
+	// absent before the first.
+	LastChange *Change `json:"lastChange,omitempty"`
+	// Degraded is true while this pod reports that something is wrong
+	// that does not (yet) end its leadership or candidacy; DegradedReason
+	// says what.
+	Degraded       bool   `json:"degraded"`
+	DegradedReason string `json:"degradedReason,omitempty"`
+}
+
+// Change is one change of this pod's leadership.
+type Change struct {
+	// IsLeader is true when this pod became leader, false when it stopped.
+	IsLeader bool `json:"isLeader"`
+	// Reason is one of the fixed vocabulary: acquired, released, shutdown,
+	// renew-deadline, taken-over, lease-deleted, app-unhealthy.
+	Reason string `json:"reason"`
+	// At is when: for renew-deadline the moment the claim ran out.
+	At Time `json:"at"`
+	// FencingToken is the token of the term the change is about.
+	FencingToken int64 `json:"fencingToken"`
 }
 
 // Partitions is the answer of GET /partitions and POST

@@ -54,7 +54,7 @@ func TestZeroTimesAreOmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"lease":{"namespace":"","name":""},"identity":"","holder":"a","isLeader":false,"fencingToken":0,"leaseDurationSeconds":0,"revision":0}`; string(b) != want {
+	if want := `{"lease":{"namespace":"","name":""},"identity":"","holder":"a","isLeader":false,"fencingToken":0,"leaseDurationSeconds":0,"revision":0,"degraded":false}`; string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
 	b, err = json.Marshal(OwnedPartition{Partition: 2})

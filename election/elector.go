@@ -288,6 +288,22 @@ func (e *Elector) Release(ctx context.Context) (State, error) {
 // election. Partition mode hands a partition over with no sit-out at all:
 // its Gate already keeps this pod from taking it back.
 func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, error) {
+	return e.releaseFor(ctx, sitOut, ReasonReleased)
+}
+
+// StepDown is ReleaseFor with the reason the term ends for (the log line,
+// the Event and State.LastChange say it) and no sit-out: the caller's Gate
+// keeps this pod out of the election for as long as it must (health
+// gating: while its app is unhealthy).
+func (e *Elector) StepDown(ctx context.Context, reason Reason) (State, error) {
+	return e.releaseFor(ctx, 0, reason)
+}
+
+// SetDegraded sets why this pod is degraded, "" when it is not (see
+// State.Degraded).
+func (e *Elector) SetDegraded(reason string) { e.tracker.setDegraded(reason) }
+
+func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason Reason) (State, error) {
 	e.mu.Lock()
 	if !e.tracker.Snapshot().IsLeader || e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
@@ -295,7 +311,7 @@ func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, 
 	}
 	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut}
 	e.releasing = req
-	e.tracker.setClaiming(false, ReasonReleased)
+	e.tracker.setClaiming(false, reason)
 	e.cancelRun()
 	e.mu.Unlock()
 

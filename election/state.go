@@ -46,7 +46,7 @@ type State struct {
 	// it. Zero unless IsLeader; it does not survive serialisation.
 	Deadline time.Time
 	// Revision increases by one on every change of Holder, IsLeader,
-	// FencingToken or LeaderSince. It starts from a value taken from the
+	// FencingToken, LeaderSince or Degraded. It starts from a value taken from the
 	// wall clock when the process starts (microseconds since 1970), so that
 	// the revisions of a restarted sidecar do not repeat those of the
 	// process before it, and a long-poll carrying an old revision is
@@ -55,6 +55,11 @@ type State struct {
 	// LastChange is this pod's last change of leadership (became leader or
 	// stopped leading) and why; zero before the first.
 	LastChange Change
+	// Degraded, when not empty, says why this pod's leadership (or
+	// candidacy) is degraded: it goes on, but something its owner watches
+	// is wrong (an unhealthy app with no healthy candidate to take over).
+	// Set with Elector.SetDegraded; a change bumps the revision.
+	Degraded string
 }
 
 // Reason says why this pod's leadership changed. The values are a fixed
@@ -81,7 +86,14 @@ const (
 	ReasonTakenOver Reason = "taken-over"
 	// ReasonLeaseDeleted: the Lease was observed deleted (or not found).
 	ReasonLeaseDeleted Reason = "lease-deleted"
+	// ReasonAppUnhealthy: the leader stepped down because its app failed
+	// its health checks while another candidate was healthy.
+	ReasonAppUnhealthy Reason = "app-unhealthy"
 )
+
+// Reasons is the whole vocabulary, in a fixed order (metrics are
+// initialised with every reason, so that a rate over them starts at 0).
+var Reasons = []Reason{ReasonAcquired, ReasonReleased, ReasonShutdown, ReasonRenewDeadline, ReasonTakenOver, ReasonLeaseDeleted, ReasonAppUnhealthy}
 
 // Change is one change of this pod's leadership.
 type Change struct {
@@ -119,6 +131,7 @@ type view struct {
 	isLeader    bool
 	token       int64
 	leaderSince time.Time
+	degraded    string
 }
 
 // tracker owns the election state. The lock wrapper feeds it what it reads
@@ -186,6 +199,8 @@ type tracker struct {
 	// onChange, if set, is called after every change of the revision, under
 	// mu; it must not block.
 	onChange func()
+	// degraded is what setDegraded last set.
+	degraded string
 
 	// stopCause is why this pod stops leading, set by the method that
 	// makes it stop (while it still led) just before it publishes; empty
@@ -275,7 +290,7 @@ func (t *tracker) observedDurationLocked() time.Duration {
 }
 
 func (t *tracker) viewLocked(now time.Time) view {
-	v := view{holder: t.holderLocked(now), token: t.highest}
+	v := view{holder: t.holderLocked(now), token: t.highest, degraded: t.degraded}
 	if t.isLeaderLocked(now) {
 		v.isLeader = true
 		v.leaderSince = t.leaderSince
@@ -296,6 +311,7 @@ func (t *tracker) stateLocked(now time.Time) State {
 		RenewTime:            t.observed.renewTime,
 		Revision:             t.revision,
 		LastChange:           t.lastChange,
+		Degraded:             v.degraded,
 	}
 	if v.isLeader {
 		s.LeaderSince = t.leaderSince
@@ -616,6 +632,14 @@ func (t *tracker) setClaiming(on bool, reason Reason) {
 	}
 	t.claiming = on
 	t.publishLocked(now)
+}
+
+// setDegraded sets why this pod is degraded ("" when it is not).
+func (t *tracker) setDegraded(reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.degraded = reason
+	t.publishLocked(t.clock.Now())
 }
 
 // ownTerm returns the fencing token of the term this process last wrote

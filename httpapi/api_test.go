@@ -167,7 +167,32 @@ func TestLeaderJSON(t *testing.T) {
 				"renewTime": "2026-11-29T08:00:00.123456Z",
 				"leaderSince": "2026-11-29T07:58:01.000000Z",
 				"validUntil": "2026-11-29T08:00:10.123456Z",
-				"revision": 12
+				"revision": 12,
+				"degraded": false
+			}`,
+		},
+		{
+			name: "after a change, degraded",
+			state: func() election.State {
+				s := leaderState()
+				s.LastChange = election.Change{Leader: true, Reason: election.ReasonAcquired, At: leaderSince, FencingToken: 7}
+				s.Degraded = "app unhealthy"
+				return s
+			}(),
+			want: `{
+				"lease": {"namespace": "default", "name": "my-app"},
+				"identity": "my-app-7d9f-abcde",
+				"holder": "my-app-7d9f-abcde",
+				"isLeader": true,
+				"fencingToken": 7,
+				"leaseDurationSeconds": 15,
+				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"leaderSince": "2026-11-29T07:58:01.000000Z",
+				"validUntil": "2026-11-29T08:00:10.123456Z",
+				"revision": 12,
+				"lastChange": {"isLeader": true, "reason": "acquired", "at": "2026-11-29T07:58:01.000000Z", "fencingToken": 7},
+				"degraded": true,
+				"degradedReason": "app unhealthy"
 			}`,
 		},
 		{
@@ -181,7 +206,8 @@ func TestLeaderJSON(t *testing.T) {
 				"fencingToken": 7,
 				"leaseDurationSeconds": 15,
 				"renewTime": "2026-11-29T08:00:00.123456Z",
-				"revision": 12
+				"revision": 12,
+				"degraded": false
 			}`,
 		},
 		{
@@ -194,7 +220,8 @@ func TestLeaderJSON(t *testing.T) {
 				"isLeader": false,
 				"fencingToken": 0,
 				"leaseDurationSeconds": 0,
-				"revision": 0
+				"revision": 0,
+				"degraded": false
 			}`,
 		},
 		{
@@ -216,7 +243,8 @@ func TestLeaderJSON(t *testing.T) {
 				"renewTime": "2026-11-29T08:00:00.123456Z",
 				"leaderSince": "2026-11-29T07:58:01.000000Z",
 				"validUntil": "2026-11-29T08:00:10.123456Z",
-				"revision": 12
+				"revision": 12,
+				"degraded": false
 			}`,
 		},
 	} {

@@ -28,7 +28,18 @@ func leaderJSON(s election.State) api.Leader {
 		LeaderSince:          api.Time{Time: s.LeaderSince},
 		ValidUntil:           api.Time{Time: s.ValidUntil},
 		Revision:             s.Revision,
+		LastChange:           changeJSON(s.LastChange),
+		Degraded:             s.Degraded != "",
+		DegradedReason:       s.Degraded,
 	}
+}
+
+// changeJSON is c as the API writes it; nil before the first change.
+func changeJSON(c election.Change) *api.Change {
+	if c.Reason == "" {
+		return nil
+	}
+	return &api.Change{IsLeader: c.Leader, Reason: string(c.Reason), At: api.Time{Time: c.At}, FencingToken: c.FencingToken}
 }
 
 func marshalJSON(v any) ([]byte, error) {
