@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/health"
 	"github.com/leader-elector/leader-elector/httpapi"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/routing"
@@ -48,6 +49,10 @@ type Config struct {
 	// Partition, when its Partitions is above 0, makes this pod a member
 	// of a partition group instead; its clients are filled in by Run.
 	Partition partition.Config
+	// Health, when its URL is set, gates this pod's candidacy on its
+	// app's health (leader election only); its clients are filled in by
+	// Run.
+	Health health.Config
 	// Routing publishes the leader besides readiness (Mode none: not at
 	// all); its Client and Leadership are filled in by Run.
 	Routing routing.Config
@@ -132,5 +137,6 @@ func logStart(logger klog.Logger, cfg Config, s *servers) {
 		"releaseOnShutdown", e.ReleaseOnShutdown,
 		"partitions", cfg.Partition.Partitions,
 		"events", cfg.Events && !cfg.partitionMode(),
+		"appHealthURL", cfg.Health.URL,
 	)
 }

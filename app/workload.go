@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/health"
 	"github.com/leader-elector/leader-elector/httpapi"
 	"github.com/leader-elector/leader-elector/partition"
 )
@@ -46,11 +47,21 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		// Not a nil *EventRecorder in the interface: client-go checks for nil.
 		ecfg.Events = c.events
 	}
+	var gating *health.Health
+	if cfg.Health.Enabled() {
+		hcfg := cfg.Health
+		hcfg.Client, hcfg.WatchClient = c.requests, c.watches
+		var err error
+		if gating, err = health.New(hcfg); err != nil {
+			return nil, err
+		}
+		ecfg.Gate = gating.Gate()
+	}
 	elector, err := election.New(ecfg)
 	if err != nil {
 		return nil, err
 	}
-	return &workload{
+	w := &workload{
 		run:        elector.Run,
 		elector:    elector,
 		collectors: elector.Collectors(),
@@ -58,5 +69,24 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		probes: func(g prometheus.Gatherer) http.Handler {
 			return httpapi.NewProbeHandler(elector, readiness, g)
 		},
-	}, nil
+	}
+	if gating != nil {
+		w.collectors = append(w.collectors, gating.Collectors()...)
+		w.probes = func(g prometheus.Gatherer) http.Handler {
+			return httpapi.NewGatedProbeHandler(elector, readiness, gating.Ready, g)
+		}
+		// Both run until ctx ends: the elector releases the Lease, health
+		// gating removes this candidate's entry from the candidates Lease.
+		w.run = func(ctx context.Context) error {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = gating.Run(ctx, elector)
+			}()
+			err := elector.Run(ctx)
+			<-done
+			return err
+		}
+	}
+	return w, nil
 }

@@ -23,7 +23,14 @@ const (
 // NewProbeHandler returns the handler of the probe server: /readyz, /healthz
 // and /metrics from gatherer.
 func NewProbeHandler(el Election, mode Readiness, gatherer prometheus.Gatherer) http.Handler {
-	p := &probes{el: el, mode: mode}
+	return NewGatedProbeHandler(el, mode, nil, gatherer)
+}
+
+// NewGatedProbeHandler is NewProbeHandler with one more condition of
+// readiness, checked first in every mode: health gating's (the app is
+// healthy). Nil is none.
+func NewGatedProbeHandler(el Election, mode Readiness, gate func() error, gatherer prometheus.Gatherer) http.Handler {
+	p := &probes{el: el, mode: mode, gate: gate}
 	return newProbeRoutes(p.notReady, el.Healthy, gatherer)
 }
 
@@ -41,6 +48,7 @@ func newProbeRoutes(ready, healthy func() error, gatherer prometheus.Gatherer) h
 type probes struct {
 	el   Election
 	mode Readiness
+	gate func() error
 }
 
 func readyz(w http.ResponseWriter, ready func() error) {
@@ -52,6 +60,11 @@ func readyz(w http.ResponseWriter, ready func() error) {
 }
 
 func (p *probes) notReady() error {
+	if p.gate != nil {
+		if err := p.gate(); err != nil {
+			return err
+		}
+	}
 	if p.mode == ReadyWhenCandidate {
 		return p.el.Candidate()
 	}

@@ -50,6 +50,8 @@ type Options struct {
 	Verbosity int
 	Version   bool
 	Routing   routeOptions
+	// Health gates candidacy on the app's health (--app-health-url).
+	Health healthOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
 
@@ -102,6 +104,7 @@ func newOptions() *Options {
 		Events:            true,
 		LogFormat:         "text",
 		Routing:           newRouteOptions(),
+		Health:            newHealthOptions(),
 	}
 }
 
@@ -125,6 +128,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.loggingFormat, "logging-format", "", "Same as --log-format (the name Kubernetes components use).")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
 	o.Routing.addFlags(fs)
+	o.Health.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
@@ -306,6 +310,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}
 	errs = append(errs, o.validatePartitions()...)
+	errs = append(errs, o.validateHealth()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
 	return errors.Join(errs...)
 }

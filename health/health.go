@@ -1,0 +1,334 @@
+// Package health gates this pod's candidacy on its app's health: it probes
+// the app (--app-health-url), keeps the elector from starting a term while
+// the app is unhealthy, publishes this candidate's health in the election's
+// candidates Lease ("<lease>-candidates") and reads everyone else's there,
+// and makes a leader whose app turned unhealthy step down, but only when
+// another candidate is healthy and able to take over. Otherwise the leader
+// keeps leading and reports itself degraded, so that an outage of every
+// app never makes leadership flap.
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// publishTimeout bounds the removal of this candidate's entry at shutdown.
+const publishTimeout = 2 * time.Second
+
+// Config configures health gating.
+type Config struct {
+	// URL is the app's health endpoint: GET, 2xx is healthy.
+	URL string
+	// Period is the time between probes; each probe times out after half
+	// of it, so that probes never overlap.
+	Period time.Duration
+	// Failures consecutive failed probes make the app unhealthy, Successes
+	// consecutive successful ones healthy again. The app starts unhealthy.
+	Failures, Successes int
+	// Namespace and Lease name the election's Lease; the candidates Lease
+	// is Lease+CandidatesLeaseSuffix in the same namespace.
+	Namespace, Lease string
+	// Identity is this candidate's holder identity.
+	Identity string
+	// LeaseDuration is the election's: each candidate refreshes its entry
+	// once per lease duration, and an entry not seen to change for two is
+	// stale (its pod is no candidate).
+	LeaseDuration time.Duration
+	// Client writes the candidates Lease, WatchClient watches it (the
+	// election's two clients).
+	Client, WatchClient kubernetes.Interface
+	// Clock is for tests; nil means the real clock.
+	Clock clock.WithTicker
+}
+
+// Enabled reports whether health gating is configured.
+func (c Config) Enabled() bool { return c.URL != "" }
+
+// CandidatesLease is the name of the candidates Lease.
+func (c Config) CandidatesLease() string { return c.Lease + CandidatesLeaseSuffix }
+
+// Elector is what health gating needs of the elector.
+type Elector interface {
+	Snapshot() election.State
+	Watch() (election.State, <-chan struct{})
+	StepDown(ctx context.Context, reason election.Reason) (election.State, error)
+	SetDegraded(reason string)
+	TryNow()
+}
+
+// Health probes the app and acts on its health. Its Gate goes into the
+// election.Config; Run then needs the elector built from it.
+type Health struct {
+	cfg      Config
+	clock    clock.WithTicker
+	prober   prober
+	registry *registry
+	metrics  *metrics
+
+	healthy atomic.Bool
+	// kick asks the loop to decide again (registry or elector change).
+	kick chan struct{}
+	// publish asks the publisher to write this candidate's entry now.
+	publish chan struct{}
+	// steppingDown is set while a step-down is on its way.
+	steppingDown atomic.Bool
+
+	mu sync.Mutex
+	th thresholds
+	// lastErr is the last failed probe's error, for the degraded reason
+	// and /readyz.
+	lastErr error
+}
+
+// New returns health gating for cfg.
+func New(cfg Config) (*Health, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("health: no URL")
+	}
+	if cfg.Period <= 0 || cfg.Failures < 1 || cfg.Successes < 1 || cfg.LeaseDuration <= 0 {
+		return nil, errors.New("health: period, failures, successes and lease duration must be positive")
+	}
+	if cfg.Client == nil {
+		return nil, errors.New("health: client must be set")
+	}
+	if cfg.WatchClient == nil {
+		cfg.WatchClient = cfg.Client
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	h := &Health{
+		cfg:     cfg,
+		clock:   clk,
+		prober:  urlProber{url: cfg.URL, client: newProbeClient(cfg.Period / 2)},
+		publish: make(chan struct{}, 1),
+		metrics: newMetrics(),
+		kick:    make(chan struct{}, 1),
+		th:      thresholds{failures: cfg.Failures, successes: cfg.Successes},
+		lastErr: errors.New("the app has not answered its health probe yet"),
+	}
+	h.registry = newRegistry(cfg.Namespace, cfg.CandidatesLease(), cfg.Identity, 2*cfg.LeaseDuration, cfg.Client, cfg.WatchClient, clk, h.poke)
+	return h, nil
+}
+
+// poke asks the loop to decide again.
+func (h *Health) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Gate keeps the elector from starting a term while the app is unhealthy
+// (renewals of a running term are not asked: stepping down is Run's
+// decision).
+func (h *Health) Gate() election.Gate { return gate{h} }
+
+type gate struct{ h *Health }
+
+func (g gate) Admits() bool { return g.h.healthy.Load() }
+
+func (g gate) Admit() (func(), bool) { return func() {}, g.h.healthy.Load() }
+
+// Ready fails while the app is unhealthy: /readyz adds it to every
+// readiness mode.
+func (h *Health) Ready() error {
+	if h.healthy.Load() {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return fmt.Errorf("the app is unhealthy: %v", h.lastErr)
+}
+
+// Collectors returns the health metrics.
+func (h *Health) Collectors() []prometheus.Collector { return h.metrics.collectors }
+
+// prober asks the app once.
+type prober interface {
+	probe(ctx context.Context) error
+}
+
+type urlProber struct {
+	url    string
+	client *http.Client
+}
+
+func (p urlProber) probe(ctx context.Context) error { return probe(ctx, p.client, p.url) }
+
+// Run probes the app and acts on its health until ctx ends; el is the
+// elector built with Gate. At the end it removes this candidate's entry
+// from the candidates Lease.
+func (h *Health) Run(ctx context.Context, el Elector) error {
+	logger := klog.FromContext(ctx).WithValues("candidatesLease", klog.KRef(h.cfg.Namespace, h.cfg.CandidatesLease()))
+	ctx = klog.NewContext(ctx, logger)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { h.registry.run(ctx) })
+	wg.Go(func() { h.publishLoop(ctx) })
+	wg.Go(func() {
+		_, changed := el.Watch()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			_, changed = el.Watch()
+			h.poke()
+		}
+	})
+
+	tick := h.clock.NewTicker(h.cfg.Period)
+	defer tick.Stop()
+	degraded := ""
+	probeNow := true
+	for {
+		if probeNow {
+			h.probeOnce(ctx, el)
+		}
+		d := decide(h.healthy.Load(), el.Snapshot().IsLeader, h.registry.healthyOthers(), h.probeError())
+		if d.degraded != degraded {
+			degraded = d.degraded
+			el.SetDegraded(degraded)
+		}
+		if d.stepDown && h.steppingDown.CompareAndSwap(false, true) {
+			logger.Info("Stepping down: the app is unhealthy and another candidate is healthy", "healthyCandidates", h.registry.healthyOthers())
+			wg.Go(func() {
+				defer h.steppingDown.Store(false)
+				if _, err := el.StepDown(ctx, election.ReasonAppUnhealthy); err != nil && !errors.Is(err, election.ErrNotLeader) && ctx.Err() == nil {
+					logger.Error(err, "Could not step down")
+				}
+				h.poke()
+			})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C():
+			probeNow = true
+		case <-h.kick:
+			// A registry or elector change: decide again, without a probe.
+			probeNow = false
+		}
+	}
+}
+
+// probeOnce asks the app and records the result.
+func (h *Health) probeOnce(ctx context.Context, el Elector) {
+	pctx, cancel := context.WithTimeout(ctx, h.cfg.Period/2)
+	err := h.prober.probe(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	h.metrics.observe(err == nil)
+	h.mu.Lock()
+	if err != nil {
+		h.lastErr = err
+	}
+	changed := h.th.record(err == nil)
+	healthy := h.th.healthy
+	h.mu.Unlock()
+	if !changed {
+		return
+	}
+	h.healthy.Store(healthy)
+	h.metrics.setHealthy(healthy)
+	logger := klog.FromContext(ctx)
+	if healthy {
+		logger.Info("The app is healthy: campaigning")
+		el.TryNow()
+	} else {
+		logger.Info("The app is unhealthy: not campaigning", "err", err)
+	}
+	select {
+	case h.publish <- struct{}{}:
+	default:
+	}
+}
+
+// probeError is the last probe's error.
+func (h *Health) probeError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastErr
+}
+
+// publishLoop writes this candidate's entry at once, on every change of
+// its health and once per lease duration (the refresh that keeps it
+// fresh); a failed write is tried again a probe period later. When ctx
+// ends it removes the entry.
+func (h *Health) publishLoop(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	failing := false
+	for {
+		next := h.cfg.LeaseDuration
+		if err := h.registry.publish(ctx, h.healthy.Load(), false); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if !failing {
+				logger.Error(err, "Could not publish this candidate's health; other candidates do not count it as able to take over until it is written", "lease", h.registry.String())
+			}
+			failing = true
+			next = min(h.cfg.Period, next)
+		} else if failing {
+			failing = false
+			logger.Info("Published this candidate's health again", "lease", h.registry.String())
+		}
+		timer := h.clock.NewTimer(next)
+		select {
+		case <-ctx.Done():
+		case <-timer.C():
+		case <-h.publish:
+		}
+		timer.Stop()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if err := h.registry.publish(rctx, false, true); err != nil {
+		logger.V(2).Info("Could not remove this candidate's entry; the others drop it once it is stale", "err", err)
+	}
+}
+
+// decision is what a candidate does about its health now.
+type decision struct {
+	// stepDown: the leader hands over (its app is unhealthy and another
+	// candidate is healthy).
+	stepDown bool
+	// degraded is the reason to report, "" for none.
+	degraded string
+}
+
+// decide is the rule of health gating: only a leader whose app is unhealthy
+// acts, and it steps down only when someone healthy can take over;
+// otherwise it keeps leading, degraded.
+func decide(healthy, leading bool, healthyOthers []string, probeErr error) decision {
+	switch {
+	case healthy || !leading:
+		return decision{}
+	case len(healthyOthers) > 0:
+		return decision{stepDown: true}
+	default:
+		return decision{degraded: fmt.Sprintf("app unhealthy (%v); no healthy candidate to take over", probeErr)}
+	}
+}

@@ -1,0 +1,173 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func TestThresholds(t *testing.T) {
+	th := thresholds{failures: 3, successes: 2}
+	steps := []struct {
+		ok          bool
+		wantChanged bool
+		wantHealthy bool
+	}{
+		// Starts unhealthy: two successes in a row make it healthy.
+		{true, false, false},
+		{false, false, false},
+		{true, false, false},
+		{true, true, true},
+		// Three failures in a row make it unhealthy; a success between
+		// them starts the count again.
+		{false, false, true},
+		{false, false, true},
+		{true, false, true},
+		{false, false, true},
+		{false, false, true},
+		{false, true, false},
+		{false, false, false},
+	}
+	for i, s := range steps {
+		if changed := th.record(s.ok); changed != s.wantChanged || th.healthy != s.wantHealthy {
+			t.Fatalf("step %d (ok=%v): changed=%v healthy=%v, want %v %v", i, s.ok, changed, th.healthy, s.wantChanged, s.wantHealthy)
+		}
+	}
+}
+
+func TestProbe(t *testing.T) {
+	status := http.StatusOK
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "/", http.StatusFound)
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	client := newProbeClient(time.Second)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		path   string
+		status int
+		ok     bool
+	}{{"/", 200, true}, {"/", 204, true}, {"/", 299, true}, {"/", 300, false}, {"/", 500, false}, {"/", 404, false}, {"/redirect", 200, false}} {
+		status = tc.status
+		err := probe(ctx, client, srv.URL+tc.path)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s answering %d: err = %v, want ok=%v", tc.path, tc.status, err, tc.ok)
+		}
+	}
+	srv.Close()
+	if err := probe(ctx, client, srv.URL); err == nil {
+		t.Error("a closed server counts as healthy")
+	}
+}
+
+func TestDecide(t *testing.T) {
+	probeErr := errors.New("GET http://127.0.0.1:1/ answered 503 Service Unavailable")
+	for _, tc := range []struct {
+		name            string
+		healthy, leader bool
+		others          []string
+		want            decision
+	}{
+		{"healthy leader", true, true, nil, decision{}},
+		{"healthy follower", true, false, []string{"b"}, decision{}},
+		{"unhealthy follower", false, false, nil, decision{}},
+		{"unhealthy follower, others healthy", false, false, []string{"b"}, decision{}},
+		{"unhealthy leader, another healthy", false, true, []string{"b"}, decision{stepDown: true}},
+		{"unhealthy leader, no one healthy", false, true, nil, decision{degraded: "app unhealthy (" + probeErr.Error() + "); no healthy candidate to take over"}},
+	} {
+		if got := decide(tc.healthy, tc.leader, tc.others, probeErr); got != tc.want {
+			t.Errorf("%s: decide = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func candidatesLease(raw string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "app-candidates"}}
+	if raw != "" {
+		l.Annotations = map[string]string{CandidatesAnnotation: raw}
+	}
+	return l
+}
+
+func TestRegistryFreshness(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	r := newRegistry("ns", "app-candidates", "a", 10*time.Second, nil, nil, clk, nil)
+
+	// Entries present at the first read count only once they change: their
+	// pods may have died just before.
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":5},"c":{"healthy":true,"seq":2}}`))
+	if got := r.healthyOthers(); len(got) != 0 {
+		t.Fatalf("after the first read: %v, want none", got)
+	}
+	clk.Step(time.Second)
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":6},"c":{"healthy":true,"seq":2},"d":{"healthy":true,"seq":1},"e":{"healthy":false,"seq":1}}`))
+	if got, want := r.healthyOthers(), []string{"b", "d"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after b refreshed and d appeared: %v, want %v", got, want)
+	}
+	// An entry unchanged for staleAfter is stale, however healthy it says
+	// it is.
+	clk.Step(9 * time.Second)
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":6},"c":{"healthy":true,"seq":2},"d":{"healthy":true,"seq":2},"e":{"healthy":false,"seq":1}}`))
+	clk.Step(time.Second)
+	if got, want := r.healthyOthers(), []string{"d"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after 10s without b's refresh: %v, want %v", got, want)
+	}
+	// A refresh that says unhealthy removes the candidate at once.
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":6},"d":{"healthy":false,"seq":3}}`))
+	if got := r.healthyOthers(); len(got) != 0 {
+		t.Fatalf("after d turned unhealthy: %v, want none", got)
+	}
+	// Pruning drops the entries this process holds stale (b), keeps its
+	// own and those it has not judged yet.
+	got := r.prune(map[string]entry{"a": {Seq: 1}, "b": {Healthy: true, Seq: 6}, "d": {Seq: 3}, "x": {Seq: 1}})
+	if want := map[string]entry{"a": {Seq: 1}, "d": {Seq: 3}, "x": {Seq: 1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("prune = %v, want %v", got, want)
+	}
+}
+
+func TestRegistryPublish(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	client := fake.NewClientset(candidatesLease(`{"b":{"healthy":true,"seq":3},"a":{"healthy":true,"seq":7}}`))
+	r := newRegistry("ns", "app-candidates", "a", 10*time.Second, client, client, clk, nil)
+	ctx := context.Background()
+	if err := r.publish(ctx, false, false); err != nil {
+		t.Fatal(err)
+	}
+	read := func() string {
+		l, err := client.CoordinationV1().Leases("ns").Get(ctx, "app-candidates", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Annotations[CandidatesAnnotation]
+	}
+	// The sequence goes on from a previous incarnation's entry.
+	if got, want := read(), `{"a":{"healthy":false,"seq":8},"b":{"healthy":true,"seq":3}}`; got != want {
+		t.Errorf("after publish: %s, want %s", got, want)
+	}
+	if err := r.publish(ctx, false, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); strings.Contains(got, `"a"`) {
+		t.Errorf("after removal: %s still has a", got)
+	}
+	// A missing candidates Lease is an error the caller reports (the
+	// sidecar may not create it).
+	r = newRegistry("ns", "other-candidates", "a", 10*time.Second, client, client, clk, nil)
+	if err := r.publish(ctx, true, false); err == nil {
+		t.Error("publish to a missing Lease succeeded")
+	}
+}

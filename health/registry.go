@@ -1,0 +1,260 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sort"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// CandidatesAnnotation is the annotation of the candidates Lease that holds
+// every candidate's entry, a JSON object identity → entry.
+const CandidatesAnnotation = "leader-elector.io/candidates"
+
+// CandidatesLeaseSuffix names the candidates Lease after the election's:
+// "<lease>-candidates".
+const CandidatesLeaseSuffix = "-candidates"
+
+// maxEntries bounds the annotation (an object's annotations may hold
+// 256 KiB; an entry takes about 60 bytes): a write that would go beyond
+// drops the stalest entries first.
+const maxEntries = 1000
+
+// entry is one candidate's published health. Seq grows with every write of
+// the entry, so that a refresh is a change readers can see without
+// comparing anyone's clock with their own.
+type entry struct {
+	Healthy bool  `json:"healthy"`
+	Seq     int64 `json:"seq"`
+}
+
+// seen is what this process knows of one entry: its last value and when
+// (by this process's own clock) it last saw that value change.
+type seen struct {
+	entry
+	// changed is zero when the entry has not been seen to change yet: an
+	// entry present at this process's first read may belong to a pod that
+	// died just before, so it counts only once it moves.
+	changed time.Time
+}
+
+// registry keeps this candidate's entry in the candidates Lease and
+// watches everyone else's. Freshness is judged by this process alone: an
+// entry is fresh while it has changed within staleAfter of now.
+type registry struct {
+	namespace, name, identity string
+	staleAfter                time.Duration
+	requests, watches         kubernetes.Interface
+	clock                     clock.PassiveClock
+	onChange                  func()
+
+	mu sync.Mutex
+	// loaded is set once the first version of the Lease was read.
+	loaded  bool
+	entries map[string]*seen
+	// seq is this candidate's last written sequence number.
+	seq int64
+}
+
+func newRegistry(namespace, name, identity string, staleAfter time.Duration, requests, watches kubernetes.Interface, clk clock.PassiveClock, onChange func()) *registry {
+	return &registry{namespace: namespace, name: name, identity: identity, staleAfter: staleAfter,
+		requests: requests, watches: watches, clock: clk, onChange: onChange, entries: map[string]*seen{}}
+}
+
+// decode reads the entries of a candidates Lease; an annotation that does
+// not parse counts as empty (the next write replaces it).
+func decode(lease *coordinationv1.Lease) map[string]entry {
+	out := map[string]entry{}
+	if lease == nil {
+		return out
+	}
+	if raw, ok := lease.Annotations[CandidatesAnnotation]; ok {
+		_ = json.Unmarshal([]byte(raw), &out)
+	}
+	return out
+}
+
+// observe takes in one version of the candidates Lease (nil: deleted).
+func (r *registry) observe(lease *coordinationv1.Lease) {
+	now := r.clock.Now()
+	got := decode(lease)
+	r.mu.Lock()
+	changed := false
+	for id, e := range got {
+		s, ok := r.entries[id]
+		switch {
+		case !ok && !r.loaded:
+			r.entries[id] = &seen{entry: e}
+		case !ok:
+			r.entries[id] = &seen{entry: e, changed: now}
+			changed = true
+		case s.entry != e:
+			s.entry, s.changed = e, now
+			changed = true
+		}
+		if id == r.identity && e.Seq > r.seq {
+			// Another incarnation of this pod wrote later: go on from it.
+			r.seq = e.Seq
+		}
+	}
+	for id := range r.entries {
+		if _, ok := got[id]; !ok {
+			delete(r.entries, id)
+			changed = true
+		}
+	}
+	r.loaded = true
+	r.mu.Unlock()
+	if changed && r.onChange != nil {
+		r.onChange()
+	}
+}
+
+// fresh reports whether s has been seen to change within staleAfter.
+func (r *registry) fresh(s *seen, now time.Time) bool {
+	return !s.changed.IsZero() && now.Sub(s.changed) < r.staleAfter
+}
+
+// healthyOthers lists the other candidates whose entry is fresh and
+// healthy: those able to take over.
+func (r *registry) healthyOthers() []string {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for id, s := range r.entries {
+		if id != r.identity && s.Healthy && r.fresh(s, now) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// prune returns m without the entries this process holds stale (never its
+// own) and with at most maxEntries entries, the stalest dropped first.
+func (r *registry) prune(m map[string]entry) map[string]entry {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := maps.Clone(m)
+	for id := range out {
+		s, ok := r.entries[id]
+		if id != r.identity && ok && !s.changed.IsZero() && !r.fresh(s, now) {
+			delete(out, id)
+		}
+	}
+	if len(out) > maxEntries {
+		ids := make([]string, 0, len(out))
+		for id := range out {
+			if id != r.identity {
+				ids = append(ids, id)
+			}
+		}
+		changedAt := func(id string) time.Time {
+			if s, ok := r.entries[id]; ok {
+				return s.changed
+			}
+			return time.Time{}
+		}
+		sort.Slice(ids, func(i, j int) bool { return changedAt(ids[i]).Before(changedAt(ids[j])) })
+		for _, id := range ids[:len(out)-maxEntries] {
+			delete(out, id)
+		}
+	}
+	return out
+}
+
+// publish writes this candidate's entry (healthy, the next sequence
+// number), or removes it when remove is set, and prunes stale entries on
+// the way. Conflicts with other candidates' writes are retried on the
+// newest version.
+func (r *registry) publish(ctx context.Context, healthy, remove bool) error {
+	leases := r.requests.CoordinationV1().Leases(r.namespace)
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		lease, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		m := r.prune(decode(lease))
+		if remove {
+			if _, ok := m[r.identity]; !ok {
+				return nil
+			}
+			delete(m, r.identity)
+		} else {
+			r.mu.Lock()
+			r.seq = max(r.seq, m[r.identity].Seq) + 1
+			m[r.identity] = entry{Healthy: healthy, Seq: r.seq}
+			r.mu.Unlock()
+		}
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations[CandidatesAnnotation] = string(raw)
+		updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		r.observe(updated)
+		return nil
+	})
+}
+
+// run watches the candidates Lease until ctx ends: an informer on that one
+// name (RBAC authorizes a watch with a metadata.name field selector by
+// name, as for the election's Lease).
+func (r *registry) run(ctx context.Context) {
+	leases := r.watches.CoordinationV1().Leases(r.namespace)
+	byName := func(opts *metav1.ListOptions) {
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", r.name).String()
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			byName(&opts)
+			return leases.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			byName(&opts)
+			return leases.Watch(ctx, opts)
+		},
+	}
+	logger := klog.FromContext(ctx).WithName("candidates-watch")
+	observe := func(obj any) {
+		if lease, ok := obj.(*coordinationv1.Lease); ok {
+			r.observe(lease)
+		}
+	}
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		Logger:        &logger,
+		ListerWatcher: lw,
+		ObjectType:    &coordinationv1.Lease{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    observe,
+			UpdateFunc: func(_, obj any) { observe(obj) },
+			DeleteFunc: func(any) { r.observe(nil) },
+		},
+	})
+	informer.RunWithContext(ctx)
+}
+
+// String names the candidates Lease, for log lines.
+func (r *registry) String() string { return fmt.Sprintf("%s/%s", r.namespace, r.name) }
