@@ -80,6 +80,8 @@ type Health struct {
 	metrics  *metrics
 
 	healthy atomic.Bool
+	// ok is whether the last probe succeeded.
+	ok atomic.Bool
 	// kick asks the loop to decide again (registry or elector change).
 	kick chan struct{}
 	// publish asks the publisher to write this candidate's entry now.
@@ -92,6 +94,9 @@ type Health struct {
 	// lastErr is the last failed probe's error, for the degraded reason
 	// and /readyz.
 	lastErr error
+	// failingSince is when the current run of failed probes began; zero
+	// after a success.
+	failingSince time.Time
 }
 
 // New returns health gating for cfg.
@@ -202,7 +207,7 @@ func (h *Health) Run(ctx context.Context, el Elector) error {
 		if probeNow {
 			h.probeOnce(ctx, el)
 		}
-		d := decide(h.healthy.Load(), el.Snapshot().IsLeader, h.registry.healthyOthers(), h.probeError())
+		d := decide(h.healthy.Load(), el.Snapshot().IsLeader, h.mayStepDown(), h.registry.healthyOthers(), h.probeError())
 		if d.degraded != degraded {
 			degraded = d.degraded
 			el.SetDegraded(degraded)
@@ -237,14 +242,24 @@ func (h *Health) probeOnce(ctx context.Context, el Elector) {
 	if ctx.Err() != nil {
 		return
 	}
-	h.metrics.observe(err == nil)
+	ok := err == nil
+	h.metrics.observe(ok)
 	h.mu.Lock()
-	if err != nil {
+	switch {
+	case ok:
+		h.failingSince = time.Time{}
+	case h.failingSince.IsZero():
+		h.failingSince = h.clock.Now()
+	}
+	if !ok {
 		h.lastErr = err
 	}
-	changed := h.th.record(err == nil)
+	changed := h.th.record(ok)
 	healthy := h.th.healthy
 	h.mu.Unlock()
+	if h.ok.Swap(ok) != ok {
+		h.requestPublish()
+	}
 	if !changed {
 		return
 	}
@@ -257,10 +272,31 @@ func (h *Health) probeOnce(ctx context.Context, el Elector) {
 	} else {
 		logger.Info("The app is unhealthy: not campaigning", "err", err)
 	}
+	h.requestPublish()
+}
+
+// requestPublish asks the publisher to write this candidate's entry now.
+func (h *Health) requestPublish() {
 	select {
 	case h.publish <- struct{}{}:
 	default:
 	}
+}
+
+// stepDownGrace is how long after its first failed probe an unhealthy
+// leader waits before it may step down: one period, so that every other
+// candidate has probed its own app since (an outage of every app shows in
+// their entries' ok first), plus half of one for that probe's timeout and
+// its write to reach the leader. With --app-health-failures of 2 or more
+// the thresholds already take that long; it adds a delay only with 1.
+func (h *Health) stepDownGrace() time.Duration { return h.cfg.Period + h.cfg.Period/2 }
+
+// mayStepDown reports whether the current run of failures is old enough
+// for a step-down (stepDownGrace).
+func (h *Health) mayStepDown() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.failingSince.IsZero() && h.clock.Since(h.failingSince) >= h.stepDownGrace()
 }
 
 // probeError is the last probe's error.
@@ -279,7 +315,7 @@ func (h *Health) publishLoop(ctx context.Context) {
 	failing := false
 	for {
 		next := h.cfg.LeaseDuration
-		if err := h.registry.publish(ctx, h.healthy.Load(), false); err != nil {
+		if err := h.registry.publish(ctx, entry{Healthy: h.healthy.Load(), OK: h.ok.Load()}, false); err != nil {
 			if ctx.Err() != nil {
 				break
 			}
@@ -305,7 +341,7 @@ func (h *Health) publishLoop(ctx context.Context) {
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := h.registry.publish(rctx, false, true); err != nil {
+	if err := h.registry.publish(rctx, entry{}, true); err != nil {
 		logger.V(2).Info("Could not remove this candidate's entry; the others drop it once it is stale", "err", err)
 	}
 }
@@ -320,14 +356,18 @@ type decision struct {
 }
 
 // decide is the rule of health gating: only a leader whose app is unhealthy
-// acts, and it steps down only when someone healthy can take over;
-// otherwise it keeps leading, degraded.
-func decide(healthy, leading bool, healthyOthers []string, probeErr error) decision {
+// acts, and it steps down only when someone healthy can take over (and
+// its failures are old enough for the others' entries to show an outage
+// they share: mayStepDown); otherwise it keeps leading, degraded.
+func decide(healthy, leading, mayStepDown bool, healthyOthers []string, probeErr error) decision {
 	switch {
 	case healthy || !leading:
 		return decision{}
-	case len(healthyOthers) > 0:
+	case len(healthyOthers) > 0 && mayStepDown:
 		return decision{stepDown: true}
+	case len(healthyOthers) > 0:
+		// Not yet: decided again at the next probe.
+		return decision{}
 	default:
 		return decision{degraded: fmt.Sprintf("app unhealthy (%v); no healthy candidate to take over", probeErr)}
 	}

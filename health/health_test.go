@@ -79,17 +79,19 @@ func TestDecide(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
 		healthy, leader bool
+		mayStepDown     bool
 		others          []string
 		want            decision
 	}{
-		{"healthy leader", true, true, nil, decision{}},
-		{"healthy follower", true, false, []string{"b"}, decision{}},
-		{"unhealthy follower", false, false, nil, decision{}},
-		{"unhealthy follower, others healthy", false, false, []string{"b"}, decision{}},
-		{"unhealthy leader, another healthy", false, true, []string{"b"}, decision{stepDown: true}},
-		{"unhealthy leader, no one healthy", false, true, nil, decision{degraded: "app unhealthy (" + probeErr.Error() + "); no healthy candidate to take over"}},
+		{"healthy leader", true, true, false, nil, decision{}},
+		{"healthy follower", true, false, false, []string{"b"}, decision{}},
+		{"unhealthy follower", false, false, true, nil, decision{}},
+		{"unhealthy follower, others healthy", false, false, true, []string{"b"}, decision{}},
+		{"unhealthy leader, another healthy", false, true, true, []string{"b"}, decision{stepDown: true}},
+		{"unhealthy leader, another healthy, failing only just", false, true, false, []string{"b"}, decision{}},
+		{"unhealthy leader, no one healthy", false, true, true, nil, decision{degraded: "app unhealthy (" + probeErr.Error() + "); no healthy candidate to take over"}},
 	} {
-		if got := decide(tc.healthy, tc.leader, tc.others, probeErr); got != tc.want {
+		if got := decide(tc.healthy, tc.leader, tc.mayStepDown, tc.others, probeErr); got != tc.want {
 			t.Errorf("%s: decide = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -109,42 +111,48 @@ func TestRegistryFreshness(t *testing.T) {
 
 	// Entries present at the first read count only once they change: their
 	// pods may have died just before.
-	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":5},"c":{"healthy":true,"seq":2}}`))
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":5},"c":{"healthy":true,"ok":true,"seq":2}}`))
 	if got := r.healthyOthers(); len(got) != 0 {
 		t.Fatalf("after the first read: %v, want none", got)
 	}
 	clk.Step(time.Second)
-	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":6},"c":{"healthy":true,"seq":2},"d":{"healthy":true,"seq":1},"e":{"healthy":false,"seq":1}}`))
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"c":{"healthy":true,"ok":true,"seq":2},"d":{"healthy":true,"ok":true,"seq":1},"e":{"healthy":false,"seq":1}}`))
 	if got, want := r.healthyOthers(), []string{"b", "d"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after b refreshed and d appeared: %v, want %v", got, want)
 	}
 	// An entry unchanged for staleAfter is stale, however healthy it says
 	// it is.
 	clk.Step(9 * time.Second)
-	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":6},"c":{"healthy":true,"seq":2},"d":{"healthy":true,"seq":2},"e":{"healthy":false,"seq":1}}`))
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"c":{"healthy":true,"ok":true,"seq":2},"d":{"healthy":true,"ok":true,"seq":2},"e":{"healthy":false,"seq":1}}`))
 	clk.Step(time.Second)
 	if got, want := r.healthyOthers(), []string{"d"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after 10s without b's refresh: %v, want %v", got, want)
 	}
+	// A candidate whose last probe failed is not able to take over, even
+	// before its thresholds count it unhealthy.
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"d":{"healthy":true,"ok":false,"seq":3}}`))
+	if got := r.healthyOthers(); len(got) != 0 {
+		t.Fatalf("after d's probe failed: %v, want none", got)
+	}
 	// A refresh that says unhealthy removes the candidate at once.
-	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"seq":6},"d":{"healthy":false,"seq":3}}`))
+	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"d":{"healthy":false,"seq":4}}`))
 	if got := r.healthyOthers(); len(got) != 0 {
 		t.Fatalf("after d turned unhealthy: %v, want none", got)
 	}
 	// Pruning drops the entries this process holds stale (b), keeps its
 	// own and those it has not judged yet.
-	got := r.prune(map[string]entry{"a": {Seq: 1}, "b": {Healthy: true, Seq: 6}, "d": {Seq: 3}, "x": {Seq: 1}})
-	if want := map[string]entry{"a": {Seq: 1}, "d": {Seq: 3}, "x": {Seq: 1}}; !reflect.DeepEqual(got, want) {
+	got := r.prune(map[string]entry{"a": {Seq: 1}, "b": {Healthy: true, Seq: 6}, "d": {Seq: 4}, "x": {Seq: 1}})
+	if want := map[string]entry{"a": {Seq: 1}, "d": {Seq: 4}, "x": {Seq: 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("prune = %v, want %v", got, want)
 	}
 }
 
 func TestRegistryPublish(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	client := fake.NewClientset(candidatesLease(`{"b":{"healthy":true,"seq":3},"a":{"healthy":true,"seq":7}}`))
+	client := fake.NewClientset(candidatesLease(`{"b":{"healthy":true,"ok":true,"seq":3},"a":{"healthy":true,"ok":true,"seq":7}}`))
 	r := newRegistry("ns", "app-candidates", "a", 10*time.Second, client, client, clk, nil)
 	ctx := context.Background()
-	if err := r.publish(ctx, false, false); err != nil {
+	if err := r.publish(ctx, entry{Healthy: true}, false); err != nil {
 		t.Fatal(err)
 	}
 	read := func() string {
@@ -155,10 +163,10 @@ func TestRegistryPublish(t *testing.T) {
 		return l.Annotations[CandidatesAnnotation]
 	}
 	// The sequence goes on from a previous incarnation's entry.
-	if got, want := read(), `{"a":{"healthy":false,"seq":8},"b":{"healthy":true,"seq":3}}`; got != want {
+	if got, want := read(), `{"a":{"healthy":true,"ok":false,"seq":8},"b":{"healthy":true,"ok":true,"seq":3}}`; got != want {
 		t.Errorf("after publish: %s, want %s", got, want)
 	}
-	if err := r.publish(ctx, false, true); err != nil {
+	if err := r.publish(ctx, entry{}, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(); strings.Contains(got, `"a"`) {
@@ -167,7 +175,7 @@ func TestRegistryPublish(t *testing.T) {
 	// A missing candidates Lease is an error the caller reports (the
 	// sidecar may not create it).
 	r = newRegistry("ns", "other-candidates", "a", 10*time.Second, client, client, clk, nil)
-	if err := r.publish(ctx, true, false); err == nil {
+	if err := r.publish(ctx, entry{Healthy: true, OK: true}, false); err == nil {
 		t.Error("publish to a missing Lease succeeded")
 	}
 }

@@ -34,11 +34,13 @@ const CandidatesLeaseSuffix = "-candidates"
 // drops the stalest entries first.
 const maxEntries = 1000
 
-// entry is one candidate's published health. Seq grows with every write of
-// the entry, so that a refresh is a change readers can see without
-// comparing anyone's clock with their own.
+// entry is one candidate's published health: Healthy is its app's state
+// after the thresholds, OK whether its last probe succeeded. Seq grows with
+// every write of the entry, so that a refresh is a change readers can see
+// without comparing anyone's clock with their own.
 type entry struct {
 	Healthy bool  `json:"healthy"`
+	OK      bool  `json:"ok"`
 	Seq     int64 `json:"seq"`
 }
 
@@ -129,15 +131,18 @@ func (r *registry) fresh(s *seen, now time.Time) bool {
 	return !s.changed.IsZero() && now.Sub(s.changed) < r.staleAfter
 }
 
-// healthyOthers lists the other candidates whose entry is fresh and
-// healthy: those able to take over.
+// healthyOthers lists the other candidates whose entry is fresh, healthy
+// and whose last probe succeeded: those able to take over. (Healthy alone
+// would count a candidate whose app is failing too but has not reached its
+// failure threshold yet: in an outage of every app the leader would hand
+// over to a pod about to turn unhealthy.)
 func (r *registry) healthyOthers() []string {
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for id, s := range r.entries {
-		if id != r.identity && s.Healthy && r.fresh(s, now) {
+		if id != r.identity && s.Healthy && s.OK && r.fresh(s, now) {
 			out = append(out, id)
 		}
 	}
@@ -179,11 +184,11 @@ func (r *registry) prune(m map[string]entry) map[string]entry {
 	return out
 }
 
-// publish writes this candidate's entry (healthy, the next sequence
+// publish writes this candidate's entry (its health, the next sequence
 // number), or removes it when remove is set, and prunes stale entries on
 // the way. Conflicts with other candidates' writes are retried on the
 // newest version.
-func (r *registry) publish(ctx context.Context, healthy, remove bool) error {
+func (r *registry) publish(ctx context.Context, e entry, remove bool) error {
 	leases := r.requests.CoordinationV1().Leases(r.namespace)
 	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		lease, err := leases.Get(ctx, r.name, metav1.GetOptions{})
@@ -199,7 +204,8 @@ func (r *registry) publish(ctx context.Context, healthy, remove bool) error {
 		} else {
 			r.mu.Lock()
 			r.seq = max(r.seq, m[r.identity].Seq) + 1
-			m[r.identity] = entry{Healthy: healthy, Seq: r.seq}
+			e.Seq = r.seq
+			m[r.identity] = e
 			r.mu.Unlock()
 		}
 		raw, err := json.Marshal(m)

@@ -80,6 +80,25 @@ The Lease the candidates elect on.
 The Service whose EndpointSlice the leader writes in routing.mode
 endpointslice: routing.service, else the Lease's name.
 */}}
+{{/*
+The app's health endpoint with healthGating.enabled: healthGating.url, else
+the demo app's /healthz.
+*/}}
+{{- define "leader-elector.healthURL" -}}
+{{- if .Values.healthGating.url }}
+{{- .Values.healthGating.url }}
+{{- else if .Values.demo.enabled -}}
+http://127.0.0.1:8081/healthz
+{{- end }}
+{{- end }}
+
+{{/*
+The Lease where health gating's candidates publish their health.
+*/}}
+{{- define "leader-elector.candidatesLeaseName" -}}
+{{- printf "%s-candidates" (include "leader-elector.leaseName" .) }}
+{{- end }}
+
 {{- define "leader-elector.routeService" -}}
 {{- default (include "leader-elector.leaseName" .) .Values.routing.service }}
 {{- end }}
@@ -174,6 +193,12 @@ ServiceAccount's token.
     - -v={{ .Values.sidecar.logVerbosity }}
     {{- if ne .Values.routing.mode "none" }}
     - --route={{ .Values.routing.mode }}
+    {{- end }}
+    {{- if .Values.healthGating.enabled }}
+    - --app-health-url={{ include "leader-elector.healthURL" . }}
+    - --app-health-period={{ include "leader-elector.seconds" .Values.healthGating.periodSeconds }}
+    - --app-health-failures={{ .Values.healthGating.failures }}
+    - --app-health-successes={{ .Values.healthGating.successes }}
     {{- end }}
     {{- if eq .Values.routing.mode "endpointslice" }}
     - --service={{ include "leader-elector.routeService" . }}
@@ -360,6 +385,15 @@ helm template) does not say what to do. */}}
 {{- end }}
 {{- if and (gt (int .Values.partitions.count) 0) (gt (len (include "leader-elector.leaseName" .)) 63) }}
 {{- fail (printf "partitions.count needs a lease name of at most 63 characters (it is a label value), got %q" (include "leader-elector.leaseName" .)) }}
+{{- end }}
+{{- if and .Values.healthGating.enabled (gt (int .Values.partitions.count) 0) }}
+{{- fail "healthGating gates one election; it cannot be combined with partitions.count" }}
+{{- end }}
+{{- if and .Values.healthGating.enabled (not (include "leader-elector.healthURL" .)) }}
+{{- fail "healthGating.enabled needs healthGating.url (http://127.0.0.1:<port>/<path>, the app's health endpoint)" }}
+{{- end }}
+{{- if and .Values.healthGating.enabled (gt (len (include "leader-elector.candidatesLeaseName" .)) 253) }}
+{{- fail (printf "healthGating needs a lease name of at most 242 characters (the candidates Lease adds \"-candidates\"), got %q" (include "leader-elector.leaseName" .)) }}
 {{- end }}
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
