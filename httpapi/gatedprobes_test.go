@@ -12,7 +12,9 @@ import (
 // /readyz in every readiness mode, even on the leader, and lets the mode
 // decide when it passes.
 func TestReadyzGated(t *testing.T) {
-	unhealthy := func() error { return errors.New("the app is unhealthy: GET http://127.0.0.1:8081/healthz answered 503 Service Unavailable") }
+	unhealthy := func() error {
+		return errors.New("the app is unhealthy: GET http://127.0.0.1:8081/healthz answered 503 Service Unavailable")
+	}
 	healthy := func() error { return nil }
 	for _, mode := range []Readiness{ReadyWhenLeader, ReadyWhenCandidate} {
 		el := newFakeElection(leaderState())
