@@ -209,8 +209,14 @@ func (h *Health) Run(ctx context.Context, el Elector) error {
 		}
 		d := decide(h.healthy.Load(), el.Snapshot().IsLeader, h.mayStepDown(), h.registry.healthyOthers(), h.probeError())
 		if d.degraded != degraded {
+			if d.degraded != "" && degraded == "" {
+				logger.Info("Keeping leadership with an unhealthy app: no other candidate is healthy", "reason", d.degraded)
+			} else if d.degraded == "" {
+				logger.Info("No longer degraded")
+			}
 			degraded = d.degraded
 			el.SetDegraded(degraded)
+			h.metrics.setDegraded(degraded != "")
 		}
 		if d.stepDown && h.steppingDown.CompareAndSwap(false, true) {
 			logger.Info("Stepping down: the app is unhealthy and another candidate is healthy", "healthyCandidates", h.registry.healthyOthers())

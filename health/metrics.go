@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // lease and lease_namespace labels when it registers them.
 type metrics struct {
 	healthy    prometheus.Gauge
+	degraded   prometheus.Gauge
 	probes     *prometheus.CounterVec
 	collectors []prometheus.Collector
 }
@@ -16,6 +17,10 @@ func newMetrics() *metrics {
 			Name: "leader_elector_app_healthy",
 			Help: "1 while the app's health probe counts it healthy (this pod campaigns), else 0.",
 		}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leader_elector_degraded",
+			Help: "1 while this pod reports degraded in its API: it leads with an unhealthy app because no other candidate is healthy, else 0.",
+		}),
 		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leader_elector_app_health_probes_total",
 			Help: "Probes of the app's health endpoint, by result (success, failure).",
@@ -24,7 +29,7 @@ func newMetrics() *metrics {
 	// Both results exist from the start, so that rate() works at once.
 	m.probes.WithLabelValues("success")
 	m.probes.WithLabelValues("failure")
-	m.collectors = []prometheus.Collector{m.healthy, m.probes}
+	m.collectors = []prometheus.Collector{m.healthy, m.degraded, m.probes}
 	return m
 }
 
@@ -36,10 +41,13 @@ func (m *metrics) observe(ok bool) {
 	m.probes.WithLabelValues("failure").Inc()
 }
 
-func (m *metrics) setHealthy(ok bool) {
-	v := 0.0
-	if ok {
-		v = 1
+func (m *metrics) setHealthy(ok bool) { m.healthy.Set(boolFloat(ok)) }
+
+func (m *metrics) setDegraded(on bool) { m.degraded.Set(boolFloat(on)) }
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
 	}
-	m.healthy.Set(v)
+	return 0
 }

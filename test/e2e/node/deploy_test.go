@@ -110,8 +110,16 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 	if err := objs.OneInto("Service", &svc); err != nil {
 		t.Fatal(err)
 	}
+	// The election's Lease: with health gating the candidates Lease
+	// (<lease>-candidates) is shipped too.
 	var lease coordinationv1.Lease
-	if err := objs.OneInto("Lease", &lease); err != nil {
+	var leases packaging.Objects
+	for _, u := range objs.OfKind("Lease") {
+		if !strings.HasSuffix(u.GetName(), "-candidates") {
+			leases = append(leases, u)
+		}
+	}
+	if err := leases.OneInto("Lease", &lease); err != nil {
 		t.Fatal(err)
 	}
 	sidecar, _, err := packaging.Sidecar(&d.Spec.Template.Spec)
