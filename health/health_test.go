@@ -140,11 +140,31 @@ func TestRegistryFreshness(t *testing.T) {
 		t.Fatalf("after d turned unhealthy: %v, want none", got)
 	}
 	// Pruning drops the entries this process holds stale (b), keeps its
-	// own and those it has not judged yet.
+	// own and those it has not judged yet (x: not seen yet).
 	got := r.prune(map[string]entry{"a": {Seq: 1}, "b": {Healthy: true, Seq: 6}, "d": {Seq: 4}, "x": {Seq: 1}})
 	if want := map[string]entry{"a": {Seq: 1}, "d": {Seq: 4}, "x": {Seq: 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("prune = %v, want %v", got, want)
 	}
+	// An entry never seen to change (c, there at the first read: its pod
+	// died before this process started) is pruned staleAfter after it was
+	// first seen, so that crashed pods' entries do not pile up.
+	c := r2(t)
+	clk2 := c.clock.(*clocktesting.FakeClock)
+	c.observe(candidatesLease(`{"a":{"seq":1},"c":{"healthy":true,"ok":true,"seq":2}}`))
+	clk2.Step(9 * time.Second)
+	if got := c.prune(decode(candidatesLease(`{"a":{"seq":1},"c":{"healthy":true,"ok":true,"seq":2}}`))); len(got) != 2 {
+		t.Errorf("c pruned before staleAfter: %v", got)
+	}
+	clk2.Step(time.Second)
+	if got, want := c.prune(decode(candidatesLease(`{"a":{"seq":1},"c":{"healthy":true,"ok":true,"seq":2}}`))), map[string]entry{"a": {Seq: 1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("prune = %v, want %v", got, want)
+	}
+}
+
+// r2 is a registry of "a" with staleAfter 10s on a fake clock.
+func r2(t *testing.T) *registry {
+	t.Helper()
+	return newRegistry("ns", "app-candidates", "a", 10*time.Second, nil, nil, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil)
 }
 
 func TestRegistryPublish(t *testing.T) {

@@ -52,6 +52,18 @@ type seen struct {
 	// entry present at this process's first read may belong to a pod that
 	// died just before, so it counts only once it moves.
 	changed time.Time
+	// since is when this process first saw the entry: one that never
+	// changes is pruned staleAfter later (a pod that crashed before every
+	// current reader started).
+	since time.Time
+}
+
+// idleSince is when the entry last changed, or was first seen.
+func (s *seen) idleSince() time.Time {
+	if s.changed.IsZero() {
+		return s.since
+	}
+	return s.changed
 }
 
 // registry keeps this candidate's entry in the candidates Lease and
@@ -100,9 +112,9 @@ func (r *registry) observe(lease *coordinationv1.Lease) {
 		s, ok := r.entries[id]
 		switch {
 		case !ok && !r.loaded:
-			r.entries[id] = &seen{entry: e}
+			r.entries[id] = &seen{entry: e, since: now}
 		case !ok:
-			r.entries[id] = &seen{entry: e, changed: now}
+			r.entries[id] = &seen{entry: e, changed: now, since: now}
 			changed = true
 		case s.entry != e:
 			s.entry, s.changed = e, now
@@ -150,8 +162,8 @@ func (r *registry) healthyOthers() []string {
 	return out
 }
 
-// prune returns m without the entries this process holds stale (never its
-// own) and with at most maxEntries entries, the stalest dropped first.
+// prune returns m without the entries this process has not seen change
+// (or, never changed, has seen) for staleAfter (never its own) and with at most maxEntries entries, the stalest dropped first.
 func (r *registry) prune(m map[string]entry) map[string]entry {
 	now := r.clock.Now()
 	r.mu.Lock()
@@ -159,7 +171,7 @@ func (r *registry) prune(m map[string]entry) map[string]entry {
 	out := maps.Clone(m)
 	for id := range out {
 		s, ok := r.entries[id]
-		if id != r.identity && ok && !s.changed.IsZero() && !r.fresh(s, now) {
+		if id != r.identity && ok && now.Sub(s.idleSince()) >= r.staleAfter {
 			delete(out, id)
 		}
 	}
@@ -172,7 +184,7 @@ func (r *registry) prune(m map[string]entry) map[string]entry {
 		}
 		changedAt := func(id string) time.Time {
 			if s, ok := r.entries[id]; ok {
-				return s.changed
+				return s.idleSince()
 			}
 			return time.Time{}
 		}
