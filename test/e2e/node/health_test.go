@@ -5,8 +5,10 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,7 +140,9 @@ func (d *deployment) setAppHealthy(t *testing.T, pod *corev1.Pod, healthy bool) 
 	if healthy {
 		err = os.WriteFile(path, []byte("ok\n"), 0o644)
 	} else {
-		err = os.Remove(path)
+		if err = os.Remove(path); errors.Is(err, fs.ErrNotExist) {
+			err = nil // already unhealthy
+		}
 	}
 	if err != nil {
 		t.Fatal(err)
