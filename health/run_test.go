@@ -1,0 +1,192 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/leader-elector/leader-elector/election"
+)
+
+// fakeElector records what health gating asks of the elector.
+type fakeElector struct {
+	mu       sync.Mutex
+	leading  bool
+	changed  chan struct{}
+	degraded string
+	stepDown []election.Reason
+	tries    int
+}
+
+func newFakeElector(leading bool) *fakeElector {
+	return &fakeElector{leading: leading, changed: make(chan struct{})}
+}
+
+func (f *fakeElector) Snapshot() election.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return election.State{IsLeader: f.leading}
+}
+
+func (f *fakeElector) Watch() (election.State, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return election.State{IsLeader: f.leading}, f.changed
+}
+
+func (f *fakeElector) StepDown(_ context.Context, reason election.Reason) (election.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.leading {
+		return election.State{}, election.ErrNotLeader
+	}
+	f.stepDown = append(f.stepDown, reason)
+	f.leading = false
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return election.State{}, nil
+}
+
+func (f *fakeElector) SetDegraded(reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.degraded = reason
+}
+
+func (f *fakeElector) TryNow() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tries++
+}
+
+func (f *fakeElector) get() (degraded string, stepDowns []election.Reason, tries int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.degraded, append([]election.Reason(nil), f.stepDown...), f.tries
+}
+
+type fakeProber struct{ ok atomic.Bool }
+
+func (p *fakeProber) probe(context.Context) error {
+	if p.ok.Load() {
+		return nil
+	}
+	return errors.New("GET http://127.0.0.1:1/healthz answered 503 Service Unavailable")
+}
+
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// TestRunDecides runs health gating against a fake elector and a fake
+// client: the gate follows the probes, a healthy app makes the elector try
+// at once, an unhealthy leader with no healthy candidate is degraded, and
+// steps down (reason app-unhealthy) once another candidate publishes that
+// it is healthy.
+func TestRunDecides(t *testing.T) {
+	client := fake.NewClientset(candidatesLease(""))
+	// The fake cannot stream watch-lists (their closing bookmark): refuse
+	// them so that the informer falls back to list and watch.
+	client.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
+			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
+		}
+		return false, nil, nil
+	})
+	h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: 20 * time.Millisecond, Failures: 2, Successes: 1,
+		Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &fakeProber{}
+	h.prober = p
+	el := newFakeElector(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Run(ctx, el)
+	}()
+
+	if h.Gate().Admits() || h.Ready() == nil {
+		t.Fatal("the gate admits, or /readyz passes, before the app has answered")
+	}
+	p.ok.Store(true)
+	poll(t, "the gate to admit", func() bool { return h.Gate().Admits() && h.Ready() == nil })
+	poll(t, "TryNow", func() bool { _, _, tries := el.get(); return tries > 0 })
+
+	// It leads; its app fails, and no one else is a candidate: degraded.
+	el.mu.Lock()
+	el.leading = true
+	el.mu.Unlock()
+	p.ok.Store(false)
+	poll(t, "degraded", func() bool { d, _, _ := el.get(); return strings.Contains(d, "no healthy candidate to take over") })
+	if h.Gate().Admits() || !strings.Contains(h.Ready().Error(), "the app is unhealthy: GET") {
+		t.Errorf("unhealthy: gate admits %v, ready %v", h.Gate().Admits(), h.Ready())
+	}
+	if _, s, _ := el.get(); len(s) != 0 {
+		t.Fatalf("stepped down with no healthy candidate: %v", s)
+	}
+
+	// Another candidate publishes that it is healthy: step down.
+	leases := client.CoordinationV1().Leases("ns")
+	l, err := leases.Get(ctx, "app-candidates", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := decode(l)
+	m["b"] = entry{Healthy: true, OK: true, Seq: 1}
+	l.Annotations[CandidatesAnnotation] = mustJSON(t, m)
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the step-down", func() bool { _, s, _ := el.get(); return len(s) == 1 && s[0] == election.ReasonAppUnhealthy })
+	poll(t, "degraded cleared", func() bool { d, _, _ := el.get(); return d == "" })
+
+	// Its own entry says unhealthy; on shutdown it is removed.
+	if e := decode(mustGet(t, client)); e["a"].Healthy || e["a"].Seq == 0 {
+		t.Errorf("own entry %+v, want published unhealthy", e["a"])
+	}
+	cancel()
+	<-done
+	if _, ok := decode(mustGet(t, client))["a"]; ok {
+		t.Error("own entry still there after shutdown")
+	}
+}
+
+func mustJSON(t *testing.T, m map[string]entry) string {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func mustGet(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
+	t.Helper()
+	l, err := client.CoordinationV1().Leases("ns").Get(context.Background(), "app-candidates", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
