@@ -84,6 +84,10 @@ type Config struct {
 	// instead of a watch of its own. The Lease must carry the group's labels
 	// (set Labels).
 	Group *LeaseGroup
+	// Campaign says when this pod tries to take the Lease: always (auto,
+	// the default), only when asked with Acquire (manual), or never (an
+	// observer, which never writes the Lease).
+	Campaign Campaign
 	// Gate, if set, is asked before this pod starts a new term on the Lease
 	// (renewals of its own term are not asked). Nil admits every term, as in
 	// plain leader election.
@@ -129,6 +133,11 @@ func (c Config) Validate() error {
 	if c.Client == nil {
 		errs = append(errs, errors.New("client must be set"))
 	}
+	switch c.Campaign {
+	case "", CampaignAuto, CampaignManual, CampaignNever:
+	default:
+		errs = append(errs, fmt.Errorf("campaign %q is unknown (want %q, %q or %q)", c.Campaign, CampaignAuto, CampaignManual, CampaignNever))
+	}
 	return errors.Join(errs...)
 }
 
@@ -171,8 +180,9 @@ type Elector struct {
 	clock   clock.WithDelayedExecution
 	tracker *tracker
 	metrics *metrics
-	lock    *observingLock
-	cache   *leaseCache
+	lock     *observingLock
+	cache    *leaseCache
+	campaign *campaign
 	// writing is held by the lock for the whole of every Lease write.
 	writing sync.Mutex
 	healthz *leaderelection.HealthzAdaptor
@@ -190,9 +200,14 @@ type Elector struct {
 
 type releaseRequest struct {
 	done chan error
-	// sitOut is how long the elector stays out of the election afterwards.
-	sitOut time.Duration
+	// sitOut is how long the elector stays out of the election afterwards;
+	// closing end (endSitOut) ends it early.
+	sitOut  time.Duration
+	end     chan struct{}
+	endOnce sync.Once
 }
+
+func (r *releaseRequest) endSitOut() { r.endOnce.Do(func() { close(r.end) }) }
 
 // New returns an Elector for cfg.
 func New(cfg Config) (*Elector, error) {
@@ -213,7 +228,8 @@ func New(cfg Config) (*Elector, error) {
 		clock:   clk,
 		tracker: t,
 		metrics: newMetrics(t),
-		healthz: leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
+		healthz:  leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
+		campaign: newCampaign(cfg.Campaign),
 	}
 	watches := cfg.WatchClient
 	if watches == nil {
@@ -238,6 +254,7 @@ func New(cfg Config) (*Elector, error) {
 		metrics:  e.metrics,
 		onLapse:  e.stopRound,
 		gate:     cfg.Gate,
+		campaign: e.campaign,
 		ownLease: cfg.OwnLease,
 		writing:  &e.writing,
 		readServerClock: func() error {
@@ -276,12 +293,14 @@ func (e *Elector) Candidate() error {
 // renewed it for longer than the lease duration plus a grace period.
 func (e *Elector) Healthy() error { return e.healthz.Check(nil) }
 
-// Release makes the leader step down: it stops claiming leadership, clears
-// the Lease's holder (only if the Lease still names this pod's term) and
-// stays out of the election for one lease duration so another candidate
-// takes over. It returns ErrNotLeader if this pod does not lead.
+// Release makes the leader step down: it stops claiming leadership and
+// clears the Lease's holder (only if the Lease still names this pod's
+// term). In auto mode it then stays out of the election for one lease
+// duration, so that another candidate takes over (an Acquire ends that
+// early); in manual mode it campaigns only when asked anyway. It returns
+// ErrNotLeader if this pod does not lead.
 func (e *Elector) Release(ctx context.Context) (State, error) {
-	return e.ReleaseFor(ctx, e.cfg.LeaseDuration)
+	return e.ReleaseFor(ctx, e.sitOut())
 }
 
 // ReleaseFor is Release with the time this pod then stays out of the
@@ -309,7 +328,7 @@ func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason R
 		e.mu.Unlock()
 		return e.Snapshot(), ErrNotLeader
 	}
-	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut}
+	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut, end: make(chan struct{})}
 	e.releasing = req
 	e.tracker.setClaiming(false, reason)
 	e.cancelRun()
@@ -361,7 +380,7 @@ func (e *Elector) attemptNow() {
 	defer e.writing.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.releasing != nil || e.cancelRun == nil || e.tracker.holdingLease() {
+	if e.releasing != nil || e.cancelRun == nil || e.tracker.holdingLease() || !e.campaign.Admits() {
 		return
 	}
 	e.cancelRun()
@@ -523,6 +542,7 @@ func (e *Elector) serveRelease(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-e.clock.After(req.sitOut):
+		case <-req.end:
 		}
 	}
 	e.mu.Lock()

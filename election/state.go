@@ -55,6 +55,11 @@ type State struct {
 	// LastChange is this pod's last change of leadership (became leader or
 	// stopped leading) and why; zero before the first.
 	LastChange Change
+	// LastLost is this pod's last change from leader to not leader (the
+	// end of its last term) and why; zero before the first. It is what the
+	// "lost" events are made of: a stream that missed the states between
+	// two reads still sees that a term ended.
+	LastLost Change
 	// Degraded, when not empty, says why this pod's leadership (or
 	// candidacy) is degraded: it goes on, but something its owner watches
 	// is wrong (an unhealthy app with no healthy candidate to take over).
@@ -210,6 +215,10 @@ type tracker struct {
 	// (the log), at most maxPendingChanges; lastChange is the latest.
 	changes    []Change
 	lastChange Change
+	lastLost   Change
+	// onTransition, if set, is told every change of leadership as it is
+	// recorded (the metrics by reason), under mu; it must not block.
+	onTransition func(Change)
 
 	published view
 	revision  uint64
@@ -311,6 +320,7 @@ func (t *tracker) stateLocked(now time.Time) State {
 		RenewTime:            t.observed.renewTime,
 		Revision:             t.revision,
 		LastChange:           t.lastChange,
+		LastLost:             t.lastLost,
 		Degraded:             v.degraded,
 	}
 	if v.isLeader {
@@ -359,6 +369,12 @@ func (t *tracker) recordChangeLocked(now time.Time, v view, cause Reason) {
 		}
 	}
 	t.lastChange = c
+	if !c.Leader {
+		t.lastLost = c
+	}
+	if t.onTransition != nil {
+		t.onTransition(c)
+	}
 	if len(t.changes) < maxPendingChanges {
 		t.changes = append(t.changes, c)
 	}
@@ -494,6 +510,25 @@ func (t *tracker) mayAcquire() bool {
 		return true
 	}
 	return t.holderExpiredLocked(now)
+}
+
+// contended reports whether the Lease, as last observed, is held by a live
+// holder other than this process's own term, or may still be by the unknown
+// holder of a Lease without history: an attempt to take it now would fail.
+func (t *tracker) contended() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.haveObserved || t.holding {
+		return false
+	}
+	now := t.clock.Now()
+	if t.observed.historyless() {
+		return now.Sub(t.observedAt) < t.leaseDuration
+	}
+	if t.observed.holder == "" || t.ownTermCurrentLocked() {
+		return false
+	}
+	return !t.holderExpiredLocked(now)
 }
 
 // holderUnknown reports whether the Lease, as last observed, has no holder's

@@ -52,6 +52,7 @@ type Options struct {
 	Routing   routeOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
+	Campaign   campaignOptions
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -102,6 +103,7 @@ func newOptions() *Options {
 		Events:            true,
 		LogFormat:         "text",
 		Routing:           newRouteOptions(),
+		Campaign:          newCampaignOptions(),
 	}
 }
 
@@ -124,6 +126,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" (klog's) or \"json\" (the Kubernetes JSON log format).")
 	fs.StringVar(&o.loggingFormat, "logging-format", "", "Same as --log-format (the name Kubernetes components use).")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
+	o.Campaign.addFlags(fs)
 	o.Routing.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 
@@ -306,6 +309,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}
 	errs = append(errs, o.validatePartitions()...)
+	errs = append(errs, o.validateCampaign()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
 	return errors.Join(errs...)
 }
@@ -372,6 +376,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 		return nil, fs, err
 	}
 	o.complete(env)
+	o.completeCampaign(fs)
 	if err := o.Validate(); err != nil {
 		return nil, fs, err
 	}

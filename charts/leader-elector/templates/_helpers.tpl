@@ -162,6 +162,11 @@ ServiceAccount's token.
     - --renew-deadline={{ include "leader-elector.seconds" .Values.election.renewDeadlineSeconds }}
     - --retry-period={{ include "leader-elector.seconds" .Values.election.retryPeriodSeconds }}
     - --readiness={{ .Values.election.readiness }}
+    {{- if not .Values.election.candidate }}
+    - --candidate=false
+    {{- else if ne .Values.election.campaign "auto" }}
+    - --campaign={{ .Values.election.campaign }}
+    {{- end }}
     - --release-on-shutdown={{ .Values.election.releaseOnShutdown }}
     - --http-address=127.0.0.1:{{ .Values.sidecar.httpPort }}
     - --probe-address=:{{ .Values.sidecar.probePort }}
@@ -360,6 +365,29 @@ helm template) does not say what to do. */}}
 {{- end }}
 {{- if and (gt (int .Values.partitions.count) 0) (gt (len (include "leader-elector.leaseName" .)) 63) }}
 {{- fail (printf "partitions.count needs a lease name of at most 63 characters (it is a label value), got %q" (include "leader-elector.leaseName" .)) }}
+{{- end }}
+{{- if not (has .Values.election.campaign (list "auto" "manual")) }}
+{{- fail (printf "election.campaign must be auto or manual, got %q" .Values.election.campaign) }}
+{{- end }}
+{{- if and (ne .Values.election.campaign "auto") (gt (int .Values.partitions.count) 0) }}
+{{- fail "election.campaign=manual is for leader election; partition mode spreads its partitions by itself" }}
+{{- end }}
+{{- if not .Values.election.candidate }}
+{{- if gt (int .Values.partitions.count) 0 }}
+{{- fail "election.candidate=false is for leader election; a partition group member always takes part" }}
+{{- end }}
+{{- if ne .Values.election.campaign "auto" }}
+{{- fail "election.campaign=manual campaigns when asked, and election.candidate=false never does; give one of them" }}
+{{- end }}
+{{- if eq .Values.election.readiness "leader" }}
+{{- fail "election.readiness=leader would never pass with election.candidate=false (an observer never leads): set election.readiness=candidate" }}
+{{- end }}
+{{- if ne .Values.routing.mode "none" }}
+{{- fail (printf "routing.mode=%s publishes the leader; observers (election.candidate=false) never lead: set routing.mode=none" .Values.routing.mode) }}
+{{- end }}
+{{- if .Values.lease.create }}
+{{- fail "election.candidate=false: observers follow the candidates' Lease; set lease.create=false and lease.name to that Lease" }}
+{{- end }}
 {{- end }}
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
