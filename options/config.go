@@ -45,6 +45,7 @@ func (o *Options) electionConfig() election.Config {
 		RenewDeadline:     o.RenewDeadline,
 		RetryPeriod:       o.RetryPeriod,
 		ReleaseOnShutdown: o.ReleaseOnShutdown,
+		AdvertiseAddress:  o.Advertise.address(),
 	}
 }
 

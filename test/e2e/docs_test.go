@@ -68,6 +68,7 @@ func TestDocSnippets(t *testing.T) {
 		"networkpolicy-component":   testNetworkPolicyComponent,
 		"migration-rbac":            testMigrationRBAC,
 		"go-client-example":         testGoClientExample,
+		"go-forward-example":        testGoForwardExample,
 	}
 	used := map[string]bool{}
 	for _, b := range snippets.Tested(blocks) {
@@ -496,7 +497,19 @@ func testWorkerExample(t *testing.T, b snippets.Block) {
 // aside) is a line of package api's Example_fromGo, which the unit tests
 // run against a fake sidecar and check the output of.
 func testGoClientExample(t *testing.T, b snippets.Block) {
-	src, err := os.ReadFile(filepath.Join(repoRoot, "api", "example_test.go"))
+	checkGoSnippet(t, b, "example_test.go", "api.Example_fromGo")
+}
+
+// testGoForwardExample: the follower-forwarding snippet is the code of
+// api.Example_forwardToLeader, which make unit runs.
+func testGoForwardExample(t *testing.T, b snippets.Block) {
+	checkGoSnippet(t, b, "forward_example_test.go", "api.Example_forwardToLeader")
+}
+
+// checkGoSnippet fails unless every line of b is a line of the example in
+// api/file (comments and spacing aside).
+func checkGoSnippet(t *testing.T, b snippets.Block, file, example string) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "api", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +523,7 @@ func testGoClientExample(t *testing.T, b snippets.Block) {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
 		if !code[normalize(line)] {
-			t.Errorf("%s: line %q is not in api.Example_fromGo", b, line)
+			t.Errorf("%s: line %q is not in %s", b, line, example)
 		}
 	}
 }
