@@ -41,8 +41,13 @@ type Leader struct {
 	// unless it renews.
 	LeaderSince Time `json:"leaderSince,omitzero"`
 	ValidUntil  Time `json:"validUntil,omitzero"`
+	// HolderAddress is the host:port the holder advertises for its current
+	// term (--advertise-address), for a follower to forward requests to;
+	// left out when there is no holder or its term published none. It is
+	// never the address of a term that has ended.
+	HolderAddress string `json:"holderAddress,omitempty"`
 	// Revision grows by one on every change of Holder, IsLeader,
-	// FencingToken, LeaderSince or Degraded.
+	// FencingToken, LeaderSince, HolderAddress or Degraded.
 	Revision uint64 `json:"revision"`
 	// LastChange is this pod's most recent change of leadership and why;
 	// absent before the first.

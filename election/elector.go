@@ -102,6 +102,10 @@ type Config struct {
 	// one given to NewClientsets. Nil means one of the elector's own, which
 	// learns only from the Lease's metadata.
 	ServerClock *ServerClock
+	// AdvertiseAddress, if set, is the host:port this pod publishes on the
+	// Lease with every term it holds (HolderAddressAnnotation), for followers to
+	// forward requests to (State.HolderAddress); see CheckAdvertiseAddress.
+	AdvertiseAddress string
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
@@ -137,6 +141,11 @@ func (c Config) Validate() error {
 	case "", CampaignAuto, CampaignManual, CampaignNever:
 	default:
 		errs = append(errs, fmt.Errorf("campaign %q is unknown (want %q, %q or %q)", c.Campaign, CampaignAuto, CampaignManual, CampaignNever))
+	}
+	if c.AdvertiseAddress != "" {
+		if err := CheckAdvertiseAddress(c.AdvertiseAddress); err != nil {
+			errs = append(errs, fmt.Errorf("advertise address %q: %w", c.AdvertiseAddress, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -236,7 +245,13 @@ func New(cfg Config) (*Elector, error) {
 		watches = cfg.Client
 	}
 	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
-	e.cache.onKeep = t.observeObject
+	e.cache.onKeep = func(lease *coordinationv1.Lease) {
+		t.observeObject(lease)
+		t.observeHolderAddress(lease)
+	}
+	e.cache.beforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
+		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)
+	}
 	if cfg.Group != nil {
 		if err := cfg.Group.feed(e.cache); err != nil {
 			return nil, err

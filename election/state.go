@@ -45,10 +45,16 @@ type State struct {
 	// the time left from it, so that a step of the wall clock cannot extend
 	// it. Zero unless IsLeader; it does not survive serialisation.
 	Deadline time.Time
+	// HolderAddress is the address the holder advertises
+	// (--advertise-address) for its current term, or "" when there is no
+	// holder or its term published none. It is only ever the address the
+	// holder named in FencingToken wrote with that term, never one of an
+	// ended term.
+	HolderAddress string
 	// Revision increases by one on every change of Holder, IsLeader,
-	// FencingToken, LeaderSince or Degraded. It starts from a value taken from the
-	// wall clock when the process starts (microseconds since 1970), so that
-	// the revisions of a restarted sidecar do not repeat those of the
+	// FencingToken, LeaderSince, HolderAddress or Degraded. It starts
+	// from a value taken from the wall clock when the process starts
+	// (microseconds since 1970), so that the revisions of a restarted sidecar do not repeat those of the
 	// process before it, and a long-poll carrying an old revision is
 	// answered at once.
 	Revision uint64
@@ -137,6 +143,7 @@ type view struct {
 	token       int64
 	leaderSince time.Time
 	degraded    string
+	address     string
 }
 
 // tracker owns the election state. The lock wrapper feeds it what it reads
@@ -177,6 +184,9 @@ type tracker struct {
 
 	observed     record
 	haveObserved bool
+	// addresses are the holder addresses of the last two terms that
+	// published one (address.go).
+	addresses [2]holderAddress
 	// observedAt is when the observed record last changed, on the local
 	// monotonic clock; the holder is reported as gone a lease duration later.
 	observedAt time.Time
@@ -300,6 +310,7 @@ func (t *tracker) observedDurationLocked() time.Duration {
 
 func (t *tracker) viewLocked(now time.Time) view {
 	v := view{holder: t.holderLocked(now), token: t.highest, degraded: t.degraded}
+	v.address = t.addressLocked(v.holder, v.token)
 	if t.isLeaderLocked(now) {
 		v.isLeader = true
 		v.leaderSince = t.leaderSince
@@ -316,6 +327,7 @@ func (t *tracker) stateLocked(now time.Time) State {
 		Holder:               v.holder,
 		IsLeader:             v.isLeader,
 		FencingToken:         v.token,
+		HolderAddress:        v.address,
 		LeaseDurationSeconds: t.observed.durationSeconds,
 		RenewTime:            t.observed.renewTime,
 		Revision:             t.revision,

@@ -221,6 +221,26 @@ func TestLeaderJSON(t *testing.T) {
 			}`,
 		},
 		{
+			name: "follower with the holder's advertised address",
+			state: func() election.State {
+				s := followerState()
+				s.HolderAddress = "10.0.0.5:8080"
+				return s
+			}(),
+			want: `{
+				"lease": {"namespace": "default", "name": "my-app"},
+				"identity": "my-app-7d9f-abcde",
+				"holder": "my-app-7d9f-xyz12",
+				"isLeader": false,
+				"fencingToken": 7,
+				"leaseDurationSeconds": 15,
+				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"holderAddress": "10.0.0.5:8080",
+				"revision": 12,
+				"degraded": false
+			}`,
+		},
+		{
 			name:  "nothing known: empty holder, no times",
 			state: election.State{Namespace: "ns", Name: "n", Identity: "me"},
 			want: `{

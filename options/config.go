@@ -47,6 +47,7 @@ func (o *Options) electionConfig() election.Config {
 		RetryPeriod:       o.RetryPeriod,
 		ReleaseOnShutdown: o.ReleaseOnShutdown,
 		Campaign:          o.campaign(),
+		AdvertiseAddress:  o.Advertise.address(),
 	}
 }
 

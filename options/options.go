@@ -50,6 +50,8 @@ type Options struct {
 	Verbosity int
 	Version   bool
 	Routing   routeOptions
+	// Advertise is the leader's address on the Lease.
+	Advertise advertiseOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
 	Campaign   campaignOptions
@@ -128,6 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
 	o.Campaign.addFlags(fs)
 	o.Routing.addFlags(fs)
+	o.Advertise.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
@@ -216,6 +219,7 @@ func (o *Options) complete(env Environment) {
 		o.Kubeconfig, _ = env.lookupEnv("KUBECONFIG")
 	}
 	o.Routing.complete(env)
+	o.Advertise.complete(env)
 }
 
 // resolveAliases copies each alias that was set, and not yet copied, into
@@ -311,6 +315,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validatePartitions()...)
 	errs = append(errs, o.validateCampaign()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
+	errs = append(errs, o.Advertise.validate(o.Partitions)...)
 	return errors.Join(errs...)
 }
 

@@ -260,6 +260,29 @@ func TestChartSidecar(t *testing.T) {
 			t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
 		}
 	})
+	// election.advertisePort: the flag, and $POD_IP from the downward API
+	// for its host; leader-elector accepts them with a pod IP.
+	t.Run("advertise port", func(t *testing.T) {
+		_, d := demo(t, "--set", "election.advertisePort=8080")
+		sc, _, _ := Sidecar(&d.Spec.Template.Spec)
+		if port, ok := FlagValue(sc.Args, "advertise-port"); !ok || port != "8080" {
+			t.Errorf("--advertise-port = %q (%v), want 8080", port, ok)
+		}
+		podIP := false
+		for _, e := range sc.Env {
+			podIP = podIP || (e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP")
+		}
+		if !podIP {
+			t.Errorf("the sidecar has no POD_IP from status.podIP: %s", asJSON(sc.Env))
+		}
+		if !binaryVerdict(t, append(sc.Args, "--advertise-address=10.0.0.7")) {
+			t.Errorf("leader-elector refuses the chart's arguments %v with a pod IP", sc.Args)
+		}
+		_, d = demo(t)
+		if sc, _, _ := Sidecar(&d.Spec.Template.Spec); slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, "--advertise-port") }) {
+			t.Errorf("the default renders --advertise-port: %v", sc.Args)
+		}
+	})
 	t.Run("image digest", func(t *testing.T) {
 		digest := "sha256:" + strings.Repeat("ab", 32)
 		_, d := demo(t, "--set", "image.digest="+digest)
@@ -371,6 +394,8 @@ func TestChartGuards(t *testing.T) {
 		{"observer with leader readiness", []string{"--set", "election.candidate=false", "--set", "lease.create=false"}, "election.readiness=leader would never pass"},
 		{"observer with routing", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "routing.mode=label"}, "observers (election.candidate=false) never lead"},
 		{"observer creating the Lease", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate"}, "set lease.create=false"},
+		{"advertise port out of range", []string{"--set", "election.advertisePort=65536"}, "election/advertisePort"},
+		{"advertise port with partitions", []string{"--set", "partitions.count=4", "--set", "demo.enabled=true", "--set", "election.advertisePort=8080"}, "election.advertisePort publishes one leader's address"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -186,6 +186,9 @@ ServiceAccount's token.
     {{- if eq .Values.routing.mode "label" }}
     - --leader-label={{ .Values.routing.leaderLabel }}
     {{- end }}
+    {{- if gt (int .Values.election.advertisePort) 0 }}
+    - --advertise-port={{ .Values.election.advertisePort }}
+    {{- end }}
     {{- with .Values.sidecar.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -198,8 +201,9 @@ ServiceAccount's token.
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
-    {{- if eq .Values.routing.mode "endpointslice" }}
-    # The endpoint the leader publishes.
+    {{- if or (eq .Values.routing.mode "endpointslice") (gt (int .Values.election.advertisePort) 0) }}
+    # The endpoint the leader publishes, and the host of its advertised
+    # address.
     - name: POD_IP
       valueFrom:
         fieldRef:
@@ -388,6 +392,8 @@ helm template) does not say what to do. */}}
 {{- if .Values.lease.create }}
 {{- fail "election.candidate=false: observers follow the candidates' Lease; set lease.create=false and lease.name to that Lease" }}
 {{- end }}
+{{- if and (gt (int .Values.partitions.count) 0) (gt (int .Values.election.advertisePort) 0) }}
+{{- fail "election.advertisePort publishes one leader's address; partition mode (partitions.count) has no one leader: set one of them to 0" }}
 {{- end }}
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
