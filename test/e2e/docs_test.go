@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,6 +71,8 @@ func TestDocSnippets(t *testing.T) {
 		"migration-rbac":            testMigrationRBAC,
 		"go-client-example":         testGoClientExample,
 		"go-forward-example":        testGoForwardExample,
+		"go-steer-example":          testGoSteerExample,
+		"python-steer-example":      testPythonSteerExample,
 		"kustomize-advertise-patch": testKustomizeAdvertisePatch,
 	}
 	used := map[string]bool{}
@@ -500,6 +503,73 @@ func testWorkerExample(t *testing.T, b snippets.Block) {
 // run against a fake sidecar and check the output of.
 func testGoClientExample(t *testing.T, b snippets.Block) {
 	checkGoSnippet(t, b, "example_test.go", "api.Example_fromGo")
+}
+
+// testGoSteerExample: the acquire/checkAlive/release snippet is the code of
+// api.Example_steer, which make unit runs (TestAcquireClient runs the same
+// calls against a real sidecar).
+func testGoSteerExample(t *testing.T, b snippets.Block) {
+	checkGoSnippet(t, b, "example_test.go", "api.Example_steer")
+}
+
+// testPythonSteerExample runs the Python snippet as an app would, next to a
+// sidecar with --campaign=manual: it acquires (nobody else would), says it
+// leads, and, when the sidecar's term ends (here by POST /release from
+// outside, as a rollout would), prints the reason and exits 0. It needs
+// python3 (Debian's), and fails, not skips, without it.
+func testPythonSteerExample(t *testing.T, b snippets.Block) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to run the Python snippet: %v", err)
+	}
+	g := newGroup(t, 1, candidateOptions{extraArgs: []string{"--campaign=manual"}})
+	sidecar := g.members()[0]
+	script := filepath.Join(t.TempDir(), "app.py")
+	if err := os.WriteFile(script, []byte(b.Text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, script)
+	cmd.Env = append(os.Environ(), "LEADER_ELECTOR_URL="+sidecar.apiURL)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	leader := g.waitLeader(45 * time.Second)
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(out.String(), "leading with fencing token"), nil
+	}); err != nil {
+		t.Fatalf("the app did not say it leads: %q", out.String())
+	}
+	leader.release(t)
+	if err := <-done; err != nil {
+		t.Fatalf("the app: %v\n%s\nthe sidecar's events after the release: %s", err, out.String(), leader.log())
+	}
+	if got := out.String(); !strings.Contains(got, "lost leadership: released") {
+		t.Errorf("the app printed %q, want the reason its term ended", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a process writes while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // testGoForwardExample: the follower-forwarding snippet is the code of

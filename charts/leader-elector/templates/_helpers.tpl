@@ -392,6 +392,7 @@ helm template) does not say what to do. */}}
 {{- if .Values.lease.create }}
 {{- fail "election.candidate=false: observers follow the candidates' Lease; set lease.create=false and lease.name to that Lease" }}
 {{- end }}
+{{- end }}
 {{- if and (gt (int .Values.partitions.count) 0) (gt (int .Values.election.advertisePort) 0) }}
 {{- fail "election.advertisePort publishes one leader's address; partition mode (partitions.count) has no one leader: set one of them to 0" }}
 {{- end }}
