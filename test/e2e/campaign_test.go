@@ -344,3 +344,33 @@ func checkTransitions(t *testing.T, c *candidate, reason string, want float64) {
 		return s != nil && s.GetCounter().GetValue() >= want
 	})
 }
+
+// TestAcquireClient: the Go client's calls (docs/api.md, "From Go") against
+// real sidecars with --campaign=manual.
+func TestAcquireClient(t *testing.T) {
+	g := newGroup(t, 2, candidateOptions{extraArgs: []string{"--campaign=manual"}})
+	a, b := g.members()[0].api(), g.members()[1].api()
+	ctx := context.Background()
+
+	if got, err := a.WaitAcquire(ctx, 20*time.Second); err != nil || !got.Acquired || got.FencingToken == 0 {
+		t.Fatalf("WaitAcquire = %+v, %v; want acquired with a token", got, err)
+	}
+	if got, err := b.TryAcquire(ctx, 2, 100*time.Millisecond); err != nil || got.Acquired || got.Holder != g.members()[0].name {
+		t.Errorf("TryAcquire while the other leads = %+v, %v; want not acquired, and the holder", got, err)
+	}
+	if alive, err := a.IsLeader(ctx); err != nil || !alive {
+		t.Errorf("IsLeader on the leader = %v, %v", alive, err)
+	}
+	if alive, err := b.IsLeader(ctx); err != nil || alive {
+		t.Errorf("IsLeader on the other = %v, %v", alive, err)
+	}
+	if r, err := b.Release(ctx); err != nil || r.Released {
+		t.Errorf("Release on the other = %+v, %v; want released false", r, err)
+	}
+	if r, err := a.Release(ctx); err != nil || !r.Released {
+		t.Errorf("Release on the leader = %+v, %v; want released true", r, err)
+	}
+	if got, err := b.Acquire(ctx); err != nil || !got.Acquired {
+		t.Errorf("Acquire after the leader released = %+v, %v", got, err)
+	}
+}
