@@ -41,8 +41,13 @@ type Leader struct {
 	// unless it renews.
 	LeaderSince Time `json:"leaderSince,omitzero"`
 	ValidUntil  Time `json:"validUntil,omitzero"`
+	// HolderAddress is the host:port the holder advertises for its current
+	// term (--advertise-address), for a follower to forward requests to;
+	// left out when there is no holder or its term published none. It is
+	// never the address of a term that has ended.
+	HolderAddress string `json:"holderAddress,omitempty"`
 	// Revision grows by one on every change of Holder, IsLeader,
-	// FencingToken, LeaderSince or Degraded.
+	// FencingToken, LeaderSince, HolderAddress or Degraded.
 	Revision uint64 `json:"revision"`
 	// LastChange is this pod's most recent change of leadership and why;
 	// absent before the first.
@@ -52,6 +57,36 @@ type Leader struct {
 	// says what.
 	Degraded       bool   `json:"degraded"`
 	DegradedReason string `json:"degradedReason,omitempty"`
+}
+
+// Acquire is the answer of POST /acquire: the state after the attempts,
+// and whether this pod leads (false: another holder has the Lease).
+type Acquire struct {
+	Leader
+	Acquired bool `json:"acquired"`
+}
+
+// Release is the answer of POST /release: the state after it, and whether
+// this pod held the Lease and handed it over (false: it did not lead, and
+// nothing was done).
+type Release struct {
+	Leader
+	Released bool `json:"released"`
+}
+
+// Lost is the data of the "lost" events of GET /events: this pod stopped
+// leading, and why (the onLost of a Lease API). The "leader" event with
+// the new state follows it.
+type Lost struct {
+	// Reason is one of Change's reasons other than acquired.
+	Reason string `json:"reason"`
+	// At is when the term ended (for renew-deadline, when the claim ran
+	// out, which may be well before a paused process noticed).
+	At Time `json:"at"`
+	// FencingToken is the token of the term that ended.
+	FencingToken int64 `json:"fencingToken"`
+	// Holder is who holds the Lease now, as this pod sees it; "" if no one.
+	Holder string `json:"holder"`
 }
 
 // Change is one change of this pod's leadership.

@@ -47,11 +47,43 @@ func (c *Client) WaitLeader(ctx context.Context, revision uint64, wait time.Dura
 	return l, c.do(ctx, http.MethodGet, "/leader", waitQuery(revision, wait), &l)
 }
 
-// Release asks POST /release: the leader steps down and answers its new
-// state. A follower gets an *Error with StatusCode 409.
-func (c *Client) Release(ctx context.Context) (Leader, error) {
-	var l Leader
-	return l, c.do(ctx, http.MethodPost, "/release", nil, &l)
+// IsLeader asks GET /leader whether this pod leads now: the checkAlive of
+// a Lease API. The sidecar answers from its own state, without a request
+// to the API server.
+func (c *Client) IsLeader(ctx context.Context) (bool, error) {
+	l, err := c.Leader(ctx)
+	return l.IsLeader, err
+}
+
+// Release asks POST /release: the leader steps down (Released true); on a
+// pod that does not lead it does nothing (Released false).
+func (c *Client) Release(ctx context.Context) (Release, error) {
+	var r Release
+	return r, c.do(ctx, http.MethodPost, "/release", nil, &r)
+}
+
+// Acquire asks POST /acquire: try to take the Lease, with the sidecar's
+// --acquire-retries attempts --acquire-retry-delay apart. Acquired is false
+// when another pod holds it; that is no error. An observer
+// (--candidate=false) answers an *Error with StatusCode 409.
+func (c *Client) Acquire(ctx context.Context) (Acquire, error) {
+	var a Acquire
+	return a, c.do(ctx, http.MethodPost, "/acquire", nil, &a)
+}
+
+// TryAcquire is Acquire with the attempts and their spacing given.
+func (c *Client) TryAcquire(ctx context.Context, attempts int, retryDelay time.Duration) (Acquire, error) {
+	var a Acquire
+	q := url.Values{"retries": {strconv.Itoa(attempts)}, "retryDelay": {retryDelay.String()}}
+	return a, c.do(ctx, http.MethodPost, "/acquire", q, &a)
+}
+
+// WaitAcquire asks POST /acquire?wait=: campaign until this pod leads or
+// wait (at most 5 minutes) has passed. Give the http.Client a Timeout
+// above wait.
+func (c *Client) WaitAcquire(ctx context.Context, wait time.Duration) (Acquire, error) {
+	var a Acquire
+	return a, c.do(ctx, http.MethodPost, "/acquire", url.Values{"wait": {wait.String()}}, &a)
 }
 
 // Partitions asks GET /partitions (partition mode).

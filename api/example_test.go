@@ -11,23 +11,32 @@ import (
 )
 
 // fakeLeader answers as a sidecar whose pod leads until it is asked to
-// release; a long-poll answers at once with the next revision.
+// release; then another pod leads, until a blocking acquire waits for it to
+// release. A long-poll answers at once with the next revision.
 func fakeLeader() *httptest.Server {
 	revision, leads := 1, true
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			if !leads {
-				w.WriteHeader(http.StatusConflict)
-				fmt.Fprint(w, `{"error":"this pod is not the leader"}`)
-				return
+		var extra string
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/release":
+			extra = fmt.Sprintf(`,"released":%t`, leads)
+			if leads {
+				leads = false
+				revision++
 			}
-			leads = false
-		}
-		if r.URL.Query().Has("wait") || r.Method == http.MethodPost {
+		case r.Method == http.MethodPost && r.URL.Path == "/acquire":
+			// Another pod holds the Lease, and releases it while a
+			// blocking acquire (?wait=) waits.
+			if !leads && r.URL.Query().Has("wait") {
+				leads = true
+				revision++
+			}
+			extra = fmt.Sprintf(`,"acquired":%t`, leads)
+		case r.URL.Query().Has("wait"):
 			revision++
 		}
 		holder := map[bool]string{true: "pod-a", false: ""}[leads]
-		fmt.Fprintf(w, `{"lease":{"namespace":"default","name":"my-app"},"identity":"pod-a","holder":%q,"isLeader":%t,"fencingToken":7,"revision":%d}`, holder, leads, revision)
+		fmt.Fprintf(w, `{"lease":{"namespace":"default","name":"my-app"},"identity":"pod-a","holder":%q,"isLeader":%t,"fencingToken":7,"revision":%d%s}`, holder, leads, revision, extra)
 	}))
 }
 
@@ -44,13 +53,37 @@ func Example_fromGo() {
 	fmt.Println(l.IsLeader, l.Revision, err)
 	l, err = c.WaitLeader(ctx, l.Revision, 30*time.Second) // long-poll for the next change
 	fmt.Println(l.IsLeader, l.Revision, err)
-	_, err = c.Release(ctx) // POST /release; *api.Error{StatusCode: 409} on a follower
-	fmt.Println(err)
-	_, err = c.Release(ctx)
-	fmt.Println(err)
+	r, err := c.Release(ctx) // POST /release: the leader steps down
+	fmt.Println(r.Released, err)
+	r, err = c.Release(ctx) // a no-op when this pod does not lead
+	fmt.Println(r.Released, err)
 	// Output:
 	// true 1 <nil>
 	// true 2 <nil>
-	// <nil>
-	// 409 Conflict: this pod is not the leader
+	// true <nil>
+	// false <nil>
+}
+
+// Example_steer is the snippet of docs/api.md, "The app steers its
+// leadership" (the e2e suite's TestDocSnippets keeps the two the same).
+func Example_steer() {
+	srv := fakeLeader()
+	defer srv.Close()
+	ctx := context.Background()
+	c := api.NewClient(srv.URL, srv.Client()) // the fake sidecar, for the example
+	_, _ = c.Release(ctx)
+
+	a, err := c.TryAcquire(ctx, 3, 500*time.Millisecond) // POST /acquire?retries=3&retryDelay=500ms
+	fmt.Println(a.Acquired, err)                          // false: another pod holds the Lease; not an error
+	a, err = c.WaitAcquire(ctx, 30*time.Second)           // POST /acquire?wait=30s: campaign until leading
+	fmt.Println(a.Acquired, a.FencingToken, err)
+	alive, err := c.IsLeader(ctx) // checkAlive: GET /leader, answered locally
+	fmt.Println(alive, err)
+	r, err := c.Release(ctx) // POST /release
+	fmt.Println(r.Released, err)
+	// Output:
+	// false <nil>
+	// true 7 <nil>
+	// true <nil>
+	// true <nil>
 }

@@ -46,6 +46,8 @@ type Config struct {
 	// by Run. Its Namespace, Name and Identity are also the partition
 	// group's and the routing's.
 	Election election.Config
+	// Acquire is what POST /acquire does without a query.
+	Acquire election.AcquireOptions
 	// Partition, when its Partitions is above 0, makes this pod a member
 	// of a partition group instead; its clients are filled in by Run.
 	Partition partition.Config

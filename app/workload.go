@@ -65,7 +65,7 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		run:        elector.Run,
 		elector:    elector,
 		collectors: elector.Collectors(),
-		api:        httpapi.NewAPIHandler(elector, httpapi.APIOptions{}),
+		api:        httpapi.NewAPIHandler(elector, httpapi.APIOptions{Acquire: cfg.Acquire}),
 		probes: func(g prometheus.Gatherer) http.Handler {
 			return httpapi.NewProbeHandler(elector, readiness, g)
 		},

@@ -39,6 +39,10 @@ type leaseCache struct {
 	// onKeep, if set, is called with every version the cache takes in,
 	// from the watch, a write or a direct read.
 	onKeep func(*coordinationv1.Lease)
+	// beforeWrite, if set, returns the object to send in place of every
+	// Lease this process creates or updates (annotateHolderAddress): the
+	// writes of client-go's LeaseLock and the release alike pass here.
+	beforeWrite func(*coordinationv1.Lease) *coordinationv1.Lease
 
 	// syncedCh is closed once the watch has delivered the Lease's state.
 	syncedCh chan struct{}
@@ -291,6 +295,9 @@ func (l cachedLeases) Get(ctx context.Context, name string, _ metav1.GetOptions)
 }
 
 func (l cachedLeases) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if l.cache.beforeWrite != nil {
+		lease = l.cache.beforeWrite(lease)
+	}
 	created, err := l.LeaseInterface.Create(ctx, lease, opts)
 	l.afterWrite(ctx, created, err)
 	return created, err
@@ -301,6 +308,9 @@ func (l cachedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o
 	// unconditionally, whatever happened to the Lease since it was read.
 	if lease.ResourceVersion == "" {
 		return nil, fmt.Errorf("refusing to update lease %s/%s without a resourceVersion", lease.Namespace, lease.Name)
+	}
+	if l.cache.beforeWrite != nil {
+		lease = l.cache.beforeWrite(lease)
 	}
 	updated, err := l.LeaseInterface.Update(ctx, lease, opts)
 	if apierrors.IsConflict(err) {

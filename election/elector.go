@@ -84,6 +84,10 @@ type Config struct {
 	// instead of a watch of its own. The Lease must carry the group's labels
 	// (set Labels).
 	Group *LeaseGroup
+	// Campaign says when this pod tries to take the Lease: always (auto,
+	// the default), only when asked with Acquire (manual), or never (an
+	// observer, which never writes the Lease).
+	Campaign Campaign
 	// Gate, if set, is asked before this pod starts a new term on the Lease
 	// (renewals of its own term are not asked). Nil admits every term, as in
 	// plain leader election.
@@ -98,6 +102,10 @@ type Config struct {
 	// one given to NewClientsets. Nil means one of the elector's own, which
 	// learns only from the Lease's metadata.
 	ServerClock *ServerClock
+	// AdvertiseAddress, if set, is the host:port this pod publishes on the
+	// Lease with every term it holds (HolderAddressAnnotation), for followers to
+	// forward requests to (State.HolderAddress); see CheckAdvertiseAddress.
+	AdvertiseAddress string
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
@@ -128,6 +136,16 @@ func (c Config) Validate() error {
 	errs = append(errs, c.timings().Check(ConfigTimingNames)...)
 	if c.Client == nil {
 		errs = append(errs, errors.New("client must be set"))
+	}
+	switch c.Campaign {
+	case "", CampaignAuto, CampaignManual, CampaignNever:
+	default:
+		errs = append(errs, fmt.Errorf("campaign %q is unknown (want %q, %q or %q)", c.Campaign, CampaignAuto, CampaignManual, CampaignNever))
+	}
+	if c.AdvertiseAddress != "" {
+		if err := CheckAdvertiseAddress(c.AdvertiseAddress); err != nil {
+			errs = append(errs, fmt.Errorf("advertise address %q: %w", c.AdvertiseAddress, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -171,8 +189,9 @@ type Elector struct {
 	clock   clock.WithDelayedExecution
 	tracker *tracker
 	metrics *metrics
-	lock    *observingLock
-	cache   *leaseCache
+	lock     *observingLock
+	cache    *leaseCache
+	campaign *campaign
 	// writing is held by the lock for the whole of every Lease write.
 	writing sync.Mutex
 	healthz *leaderelection.HealthzAdaptor
@@ -190,9 +209,14 @@ type Elector struct {
 
 type releaseRequest struct {
 	done chan error
-	// sitOut is how long the elector stays out of the election afterwards.
-	sitOut time.Duration
+	// sitOut is how long the elector stays out of the election afterwards;
+	// closing end (endSitOut) ends it early.
+	sitOut  time.Duration
+	end     chan struct{}
+	endOnce sync.Once
 }
+
+func (r *releaseRequest) endSitOut() { r.endOnce.Do(func() { close(r.end) }) }
 
 // New returns an Elector for cfg.
 func New(cfg Config) (*Elector, error) {
@@ -213,14 +237,21 @@ func New(cfg Config) (*Elector, error) {
 		clock:   clk,
 		tracker: t,
 		metrics: newMetrics(t),
-		healthz: leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
+		healthz:  leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
+		campaign: newCampaign(cfg.Campaign),
 	}
 	watches := cfg.WatchClient
 	if watches == nil {
 		watches = cfg.Client
 	}
 	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
-	e.cache.onKeep = t.observeObject
+	e.cache.onKeep = func(lease *coordinationv1.Lease) {
+		t.observeObject(lease)
+		t.observeHolderAddress(lease)
+	}
+	e.cache.beforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
+		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)
+	}
 	if cfg.Group != nil {
 		if err := cfg.Group.feed(e.cache); err != nil {
 			return nil, err
@@ -238,6 +269,7 @@ func New(cfg Config) (*Elector, error) {
 		metrics:  e.metrics,
 		onLapse:  e.stopRound,
 		gate:     cfg.Gate,
+		campaign: e.campaign,
 		ownLease: cfg.OwnLease,
 		writing:  &e.writing,
 		readServerClock: func() error {
@@ -276,12 +308,14 @@ func (e *Elector) Candidate() error {
 // renewed it for longer than the lease duration plus a grace period.
 func (e *Elector) Healthy() error { return e.healthz.Check(nil) }
 
-// Release makes the leader step down: it stops claiming leadership, clears
-// the Lease's holder (only if the Lease still names this pod's term) and
-// stays out of the election for one lease duration so another candidate
-// takes over. It returns ErrNotLeader if this pod does not lead.
+// Release makes the leader step down: it stops claiming leadership and
+// clears the Lease's holder (only if the Lease still names this pod's
+// term). In auto mode it then stays out of the election for one lease
+// duration, so that another candidate takes over (an Acquire ends that
+// early); in manual mode it campaigns only when asked anyway. It returns
+// ErrNotLeader if this pod does not lead.
 func (e *Elector) Release(ctx context.Context) (State, error) {
-	return e.ReleaseFor(ctx, e.cfg.LeaseDuration)
+	return e.ReleaseFor(ctx, e.sitOut())
 }
 
 // ReleaseFor is Release with the time this pod then stays out of the
@@ -309,7 +343,7 @@ func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason R
 		e.mu.Unlock()
 		return e.Snapshot(), ErrNotLeader
 	}
-	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut}
+	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut, end: make(chan struct{})}
 	e.releasing = req
 	e.tracker.setClaiming(false, reason)
 	e.cancelRun()
@@ -361,7 +395,7 @@ func (e *Elector) attemptNow() {
 	defer e.writing.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.releasing != nil || e.cancelRun == nil || e.tracker.holdingLease() {
+	if e.releasing != nil || e.cancelRun == nil || e.tracker.holdingLease() || !e.campaign.Admits() {
 		return
 	}
 	e.cancelRun()
@@ -523,6 +557,7 @@ func (e *Elector) serveRelease(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-e.clock.After(req.sitOut):
+		case <-req.end:
 		}
 	}
 	e.mu.Lock()

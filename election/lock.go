@@ -65,8 +65,10 @@ type observingLock struct {
 	tracker *tracker
 	metrics *metrics
 	onLapse func()
-	// gate, if set, admits new terms (not renewals of this process's own).
-	gate Gate
+	// gate, if set, admits new terms (not renewals of this process's own);
+	// so does campaign (nil: always).
+	gate     Gate
+	campaign *campaign
 	// ownLease: the Lease is named after this candidate and nobody else
 	// contends it (a partition membership Lease), so a missing Lease is
 	// created already held.
@@ -163,9 +165,10 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 	return &shown, raw, nil
 }
 
-// admits reports whether the gate, if any, would admit a new term now.
+// admits reports whether the campaign and the gate, if any, would admit a
+// new term now.
 func (l *observingLock) admits() bool {
-	return l.gate == nil || l.gate.Admits()
+	return l.campaign.Admits() && (l.gate == nil || l.gate.Admits())
 }
 
 // show returns r to client-go as held by holder and renewed just now:
@@ -192,7 +195,15 @@ func (l *observingLock) show(r resourcelock.LeaderElectionRecord, holder string)
 // gate admits a new term; the admission is held for the whole write, so
 // that the gate can count acquisitions on their way.
 func (l *observingLock) admitted(newTerm bool, write func() error) error {
-	if !newTerm || l.gate == nil {
+	if !newTerm {
+		return write()
+	}
+	campaignDone, ok := l.campaign.Admit()
+	if !ok {
+		return errNotAdmitted
+	}
+	defer campaignDone()
+	if l.gate == nil {
 		return write()
 	}
 	done, ok := l.gate.Admit()

@@ -23,8 +23,17 @@ func newMetrics(t *tracker) *metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 	}
+	transitions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leader_elector_transitions_total",
+		Help: "This pod's own changes of leadership, by reason: \"acquired\" counts the terms it began, every other reason the terms that ended for it.",
+	}, []string{"reason"})
+	for _, r := range Reasons {
+		transitions.WithLabelValues(string(r))
+	}
+	t.onTransition = func(c Change) { transitions.WithLabelValues(string(c.Reason)).Inc() }
 	m.collectors = []prometheus.Collector{
 		m.renewDuration,
+		transitions,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leader_elector_is_leader",
 			Help: "1 while this pod is the leader (time-bounded, as isLeader in the API), else 0.",

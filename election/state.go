@@ -45,16 +45,27 @@ type State struct {
 	// the time left from it, so that a step of the wall clock cannot extend
 	// it. Zero unless IsLeader; it does not survive serialisation.
 	Deadline time.Time
+	// HolderAddress is the address the holder advertises
+	// (--advertise-address) for its current term, or "" when there is no
+	// holder or its term published none. It is only ever the address the
+	// holder named in FencingToken wrote with that term, never one of an
+	// ended term.
+	HolderAddress string
 	// Revision increases by one on every change of Holder, IsLeader,
-	// FencingToken, LeaderSince or Degraded. It starts from a value taken from the
-	// wall clock when the process starts (microseconds since 1970), so that
-	// the revisions of a restarted sidecar do not repeat those of the
+	// FencingToken, LeaderSince, HolderAddress or Degraded. It starts
+	// from a value taken from the wall clock when the process starts
+	// (microseconds since 1970), so that the revisions of a restarted sidecar do not repeat those of the
 	// process before it, and a long-poll carrying an old revision is
 	// answered at once.
 	Revision uint64
 	// LastChange is this pod's last change of leadership (became leader or
 	// stopped leading) and why; zero before the first.
 	LastChange Change
+	// LastLost is this pod's last change from leader to not leader (the
+	// end of its last term) and why; zero before the first. It is what the
+	// "lost" events are made of: a stream that missed the states between
+	// two reads still sees that a term ended.
+	LastLost Change
 	// Degraded, when not empty, says why this pod's leadership (or
 	// candidacy) is degraded: it goes on, but something its owner watches
 	// is wrong (an unhealthy app with no healthy candidate to take over).
@@ -132,6 +143,7 @@ type view struct {
 	token       int64
 	leaderSince time.Time
 	degraded    string
+	address     string
 }
 
 // tracker owns the election state. The lock wrapper feeds it what it reads
@@ -172,6 +184,9 @@ type tracker struct {
 
 	observed     record
 	haveObserved bool
+	// addresses are the holder addresses of the last two terms that
+	// published one (address.go).
+	addresses [2]holderAddress
 	// observedAt is when the observed record last changed, on the local
 	// monotonic clock; the holder is reported as gone a lease duration later.
 	observedAt time.Time
@@ -210,6 +225,10 @@ type tracker struct {
 	// (the log), at most maxPendingChanges; lastChange is the latest.
 	changes    []Change
 	lastChange Change
+	lastLost   Change
+	// onTransition, if set, is told every change of leadership as it is
+	// recorded (the metrics by reason), under mu; it must not block.
+	onTransition func(Change)
 
 	published view
 	revision  uint64
@@ -291,6 +310,7 @@ func (t *tracker) observedDurationLocked() time.Duration {
 
 func (t *tracker) viewLocked(now time.Time) view {
 	v := view{holder: t.holderLocked(now), token: t.highest, degraded: t.degraded}
+	v.address = t.addressLocked(v.holder, v.token)
 	if t.isLeaderLocked(now) {
 		v.isLeader = true
 		v.leaderSince = t.leaderSince
@@ -307,10 +327,12 @@ func (t *tracker) stateLocked(now time.Time) State {
 		Holder:               v.holder,
 		IsLeader:             v.isLeader,
 		FencingToken:         v.token,
+		HolderAddress:        v.address,
 		LeaseDurationSeconds: t.observed.durationSeconds,
 		RenewTime:            t.observed.renewTime,
 		Revision:             t.revision,
 		LastChange:           t.lastChange,
+		LastLost:             t.lastLost,
 		Degraded:             v.degraded,
 	}
 	if v.isLeader {
@@ -359,6 +381,12 @@ func (t *tracker) recordChangeLocked(now time.Time, v view, cause Reason) {
 		}
 	}
 	t.lastChange = c
+	if !c.Leader {
+		t.lastLost = c
+	}
+	if t.onTransition != nil {
+		t.onTransition(c)
+	}
 	if len(t.changes) < maxPendingChanges {
 		t.changes = append(t.changes, c)
 	}
@@ -494,6 +522,25 @@ func (t *tracker) mayAcquire() bool {
 		return true
 	}
 	return t.holderExpiredLocked(now)
+}
+
+// contended reports whether the Lease, as last observed, is held by a live
+// holder other than this process's own term, or may still be by the unknown
+// holder of a Lease without history: an attempt to take it now would fail.
+func (t *tracker) contended() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.haveObserved || t.holding {
+		return false
+	}
+	now := t.clock.Now()
+	if t.observed.historyless() {
+		return now.Sub(t.observedAt) < t.leaseDuration
+	}
+	if t.observed.holder == "" || t.ownTermCurrentLocked() {
+		return false
+	}
+	return !t.holderExpiredLocked(now)
 }
 
 // holderUnknown reports whether the Lease, as last observed, has no holder's

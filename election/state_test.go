@@ -1,6 +1,7 @@
 package election
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -621,8 +622,9 @@ func TestMetrics(t *testing.T) {
 	m := newMetrics(tr)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.collectors...)
-	// values gathers every series without labels, by metric name; for the
-	// histogram, its sample count.
+	// values gathers every series by metric name (name{label="value"} for
+	// a labelled one); for the histogram, its sample count. The counter by
+	// reason has a series for every reason from the start.
 	values := func(t *testing.T) map[string]float64 {
 		t.Helper()
 		families, err := reg.Gather()
@@ -631,16 +633,25 @@ func TestMetrics(t *testing.T) {
 		}
 		got := map[string]float64{}
 		for _, f := range families {
-			if len(f.GetMetric()) != 1 {
-				t.Fatalf("%s has %d series, want 1", f.GetName(), len(f.GetMetric()))
+			if f.GetName() == "leader_elector_transitions_total" && len(f.GetMetric()) != len(Reasons) {
+				t.Fatalf("%s has %d series, want one per reason (%d)", f.GetName(), len(f.GetMetric()), len(Reasons))
 			}
-			switch s := f.GetMetric()[0]; {
-			case s.GetGauge() != nil:
-				got[f.GetName()] = s.GetGauge().GetValue()
-			case s.GetCounter() != nil:
-				got[f.GetName()] = s.GetCounter().GetValue()
-			case s.GetHistogram() != nil:
-				got[f.GetName()] = float64(s.GetHistogram().GetSampleCount())
+			for _, s := range f.GetMetric() {
+				name := f.GetName()
+				for _, l := range s.GetLabel() {
+					name += fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
+				}
+				switch {
+				case s.GetGauge() != nil:
+					got[name] = s.GetGauge().GetValue()
+				case s.GetCounter() != nil:
+					if s.GetCounter().GetValue() == 0 && len(s.GetLabel()) > 0 {
+						continue // the reasons that did not happen
+					}
+					got[name] = s.GetCounter().GetValue()
+				case s.GetHistogram() != nil:
+					got[name] = float64(s.GetHistogram().GetSampleCount())
+				}
 			}
 		}
 		return got
@@ -664,11 +675,12 @@ func TestMetrics(t *testing.T) {
 			name: "while leading",
 			at:   start.Add(testRenewDeadline - time.Nanosecond),
 			want: map[string]float64{
-				"leader_elector_is_leader":                    1,
-				"leader_elector_fencing_token":                2,
-				"leader_elector_leader_changes_total":         2,
-				"leader_elector_last_renew_timestamp_seconds": float64(t0.Add(time.Second).Unix()),
-				"leader_elector_renew_duration_seconds":       1,
+				"leader_elector_is_leader":                            1,
+				"leader_elector_fencing_token":                        2,
+				"leader_elector_leader_changes_total":                 2,
+				"leader_elector_last_renew_timestamp_seconds":         float64(t0.Add(time.Second).Unix()),
+				"leader_elector_renew_duration_seconds":               1,
+				`leader_elector_transitions_total{reason="acquired"}`: 1,
 			},
 		},
 		{
@@ -676,11 +688,13 @@ func TestMetrics(t *testing.T) {
 			name: "after the renew deadline",
 			at:   start.Add(testRenewDeadline),
 			want: map[string]float64{
-				"leader_elector_is_leader":                    0,
-				"leader_elector_fencing_token":                2,
-				"leader_elector_leader_changes_total":         2,
-				"leader_elector_last_renew_timestamp_seconds": float64(t0.Add(time.Second).Unix()),
-				"leader_elector_renew_duration_seconds":       1,
+				"leader_elector_is_leader":                                  0,
+				"leader_elector_fencing_token":                              2,
+				"leader_elector_leader_changes_total":                       2,
+				"leader_elector_last_renew_timestamp_seconds":               float64(t0.Add(time.Second).Unix()),
+				"leader_elector_renew_duration_seconds":                     1,
+				`leader_elector_transitions_total{reason="acquired"}`:       1,
+				`leader_elector_transitions_total{reason="renew-deadline"}`: 1,
 			},
 		},
 	} {

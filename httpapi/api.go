@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/election"
 )
 
@@ -26,6 +27,9 @@ type Election interface {
 	Watch() (election.State, <-chan struct{})
 	// Release makes the leader step down; election.ErrNotLeader if it is not.
 	Release(ctx context.Context) (election.State, error)
+	// Acquire tries to take the Lease and reports whether this pod leads;
+	// election.ErrObserver on an observer.
+	Acquire(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error)
 	// Candidate fails until the elector runs and has reached the API server.
 	Candidate() error
 	// Healthy fails when the elector is wedged.
@@ -47,6 +51,10 @@ const (
 type APIOptions struct {
 	// KeepAlive is the interval of SSE keep-alive comments; 15s if zero.
 	KeepAlive time.Duration
+	// Acquire is what POST /acquire does without a query: its attempts
+	// and their spacing (--acquire-retries, --acquire-retry-delay); one
+	// attempt if zero.
+	Acquire election.AcquireOptions
 }
 
 // NewAPIHandler returns the application API handler.
@@ -54,7 +62,7 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = defaultKeepAlive
 	}
-	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive}
+	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive, acquire: opts.Acquire}
 	return routes{
 		// The retired k8s.gcr.io/leader-elector image answered every path
 		// with {"name": <holder>} (one catch-all handler) and /isLeader with
@@ -79,12 +87,16 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 		"/release": {
 			http.MethodPost: a.release,
 		},
+		"/acquire": {
+			http.MethodPost: a.acquireHandler,
+		},
 	}
 }
 
 type leaderAPI struct {
 	el        Election
 	keepAlive time.Duration
+	acquire   election.AcquireOptions
 	// encoded is the JSON of the last state served: most requests find the
 	// state unchanged and reuse it.
 	encoded atomic.Pointer[encodedState]
@@ -146,7 +158,24 @@ func (a *leaderAPI) leaderSource() watchable[election.State] {
 		revision: func(s election.State) uint64 { return s.Revision },
 		event:    "leader",
 		encode:   func(s election.State) ([]byte, error) { return marshalJSON(leaderJSON(s)) },
+		before:   lostEvent,
 	}
+}
+
+// lostEvent is the "lost" event sent ahead of the state in which this pod
+// is seen to have stopped leading (a term of its own ended since the last
+// state sent), with why: the onLost of a Lease API.
+func lostEvent(prev, cur election.State) (string, []byte, bool) {
+	if cur.LastLost == prev.LastLost || cur.LastLost.Reason == "" {
+		return "", nil, false
+	}
+	data, err := marshalJSON(api.Lost{
+		Reason:       string(cur.LastLost.Reason),
+		At:           api.Time{Time: cur.LastLost.At},
+		FencingToken: cur.LastLost.FencingToken,
+		Holder:       cur.Holder,
+	})
+	return "lost", data, err == nil
 }
 
 // waitQuery reads ?wait=&revision= and answers 400 if it cannot.
@@ -256,7 +285,9 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 	state, err := a.el.Release(ctx)
 	switch {
 	case errors.Is(err, election.ErrNotLeader):
-		writeError(w, http.StatusConflict, err.Error())
+		// Releasing what one does not hold is a no-op, not an error (the
+		// release() of a Lease API).
+		writeJSON(w, http.StatusOK, api.Release{Leader: leaderJSON(state), Released: false})
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped leading, but clearing the Lease did not finish within %v (it goes on, or the Lease expires on its own)", releaseAnswerTimeout))
 	case err != nil:
@@ -264,6 +295,6 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 		// failed, so the others take over when it expires.
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("stopped leading, but could not clear the Lease (it expires on its own): %v", err))
 	default:
-		writeJSON(w, http.StatusOK, leaderJSON(state))
+		writeJSON(w, http.StatusOK, api.Release{Leader: leaderJSON(state), Released: true})
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/election"
 )
 
@@ -34,6 +35,7 @@ type fakeElection struct {
 	watched chan struct{}
 
 	release      func(ctx context.Context) (election.State, error)
+	acquire      func(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error)
 	candidateErr error
 	healthyErr   error
 }
@@ -63,6 +65,14 @@ func (f *fakeElection) Release(ctx context.Context) (election.State, error) {
 		return f.Snapshot(), election.ErrNotLeader
 	}
 	return f.release(ctx)
+}
+
+func (f *fakeElection) Acquire(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error) {
+	if f.acquire == nil {
+		s := f.Snapshot()
+		return s, s.IsLeader, nil
+	}
+	return f.acquire(ctx, opts)
 }
 
 func (f *fakeElection) Candidate() error { return f.candidateErr }
@@ -206,6 +216,26 @@ func TestLeaderJSON(t *testing.T) {
 				"fencingToken": 7,
 				"leaseDurationSeconds": 15,
 				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"revision": 12,
+				"degraded": false
+			}`,
+		},
+		{
+			name: "follower with the holder's advertised address",
+			state: func() election.State {
+				s := followerState()
+				s.HolderAddress = "10.0.0.5:8080"
+				return s
+			}(),
+			want: `{
+				"lease": {"namespace": "default", "name": "my-app"},
+				"identity": "my-app-7d9f-abcde",
+				"holder": "my-app-7d9f-xyz12",
+				"isLeader": false,
+				"fencingToken": 7,
+				"leaseDurationSeconds": 15,
+				"renewTime": "2026-11-29T08:00:00.123456Z",
+				"holderAddress": "10.0.0.5:8080",
 				"revision": 12,
 				"degraded": false
 			}`,
@@ -561,18 +591,26 @@ func TestRelease(t *testing.T) {
 		target     string
 		release    func(ctx context.Context) (election.State, error)
 		wantStatus int
+		// wantState is the state answered with a 200; wantReleased its
+		// "released".
+		wantState    election.State
+		wantReleased bool
 	}{
 		{
-			name:       "leader steps down",
-			target:     "/release",
-			release:    func(context.Context) (election.State, error) { return released, nil },
-			wantStatus: http.StatusOK,
+			name:         "leader steps down",
+			target:       "/release",
+			release:      func(context.Context) (election.State, error) { return released, nil },
+			wantStatus:   http.StatusOK,
+			wantState:    released,
+			wantReleased: true,
 		},
 		{
+			// Releasing what one does not hold is a no-op, not an error.
 			name:       "not the leader",
 			target:     "/release",
 			release:    func(context.Context) (election.State, error) { return followerState(), election.ErrNotLeader },
-			wantStatus: http.StatusConflict,
+			wantStatus: http.StatusOK,
+			wantState:  followerState(),
 		},
 		{
 			name:   "not the leader, wrapped",
@@ -580,7 +618,8 @@ func TestRelease(t *testing.T) {
 			release: func(context.Context) (election.State, error) {
 				return followerState(), fmt.Errorf("release: %w", election.ErrNotLeader)
 			},
-			wantStatus: http.StatusConflict,
+			wantStatus: http.StatusOK,
+			wantState:  followerState(),
 		},
 		{
 			name:   "the lease could not be cleared",
@@ -628,9 +667,12 @@ func TestRelease(t *testing.T) {
 			if w.Code != http.StatusOK {
 				t.Fatalf("status = %d, want 200", w.Code)
 			}
-			got := decodeJSON(t, w)
-			if got["holder"] != "" || got["isLeader"] != false || got["revision"] != float64(13) {
-				t.Errorf("POST /release = %s, want the state after the release", w.Body.String())
+			var got api.Release
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+				t.Fatalf("POST /release = %s: %v", w.Body.String(), err)
+			}
+			if got.Holder != tc.wantState.Holder || got.IsLeader || got.Revision != tc.wantState.Revision || got.Released != tc.wantReleased {
+				t.Errorf("POST /release = %s, want the state %+v and released %v", w.Body.String(), tc.wantState, tc.wantReleased)
 			}
 		})
 	}

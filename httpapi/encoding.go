@@ -27,6 +27,7 @@ func leaderJSON(s election.State) api.Leader {
 		RenewTime:            api.Time{Time: s.RenewTime},
 		LeaderSince:          api.Time{Time: s.LeaderSince},
 		ValidUntil:           api.Time{Time: s.ValidUntil},
+		HolderAddress:        s.HolderAddress,
 		Revision:             s.Revision,
 		LastChange:           changeJSON(s.LastChange),
 		Degraded:             s.Degraded != "",

@@ -17,6 +17,10 @@ type watchable[S any] struct {
 	// event names the SSE event; encode gives its data.
 	event  string
 	encode func(S) ([]byte, error)
+	// before, if set, gives an event to send ahead of the state's own when
+	// the state changed from prev to cur (GET /events' "lost"); ok false
+	// when there is none.
+	before func(prev, cur S) (event string, data []byte, ok bool)
 }
 
 // waitFor blocks until the revision differs from the one asked for, the
@@ -69,19 +73,26 @@ func stream[S any](w http.ResponseWriter, r *http.Request, keepAliveEvery time.D
 	defer keepAlive.Stop()
 
 	var sent uint64
+	var prev S
 	first := true
 	for {
 		state, changed := src.watch()
 		if rev := src.revision(state); first || rev != sent {
+			var chunk string
+			if src.before != nil && !first {
+				if event, data, ok := src.before(prev, state); ok {
+					chunk = fmt.Sprintf("event: %s\ndata: %s\n\n", event, data)
+				}
+			}
 			body, err := src.encode(state)
 			if err == nil {
-				err = writeChunk(rc, w, fmt.Sprintf("id: %d\nevent: %s\ndata: %s\n\n", rev, src.event, body))
+				err = writeChunk(rc, w, chunk+fmt.Sprintf("id: %d\nevent: %s\ndata: %s\n\n", rev, src.event, body))
 			}
 			if err != nil {
 				logger.V(4).Info("SSE client gone", "err", err)
 				return
 			}
-			sent, first = rev, false
+			sent, prev, first = rev, state, false
 		}
 		select {
 		case <-changed:

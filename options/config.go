@@ -22,6 +22,7 @@ func (o *Options) AppConfig(version string) app.Config {
 		Readiness:    httpapi.Readiness(o.Readiness),
 		Events:       o.Events,
 		Election:     o.electionConfig(),
+		Acquire:      o.acquireOptions(),
 		Routing:      o.routingConfig(),
 		Health:       o.healthConfig(),
 	}
@@ -46,6 +47,8 @@ func (o *Options) electionConfig() election.Config {
 		RenewDeadline:     o.RenewDeadline,
 		RetryPeriod:       o.RetryPeriod,
 		ReleaseOnShutdown: o.ReleaseOnShutdown,
+		Campaign:          o.campaign(),
+		AdvertiseAddress:  o.Advertise.address(),
 	}
 }
 

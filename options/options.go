@@ -52,8 +52,11 @@ type Options struct {
 	Routing   routeOptions
 	// Health gates candidacy on the app's health (--app-health-url).
 	Health healthOptions
+	// Advertise is the leader's address on the Lease.
+	Advertise advertiseOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
+	Campaign   campaignOptions
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -105,6 +108,7 @@ func newOptions() *Options {
 		LogFormat:         "text",
 		Routing:           newRouteOptions(),
 		Health:            newHealthOptions(),
+		Campaign:          newCampaignOptions(),
 	}
 }
 
@@ -127,8 +131,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: \"text\" (klog's) or \"json\" (the Kubernetes JSON log format).")
 	fs.StringVar(&o.loggingFormat, "logging-format", "", "Same as --log-format (the name Kubernetes components use).")
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
+	o.Campaign.addFlags(fs)
 	o.Routing.addFlags(fs)
 	o.Health.addFlags(fs)
+	o.Advertise.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
@@ -217,6 +223,7 @@ func (o *Options) complete(env Environment) {
 		o.Kubeconfig, _ = env.lookupEnv("KUBECONFIG")
 	}
 	o.Routing.complete(env)
+	o.Advertise.complete(env)
 }
 
 // resolveAliases copies each alias that was set, and not yet copied, into
@@ -311,7 +318,9 @@ func (o *Options) Validate() error {
 	}
 	errs = append(errs, o.validatePartitions()...)
 	errs = append(errs, o.validateHealth()...)
+	errs = append(errs, o.validateCampaign()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
+	errs = append(errs, o.Advertise.validate(o.Partitions)...)
 	return errors.Join(errs...)
 }
 
@@ -377,6 +386,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 		return nil, fs, err
 	}
 	o.complete(env)
+	o.completeCampaign(fs)
 	if err := o.Validate(); err != nil {
 		return nil, fs, err
 	}

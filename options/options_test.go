@@ -83,6 +83,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		LogFormat:         "text",
 		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
 		Health:            healthOptions{Period: 2 * time.Second, Failures: 3, Successes: 1},
+		Campaign:          campaignOptions{Campaign: "auto", AcquireRetries: 3, AcquireRetryDelay: 500 * time.Millisecond, Candidate: true},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -95,6 +96,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		RenewDeadline:     10 * time.Second,
 		RetryPeriod:       2 * time.Second,
 		ReleaseOnShutdown: true,
+		Campaign:          election.CampaignAuto,
 	}
 	if got := o.electionConfig(); !reflect.DeepEqual(got, wantCfg) {
 		t.Errorf("electionConfig() = %+v, want %+v", got, wantCfg)
@@ -140,6 +142,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		LogFormat:         "json",
 		Routing:           newRouteOptions(),
 		Health:            newHealthOptions(),
+		Campaign:          newCampaignOptions(),
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -216,6 +219,17 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "unknown log format", args: []string{"--lease-name=my-app", "--log-format=xml"}, wantErr: []string{`--log-format "xml" is unknown`}},
 		{name: "negative qps", args: []string{"--lease-name=my-app", "--kube-api-qps=-1"}, wantErr: []string{"--kube-api-qps must not be negative"}},
 		{name: "negative burst", args: []string{"--lease-name=my-app", "--kube-api-burst=-1"}, wantErr: []string{"--kube-api-burst must not be negative"}},
+		{name: "unknown campaign", args: []string{"--lease-name=my-app", "--campaign=never"}, wantErr: []string{`--campaign "never" is unknown (want "auto" or "manual")`}},
+		{name: "zero acquire retries", args: []string{"--lease-name=my-app", "--acquire-retries=0"}, wantErr: []string{"--acquire-retries must be within 1..100, got 0"}},
+		{name: "too many acquire retries", args: []string{"--lease-name=my-app", "--acquire-retries=101"}, wantErr: []string{"--acquire-retries must be within 1..100"}},
+		{name: "negative acquire retry delay", args: []string{"--lease-name=my-app", "--acquire-retry-delay=-1s"}, wantErr: []string{"--acquire-retry-delay must be within 0s..1m0s, got -1s"}},
+		{name: "acquire retry delay too long", args: []string{"--lease-name=my-app", "--acquire-retry-delay=61s"}, wantErr: []string{"--acquire-retry-delay must be within"}},
+		{name: "acquire attempts outlast a call", args: []string{"--lease-name=my-app", "--acquire-retries=100", "--acquire-retry-delay=10s"}, wantErr: []string{"100 attempts 10s apart take 16m30s, more than the 5m0s one call may take"}},
+		{name: "manual campaign with partitions", args: []string{"--lease-name=my-app", "--partitions=4", "--campaign=manual"}, wantErr: []string{"--campaign=manual is for leader election"}},
+		{name: "observer with manual campaign", args: []string{"--lease-name=my-app", "--candidate=false", "--campaign=manual"}, wantErr: []string{"--candidate=false never does; give one of them"}},
+		{name: "observer with partitions", args: []string{"--lease-name=my-app", "--candidate=false", "--partitions=4"}, wantErr: []string{"--candidate=false is for leader election"}},
+		{name: "observer with leader readiness", args: []string{"--lease-name=my-app", "--candidate=false", "--readiness=leader"}, wantErr: []string{"--readiness=leader would never pass with --candidate=false"}},
+		{name: "observer with routing", args: []string{"--lease-name=my-app", "--candidate=false", "--route=label"}, wantErr: []string{"--route=label publishes the leader this pod would be"}},
 		{name: "unknown flag", args: []string{"--lease-name=my-app", "--lease=x"}, wantErr: []string{"unknown flag: --lease"}},
 		{name: "unknown shorthand", args: []string{"--lease-name=my-app", "-x"}, wantErr: []string{"unknown shorthand flag"}},
 		{name: "unparsable duration", args: []string{"--lease-name=my-app", "--retry-period=2"}, wantErr: []string{`"--retry-period"`}},
@@ -279,6 +293,11 @@ func TestParseOptionsValidEdges(t *testing.T) {
 		{name: "one partition", args: []string{"--partitions=1"}},
 		{name: "most partitions", args: []string{"--partitions=1024"}},
 		{name: "long lease name without partitions", args: []string{"--lease-name=" + strings.Repeat("a", 64)}},
+		{name: "manual campaign", args: []string{"--campaign=manual"}},
+		{name: "one acquire attempt without delay", args: []string{"--acquire-retries=1", "--acquire-retry-delay=0s"}},
+		{name: "acquire attempts spanning a whole call", args: []string{"--acquire-retries=6", "--acquire-retry-delay=1m"}},
+		{name: "observer", args: []string{"--candidate=false"}},
+		{name: "observer with candidate readiness", args: []string{"--candidate=false", "--readiness=candidate"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--lease-name=my-app"}, tc.args...)
@@ -334,6 +353,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 					LogFormat:         "json",
 					Routing:           newRouteOptions(),
 					Health:            newHealthOptions(),
+					Campaign:          newCampaignOptions(),
 				}
 				if !reflect.DeepEqual(o, want) {
 					t.Errorf("got\n%+v\nwant\n%+v", o, want)
@@ -701,5 +721,28 @@ func TestClientRates(t *testing.T) {
 				t.Errorf("clientRates() = %v, %d; want %v, %d", qps, burst, tc.qps, tc.burst)
 			}
 		})
+	}
+}
+
+// TestObserverReadiness: an observer never leads, so unless --readiness is
+// given it reports ready once it has reached the API server; its elector
+// never campaigns.
+func TestObserverReadiness(t *testing.T) {
+	o, _, err := parse([]string{"--lease-name=my-app", "--candidate=false"}, plainEnv.environment())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Readiness != "candidate" {
+		t.Errorf("an observer's readiness = %q, want candidate", o.Readiness)
+	}
+	if got := o.electionConfig().Campaign; got != election.CampaignNever {
+		t.Errorf("an observer's campaign = %q, want %q", got, election.CampaignNever)
+	}
+	o, _, err = parse([]string{"--lease-name=my-app", "--campaign=manual"}, plainEnv.environment())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Readiness != "leader" || o.electionConfig().Campaign != election.CampaignManual {
+		t.Errorf("manual campaign: readiness %q, campaign %q; want leader, manual", o.Readiness, o.electionConfig().Campaign)
 	}
 }

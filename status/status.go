@@ -187,6 +187,9 @@ func printLeader(w io.Writer, l api.Leader, now time.Time) {
 	}
 	fmt.Fprintf(w, "Lease:\t%s/%s\n", l.Lease.Namespace, l.Lease.Name)
 	fmt.Fprintf(w, "Leader:\t%s\n", holder)
+	if l.HolderAddress != "" {
+		fmt.Fprintf(w, "Leader address:\t%s\n", l.HolderAddress)
+	}
 	fmt.Fprintf(w, "This pod:\t%s (%s)\n", l.Identity, role)
 	fmt.Fprintf(w, "Fencing token:\t%d\n", l.FencingToken)
 	if l.IsLeader {

@@ -83,7 +83,9 @@ func TestStatusText(t *testing.T) {
 			"Fencing token:  7", "Valid until:", "(in 9", "Leader since:", "(2m0s ago)", "Last renewal:", "(1s ago)", "Lease duration: 15s", "Revision:       12",
 		}},
 		{name: "follower", l: &follower, want: []string{"Leader:         my-app-a", "This pod:       my-app-b (follower)", "Fencing token:  7"},
-			not: []string{"Valid until", "Leader since"}},
+			not: []string{"Valid until", "Leader since", "Leader address"}},
+		{name: "follower with the leader's address", l: func() *api.Leader { l := follower; l.HolderAddress = "10.0.0.5:8080"; return &l }(),
+			want: []string{"Leader:         my-app-a", "Leader address: 10.0.0.5:8080"}},
 		{name: "no one leads", l: &api.Leader{Lease: leader.Lease, Identity: "my-app-b"}, want: []string{"Leader:         (none: no one holds the Lease)", "Last renewal:   -"}},
 		{name: "partition mode", p: &partitions, want: []string{
 			"Mode:        partitions", "Group:       default/workers", "This pod:    worker-a (member)", "4 over 2 members (fair share 2–2)",

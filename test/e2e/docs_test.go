@@ -13,9 +13,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,6 +70,10 @@ func TestDocSnippets(t *testing.T) {
 		"networkpolicy-component":   testNetworkPolicyComponent,
 		"migration-rbac":            testMigrationRBAC,
 		"go-client-example":         testGoClientExample,
+		"go-forward-example":        testGoForwardExample,
+		"go-steer-example":          testGoSteerExample,
+		"python-steer-example":      testPythonSteerExample,
+		"kustomize-advertise-patch": testKustomizeAdvertisePatch,
 	}
 	used := map[string]bool{}
 	for _, b := range snippets.Tested(blocks) {
@@ -496,7 +502,86 @@ func testWorkerExample(t *testing.T, b snippets.Block) {
 // aside) is a line of package api's Example_fromGo, which the unit tests
 // run against a fake sidecar and check the output of.
 func testGoClientExample(t *testing.T, b snippets.Block) {
-	src, err := os.ReadFile(filepath.Join(repoRoot, "api", "example_test.go"))
+	checkGoSnippet(t, b, "example_test.go", "api.Example_fromGo")
+}
+
+// testGoSteerExample: the acquire/checkAlive/release snippet is the code of
+// api.Example_steer, which make unit runs (TestAcquireClient runs the same
+// calls against a real sidecar).
+func testGoSteerExample(t *testing.T, b snippets.Block) {
+	checkGoSnippet(t, b, "example_test.go", "api.Example_steer")
+}
+
+// testPythonSteerExample runs the Python snippet as an app would, next to a
+// sidecar with --campaign=manual: it acquires (nobody else would), says it
+// leads, and, when the sidecar's term ends (here by POST /release from
+// outside, as a rollout would), prints the reason and exits 0. It needs
+// python3 (Debian's), and fails, not skips, without it.
+func testPythonSteerExample(t *testing.T, b snippets.Block) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatalf("python3 is needed to run the Python snippet: %v", err)
+	}
+	g := newGroup(t, 1, candidateOptions{extraArgs: []string{"--campaign=manual"}})
+	sidecar := g.members()[0]
+	script := filepath.Join(t.TempDir(), "app.py")
+	if err := os.WriteFile(script, []byte(b.Text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, script)
+	cmd.Env = append(os.Environ(), "LEADER_ELECTOR_URL="+sidecar.apiURL)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	leader := g.waitLeader(45 * time.Second)
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(out.String(), "leading with fencing token"), nil
+	}); err != nil {
+		t.Fatalf("the app did not say it leads: %q", out.String())
+	}
+	leader.release(t)
+	if err := <-done; err != nil {
+		t.Fatalf("the app: %v\n%s\nthe sidecar's events after the release: %s", err, out.String(), leader.log())
+	}
+	if got := out.String(); !strings.Contains(got, "lost leadership: released") {
+		t.Errorf("the app printed %q, want the reason its term ended", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a process writes while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// testGoForwardExample: the follower-forwarding snippet is the code of
+// api.Example_forwardToLeader, which make unit runs.
+func testGoForwardExample(t *testing.T, b snippets.Block) {
+	checkGoSnippet(t, b, "forward_example_test.go", "api.Example_forwardToLeader")
+}
+
+// checkGoSnippet fails unless every line of b is a line of the example in
+// api/file (comments and spacing aside).
+func checkGoSnippet(t *testing.T, b snippets.Block, file, example string) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "api", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +595,7 @@ func testGoClientExample(t *testing.T, b snippets.Block) {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
 		if !code[normalize(line)] {
-			t.Errorf("%s: line %q is not in api.Example_fromGo", b, line)
+			t.Errorf("%s: line %q is not in %s", b, line, example)
 		}
 	}
 }
@@ -621,6 +706,52 @@ func testNetworkPolicyComponent(t *testing.T, b snippets.Block) {
 		return len(r.Ports) == 1 && r.Ports[0].Port != nil && r.Ports[0].Port.IntValue() == 8081
 	}) {
 		t.Errorf("the patch did not add the app's port: %+v", np.Spec.Ingress)
+	}
+	dryRunApply(t, objs)
+}
+
+// testKustomizeAdvertisePatch: the patch, in an overlay over the example,
+// gives the sidecar the advertised port and $POD_IP, leader-elector accepts
+// that configuration, and the API server takes the objects.
+func testKustomizeAdvertisePatch(t *testing.T, b snippets.Block) {
+	ctx := context.Background()
+	root := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot, "manifests"), root).CombinedOutput(); err != nil {
+		t.Fatalf("copying manifests: %v: %s", err, out)
+	}
+	dir := filepath.Join(root, "overlay")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../manifests/example]\n" + b.Text
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := packaging.KustomizeBuild(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := objs.OneInto("Deployment", &d); err != nil {
+		t.Fatal(err)
+	}
+	sc, _, err := packaging.Sidecar(&d.Spec.Template.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, ok := packaging.EnvValue(sc, "LEADER_ELECTOR_ADVERTISE_PORT")
+	podIP := slices.ContainsFunc(sc.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP"
+	})
+	if !ok || port != "8081" || !podIP {
+		t.Errorf("the sidecar's environment after the patch: %+v", sc.Env)
+	}
+	// leader-elector takes the port with a pod IP: it refuses it only for
+	// its kubeconfig (exit 1), not its options (exit 2).
+	cmd := exec.Command(binary, "--lease-name=x", "--kubeconfig=/nonexistent/kubeconfig")
+	cmd.Env = []string{"POD_NAME=pod-0", "POD_NAMESPACE=ns", "POD_IP=10.0.0.7", "LEADER_ELECTOR_ADVERTISE_PORT=" + port}
+	if out, err := cmd.CombinedOutput(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 1 {
+		t.Errorf("leader-elector with the patched environment: %v\n%s", err, out)
 	}
 	dryRunApply(t, objs)
 }

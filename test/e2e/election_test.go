@@ -251,8 +251,8 @@ func TestFrozenLeader(t *testing.T) {
 	waitChangeRecorded(t, leader, g.lease, "stopped leading", "renew-deadline")
 }
 
-// TestRelease: POST /release on the leader hands over; on a follower it is
-// 409.
+// TestRelease: POST /release on the leader hands over; on a follower it
+// does nothing (released: false).
 func TestRelease(t *testing.T) {
 	g := newGroup(t, 3, candidateOptions{})
 	leader := g.waitLeader(30 * time.Second)
@@ -263,19 +263,13 @@ func TestRelease(t *testing.T) {
 			break
 		}
 	}
-	code, _, body, err := follower.do("POST", "/release", nil)
-	if err != nil || code != 409 || !strings.Contains(string(body), `"error"`) {
-		t.Errorf("POST /release on follower = %d %s %v, want 409 with an error", code, body, err)
+	if r := follower.release(t); r.Released || r.Holder != leader.name {
+		t.Errorf("POST /release on follower = %+v, want released false (a no-op) and the holder", r)
 	}
 
 	sent := time.Now()
-	code, _, body, err = leader.do("POST", "/release", nil)
-	if err != nil || code != 200 {
-		t.Fatalf("POST /release on leader = %d %s %v", code, body, err)
-	}
-	var s api.Leader
-	if err := json.Unmarshal(body, &s); err != nil || s.IsLeader {
-		t.Errorf("release answer claims leadership or is not JSON: %s", body)
+	if r := leader.release(t); !r.Released || r.IsLeader {
+		t.Errorf("POST /release on leader = %+v, want released true and not leading", r)
 	}
 	next := g.waitLeader(leaseDuration, leader)
 	t.Logf("MEASURED release: %s leads %v after POST /release", next.name, time.Since(sent).Round(time.Millisecond))

@@ -145,6 +145,15 @@ func TestChartRBAC(t *testing.T) {
 			subject: full, leaseName: full,
 		},
 		{
+			name:  "election.candidate=false: observers get and watch the candidates' Lease, nothing else",
+			set:   []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "lease.name=my-app"},
+			kinds: []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full},
+			rules: func(t *testing.T) []rbacv1.PolicyRule {
+				return []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"my-app"}, Verbs: []string{"get", "watch"}}}
+			},
+			subject: full,
+		},
+		{
 			name:    "fullnameOverride",
 			set:     []string{"--set", "fullnameOverride=elector"},
 			kinds:   []string{"ServiceAccount/elector", "Role/elector", "RoleBinding/elector", "Lease/elector"},
@@ -241,6 +250,39 @@ func TestChartSidecar(t *testing.T) {
 			}
 		})
 	}
+	t.Run("manual campaign", func(t *testing.T) {
+		_, d := demo(t, "--set", "election.campaign=manual")
+		sc, _, _ := Sidecar(&d.Spec.Template.Spec)
+		if v, ok := FlagValue(sc.Args, "campaign"); !ok || v != "manual" {
+			t.Errorf("args %v, want --campaign=manual", sc.Args)
+		}
+		if !binaryVerdict(t, sc.Args) {
+			t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
+		}
+	})
+	// election.advertisePort: the flag, and $POD_IP from the downward API
+	// for its host; leader-elector accepts them with a pod IP.
+	t.Run("advertise port", func(t *testing.T) {
+		_, d := demo(t, "--set", "election.advertisePort=8080")
+		sc, _, _ := Sidecar(&d.Spec.Template.Spec)
+		if port, ok := FlagValue(sc.Args, "advertise-port"); !ok || port != "8080" {
+			t.Errorf("--advertise-port = %q (%v), want 8080", port, ok)
+		}
+		podIP := false
+		for _, e := range sc.Env {
+			podIP = podIP || (e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP")
+		}
+		if !podIP {
+			t.Errorf("the sidecar has no POD_IP from status.podIP: %s", asJSON(sc.Env))
+		}
+		if !binaryVerdict(t, append(sc.Args, "--advertise-address=10.0.0.7")) {
+			t.Errorf("leader-elector refuses the chart's arguments %v with a pod IP", sc.Args)
+		}
+		_, d = demo(t)
+		if sc, _, _ := Sidecar(&d.Spec.Template.Spec); slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, "--advertise-port") }) {
+			t.Errorf("the default renders --advertise-port: %v", sc.Args)
+		}
+	})
 	t.Run("image digest", func(t *testing.T) {
 		digest := "sha256:" + strings.Repeat("ab", 32)
 		_, d := demo(t, "--set", "image.digest="+digest)
@@ -345,6 +387,15 @@ func TestChartGuards(t *testing.T) {
 		{"too many partitions", []string{"--set", "partitions.count=2000"}, "partitions/count"},
 		{"partition group name too long for a label", []string{"--set", "partitions.count=4", "--set", "demo.enabled=true", "--set", "lease.name=" + strings.Repeat("a", 64)}, "partitions.count needs a lease name of at most 63 characters"},
 		{"native sidecar before 1.29", []string{"--kube-version", "1.28.9"}, "sidecar.native needs Kubernetes 1.29 or later"},
+		{"unknown campaign", []string{"--set", "election.campaign=never"}, "election/campaign"},
+		{"manual campaign with partitions", []string{"--set", "election.campaign=manual", "--set", "partitions.count=4"}, "election.campaign=manual is for leader election"},
+		{"observer with partitions", []string{"--set", "election.candidate=false", "--set", "partitions.count=4", "--set", "election.readiness=candidate"}, "election.candidate=false is for leader election"},
+		{"observer with manual campaign", []string{"--set", "election.candidate=false", "--set", "election.campaign=manual", "--set", "election.readiness=candidate", "--set", "lease.create=false"}, "give one of them"},
+		{"observer with leader readiness", []string{"--set", "election.candidate=false", "--set", "lease.create=false"}, "election.readiness=leader would never pass"},
+		{"observer with routing", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "routing.mode=label"}, "observers (election.candidate=false) never lead"},
+		{"observer creating the Lease", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate"}, "set lease.create=false"},
+		{"advertise port out of range", []string{"--set", "election.advertisePort=65536"}, "election/advertisePort"},
+		{"advertise port with partitions", []string{"--set", "partitions.count=4", "--set", "demo.enabled=true", "--set", "election.advertisePort=8080"}, "election.advertisePort publishes one leader's address"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

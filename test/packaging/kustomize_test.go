@@ -163,6 +163,26 @@ func tokenVolume(spec *corev1.PodSpec) *corev1.Volume {
 // the base, replaces the leader Role's rules with exactly the chart's
 // partition-mode rules (which the e2e suite runs partition mode with), and
 // keeps the base's Lease to carry the renamed group name.
+// TestKustomizeObserver: the observer component leaves the Role exactly the
+// chart's observer rules, on the overlay's Lease name.
+func TestKustomizeObserver(t *testing.T) {
+	objs, err := KustomizeBuild(context.Background(), inRepo("test", "packaging", "testdata", "observer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "followers-leader-elector"
+	var role, chartRole rbacv1.Role
+	if err := objs.OneInto("Role", &role); err != nil {
+		t.Fatal(err)
+	}
+	if err := helmTemplate(t, "--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "lease.name="+name).OneInto("Role", &chartRole); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(role.Rules, chartRole.Rules) {
+		t.Errorf("Role rules:\n%s\nwant the chart's observer rules:\n%s", asJSON(role.Rules), asJSON(chartRole.Rules))
+	}
+}
+
 func TestKustomizePartitions(t *testing.T) {
 	objs, err := KustomizeBuild(context.Background(), inRepo("test", "packaging", "testdata", "partitions"))
 	if err != nil {

@@ -181,6 +181,11 @@ ServiceAccount's token.
     - --renew-deadline={{ include "leader-elector.seconds" .Values.election.renewDeadlineSeconds }}
     - --retry-period={{ include "leader-elector.seconds" .Values.election.retryPeriodSeconds }}
     - --readiness={{ .Values.election.readiness }}
+    {{- if not .Values.election.candidate }}
+    - --candidate=false
+    {{- else if ne .Values.election.campaign "auto" }}
+    - --campaign={{ .Values.election.campaign }}
+    {{- end }}
     - --release-on-shutdown={{ .Values.election.releaseOnShutdown }}
     - --http-address=127.0.0.1:{{ .Values.sidecar.httpPort }}
     - --probe-address=:{{ .Values.sidecar.probePort }}
@@ -206,6 +211,9 @@ ServiceAccount's token.
     {{- if eq .Values.routing.mode "label" }}
     - --leader-label={{ .Values.routing.leaderLabel }}
     {{- end }}
+    {{- if gt (int .Values.election.advertisePort) 0 }}
+    - --advertise-port={{ .Values.election.advertisePort }}
+    {{- end }}
     {{- with .Values.sidecar.extraArgs }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -218,8 +226,9 @@ ServiceAccount's token.
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
-    {{- if eq .Values.routing.mode "endpointslice" }}
-    # The endpoint the leader publishes.
+    {{- if or (eq .Values.routing.mode "endpointslice") (gt (int .Values.election.advertisePort) 0) }}
+    # The endpoint the leader publishes, and the host of its advertised
+    # address.
     - name: POD_IP
       valueFrom:
         fieldRef:
@@ -394,6 +403,32 @@ helm template) does not say what to do. */}}
 {{- end }}
 {{- if and .Values.healthGating.enabled (gt (len (include "leader-elector.candidatesLeaseName" .)) 253) }}
 {{- fail (printf "healthGating needs a lease name of at most 242 characters (the candidates Lease adds \"-candidates\"), got %q" (include "leader-elector.leaseName" .)) }}
+{{- end }}
+{{- if not (has .Values.election.campaign (list "auto" "manual")) }}
+{{- fail (printf "election.campaign must be auto or manual, got %q" .Values.election.campaign) }}
+{{- end }}
+{{- if and (ne .Values.election.campaign "auto") (gt (int .Values.partitions.count) 0) }}
+{{- fail "election.campaign=manual is for leader election; partition mode spreads its partitions by itself" }}
+{{- end }}
+{{- if not .Values.election.candidate }}
+{{- if gt (int .Values.partitions.count) 0 }}
+{{- fail "election.candidate=false is for leader election; a partition group member always takes part" }}
+{{- end }}
+{{- if ne .Values.election.campaign "auto" }}
+{{- fail "election.campaign=manual campaigns when asked, and election.candidate=false never does; give one of them" }}
+{{- end }}
+{{- if eq .Values.election.readiness "leader" }}
+{{- fail "election.readiness=leader would never pass with election.candidate=false (an observer never leads): set election.readiness=candidate" }}
+{{- end }}
+{{- if ne .Values.routing.mode "none" }}
+{{- fail (printf "routing.mode=%s publishes the leader; observers (election.candidate=false) never lead: set routing.mode=none" .Values.routing.mode) }}
+{{- end }}
+{{- if .Values.lease.create }}
+{{- fail "election.candidate=false: observers follow the candidates' Lease; set lease.create=false and lease.name to that Lease" }}
+{{- end }}
+{{- end }}
+{{- if and (gt (int .Values.partitions.count) 0) (gt (int .Values.election.advertisePort) 0) }}
+{{- fail "election.advertisePort publishes one leader's address; partition mode (partitions.count) has no one leader: set one of them to 0" }}
 {{- end }}
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
