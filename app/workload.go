@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +17,7 @@ import (
 type workload struct {
 	run        func(context.Context) error
 	elector    *election.Elector // leader election only (--route publishes its leadership)
+	notifier   *httpapi.Notifier // leader election with --on-change-url only
 	collectors []prometheus.Collector
 	api        http.Handler
 	probes     func(prometheus.Gatherer) http.Handler
@@ -25,6 +27,10 @@ type workload struct {
 func newWorkload(cfg Config, c *clients) (*workload, error) {
 	readiness := cfg.Readiness
 	if cfg.partitionMode() {
+		if cfg.Notify.URL != "" {
+			// Options refuse it: the notifications carry /leader's JSON.
+			return nil, errors.New("change notifications are for leader election, not partition mode")
+		}
 		pcfg := cfg.Partition
 		pcfg.Client, pcfg.WatchClient, pcfg.ServerClock = c.requests, c.watches, c.serverClock
 		m, err := partition.New(pcfg)
@@ -50,7 +56,7 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workload{
+	w := &workload{
 		run:        elector.Run,
 		elector:    elector,
 		collectors: elector.Collectors(),
@@ -58,5 +64,30 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		probes: func(g prometheus.Gatherer) http.Handler {
 			return httpapi.NewProbeHandler(elector, readiness, g)
 		},
-	}, nil
+	}
+	if cfg.Notify.URL != "" {
+		w.notifier = httpapi.NewNotifier(elector, cfg.Notify)
+		w.collectors = append(w.collectors, w.notifier.Collectors()...)
+	}
+	return w, nil
+}
+
+// startNotifier starts the change notifications, if any, on a context of
+// their own: they must outlive ctx to tell the app of the elector's last
+// state. The function returned stops them once that state is delivered or
+// the notifier's flush timeout has passed.
+func (w *workload) startNotifier(ctx context.Context) (stop func()) {
+	if w.notifier == nil {
+		return func() {}
+	}
+	notifyCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.notifier.Run(notifyCtx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

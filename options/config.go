@@ -23,6 +23,7 @@ func (o *Options) AppConfig(version string) app.Config {
 		Events:       o.Events,
 		Election:     o.electionConfig(),
 		Routing:      o.routingConfig(),
+		Notify:       o.notifyConfig(),
 	}
 	if o.Partitions > 0 {
 		cfg.Partition = o.partitionConfig()

@@ -52,6 +52,8 @@ type Options struct {
 	Routing   routeOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
+	// Notify configures --on-change-url.
+	Notify notifyOptions
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -102,6 +104,7 @@ func newOptions() *Options {
 		Events:            true,
 		LogFormat:         "text",
 		Routing:           newRouteOptions(),
+		Notify:            newNotifyOptions(),
 	}
 }
 
@@ -126,6 +129,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
 	o.Routing.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
+	o.Notify.addFlags(fs)
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
@@ -307,6 +311,7 @@ func (o *Options) Validate() error {
 	}
 	errs = append(errs, o.validatePartitions()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
+	errs = append(errs, o.Notify.validate(o.Partitions)...)
 	return errors.Join(errs...)
 }
 

@@ -82,6 +82,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		Events:            true,
 		LogFormat:         "text",
 		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
+		Notify:            notifyOptions{Timeout: 2 * time.Second, Retries: 3},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -138,6 +139,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		KubeAPIBurst:      15,
 		LogFormat:         "json",
 		Routing:           newRouteOptions(),
+		Notify:            newNotifyOptions(),
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -331,6 +333,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 					KubeAPIBurst:      100,
 					LogFormat:         "json",
 					Routing:           newRouteOptions(),
+					Notify:            newNotifyOptions(),
 				}
 				if !reflect.DeepEqual(o, want) {
 					t.Errorf("got\n%+v\nwant\n%+v", o, want)

@@ -68,6 +68,7 @@ func TestDocSnippets(t *testing.T) {
 		"networkpolicy-component":   testNetworkPolicyComponent,
 		"migration-rbac":            testMigrationRBAC,
 		"go-client-example":         testGoClientExample,
+		"notify-receiver-example":   testNotifyReceiverExample,
 	}
 	used := map[string]bool{}
 	for _, b := range snippets.Tested(blocks) {
@@ -511,6 +512,29 @@ func testGoClientExample(t *testing.T, b snippets.Block) {
 	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
 		if !code[normalize(line)] {
 			t.Errorf("%s: line %q is not in api.Example_fromGo", b, line)
+		}
+	}
+}
+
+// testNotifyReceiverExample: every line of the receiving app (comments and
+// spacing aside) is a line of the receiver TestChangeNotificationsInOrder
+// runs against real sidecars.
+func testNotifyReceiverExample(t *testing.T, b snippets.Block) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "test", "e2e", "notify_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	normalize := func(line string) string {
+		line, _, _ = strings.Cut(line, "//")
+		return strings.Join(strings.Fields(line), " ")
+	}
+	code := map[string]bool{}
+	for _, line := range strings.Split(string(src), "\n") {
+		code[normalize(line)] = true
+	}
+	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
+		if !code[normalize(line)] {
+			t.Errorf("%s: line %q is not in the receiver of test/e2e/notify_test.go", b, line)
 		}
 	}
 }
