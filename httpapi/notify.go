@@ -66,7 +66,11 @@ type NotifyOptions struct {
 // Notifier POSTs the GET /leader JSON to the app at every change of the
 // election state, in order. It follows the state through Election.Watch, as
 // the long-poll does, on goroutines of its own: the elector never waits for
-// it, and a slow or absent app delays only its own notifications.
+// it, and a slow or absent app delays only its own notifications. Like the
+// stream it sees the current state, so a state overtaken before the
+// follower reads it (microseconds) is sent as the later one: the election
+// keeps no history of states, and its OnChange hook runs under the state's
+// lock without the state.
 type Notifier struct {
 	el     Election
 	opts   NotifyOptions
@@ -115,7 +119,7 @@ func NewNotifier(el Election, opts NotifyOptions) *Notifier {
 	n := &Notifier{
 		el:       el,
 		opts:     opts,
-		client:   loopbackClient(),
+		client:   loopbackClient(opts.Timeout),
 		wake:     make(chan struct{}, 1),
 		followed: make(chan struct{}),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -138,9 +142,9 @@ func (n *Notifier) Collectors() []prometheus.Collector {
 // only, whatever a host name resolves to, uses no proxy and follows no
 // redirect: the notifications go to the app in the same pod, and a sidecar
 // that could be made to POST elsewhere would be a request-forgery gadget.
-func loopbackClient() *http.Client {
+func loopbackClient(timeout time.Duration) *http.Client {
 	dialer := &net.Dialer{
-		Timeout: DefaultNotifyTimeout,
+		Timeout: timeout,
 		// Control sees the address after name resolution, just before the
 		// connection is made.
 		Control: func(_, address string, _ syscall.RawConn) error {
