@@ -166,6 +166,7 @@ func TestInvalidConfigurationIsOneLine(t *testing.T) {
 		{"--lease-name=my-app", "--no-such-flag\x1b[31m"},
 		{"--lease-name=my-app", "--identity=a\u2028b"},
 		{"--lease-name=my-app", "not\xffUTF-8"},
+		{"--lease-name=my-app", "--on-change-url=http://10.0.0.5:80/\x1b[2J\nhook"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := execute(args, &stdout, &stderr); code != exitInvalidInput {

@@ -74,8 +74,8 @@ func Example_steer() {
 	_, _ = c.Release(ctx)
 
 	a, err := c.TryAcquire(ctx, 3, 500*time.Millisecond) // POST /acquire?retries=3&retryDelay=500ms
-	fmt.Println(a.Acquired, err)                          // false: another pod holds the Lease; not an error
-	a, err = c.WaitAcquire(ctx, 30*time.Second)           // POST /acquire?wait=30s: campaign until leading
+	fmt.Println(a.Acquired, err)                         // false: another pod holds the Lease; not an error
+	a, err = c.WaitAcquire(ctx, 30*time.Second)          // POST /acquire?wait=30s: campaign until leading
 	fmt.Println(a.Acquired, a.FencingToken, err)
 	alive, err := c.IsLeader(ctx) // checkAlive: GET /leader, answered locally
 	fmt.Println(alive, err)

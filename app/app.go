@@ -58,6 +58,9 @@ type Config struct {
 	// Routing publishes the leader besides readiness (Mode none: not at
 	// all); its Client and Leadership are filled in by Run.
 	Routing routing.Config
+	// Notify POSTs each change of the leader election's state to the app
+	// (URL empty: not at all).
+	Notify httpapi.NotifyOptions
 }
 
 // partitionMode reports whether the pod is a partition group member.
@@ -105,11 +108,16 @@ func Run(ctx context.Context, cfg Config) error {
 		stop(err)
 	}
 
+	// The notifier runs on until the elector has stopped, so that the app
+	// is told of its last state (not leader) too.
+	stopNotifier := w.startNotifier(ctx)
+
 	// The elector stops claiming leadership the moment runCtx ends, then
 	// releases the Lease; the servers keep answering (not leader, not ready)
 	// until it has done so.
 	electionErr := w.run(runCtx)
 	<-routingDone
+	stopNotifier()
 	c.flushEvents(ctx)
 	servers.shutdown(ctx)
 	if electionErr != nil {
@@ -140,5 +148,6 @@ func logStart(logger klog.Logger, cfg Config, s *servers) {
 		"partitions", cfg.Partition.Partitions,
 		"events", cfg.Events && !cfg.partitionMode(),
 		"appHealthURL", cfg.Health.URL,
+		"onChangeURL", cfg.Notify.URL,
 	)
 }

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -17,6 +19,7 @@ import (
 type workload struct {
 	run        func(context.Context) error
 	elector    *election.Elector // leader election only (--route publishes its leadership)
+	notifier   *httpapi.Notifier // leader election with --on-change-url only
 	collectors []prometheus.Collector
 	api        http.Handler
 	probes     func(prometheus.Gatherer) http.Handler
@@ -26,6 +29,10 @@ type workload struct {
 func newWorkload(cfg Config, c *clients) (*workload, error) {
 	readiness := cfg.Readiness
 	if cfg.partitionMode() {
+		if cfg.Notify.URL != "" {
+			// Options refuse it: the notifications carry /leader's JSON.
+			return nil, errors.New("change notifications are for leader election, not partition mode")
+		}
 		pcfg := cfg.Partition
 		pcfg.Client, pcfg.WatchClient, pcfg.ServerClock = c.requests, c.watches, c.serverClock
 		m, err := partition.New(pcfg)
@@ -56,6 +63,16 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 			return nil, err
 		}
 		ecfg.Gate = gating.Gate()
+	}
+	// The notifier is given every new state by the elector itself, so that
+	// it misses none; it is built on the elector, hence the pointer.
+	var notifier atomic.Pointer[httpapi.Notifier]
+	if cfg.Notify.URL != "" {
+		ecfg.OnState = func(s election.State) {
+			if n := notifier.Load(); n != nil {
+				n.Observe(s)
+			}
+		}
 	}
 	elector, err := election.New(ecfg)
 	if err != nil {
@@ -88,5 +105,30 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 			return err
 		}
 	}
+	if cfg.Notify.URL != "" {
+		w.notifier = httpapi.NewNotifier(elector, cfg.Notify)
+		notifier.Store(w.notifier)
+		w.collectors = append(w.collectors, w.notifier.Collectors()...)
+	}
 	return w, nil
+}
+
+// startNotifier starts the change notifications, if any, on a context of
+// their own: they must outlive ctx to tell the app of the elector's last
+// state. The function returned stops them once that state is delivered or
+// the notifier's flush timeout has passed.
+func (w *workload) startNotifier(ctx context.Context) (stop func()) {
+	if w.notifier == nil {
+		return func() {}
+	}
+	notifyCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.notifier.Run(notifyCtx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

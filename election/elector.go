@@ -98,6 +98,11 @@ type Config struct {
 	// OnChange, if set, is called after every change of the state's
 	// revision. It must not block: it runs under the state's lock.
 	OnChange func()
+	// OnState, if set, is given every new state (every revision), in
+	// order, as it is published: unlike Watch, which shows the current
+	// state, it misses none that was overtaken within microseconds. It
+	// must not block: it runs under the state's lock.
+	OnState func(State)
 	// ServerClock learns the API server's clock from its answers; pass the
 	// one given to NewClientsets. Nil means one of the elector's own, which
 	// learns only from the Lease's metadata.
@@ -185,10 +190,10 @@ func NewClientsets(cfg *rest.Config, renewDeadline time.Duration, serverClock *S
 // isLeader, which turned false at validUntil whatever happened, so staying
 // up keeps the pod a standby without a restart.
 type Elector struct {
-	cfg     Config
-	clock   clock.WithDelayedExecution
-	tracker *tracker
-	metrics *metrics
+	cfg      Config
+	clock    clock.WithDelayedExecution
+	tracker  *tracker
+	metrics  *metrics
 	lock     *observingLock
 	cache    *leaseCache
 	campaign *campaign
@@ -232,11 +237,12 @@ func New(cfg Config) (*Elector, error) {
 		t.server = cfg.ServerClock
 	}
 	t.onChange = cfg.OnChange
+	t.onState = cfg.OnState
 	e := &Elector{
-		cfg:     cfg,
-		clock:   clk,
-		tracker: t,
-		metrics: newMetrics(t),
+		cfg:      cfg,
+		clock:    clk,
+		tracker:  t,
+		metrics:  newMetrics(t),
 		healthz:  leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
 		campaign: newCampaign(cfg.Campaign),
 	}

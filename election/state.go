@@ -214,6 +214,9 @@ type tracker struct {
 	// onChange, if set, is called after every change of the revision, under
 	// mu; it must not block.
 	onChange func()
+	// onState, if set, is given every new state, under mu; it must not
+	// block.
+	onState func(State)
 	// degraded is what setDegraded last set.
 	degraded string
 
@@ -359,6 +362,9 @@ func (t *tracker) publishLocked(now time.Time) {
 		t.changed = make(chan struct{})
 		if t.onChange != nil {
 			t.onChange()
+		}
+		if t.onState != nil {
+			t.onState(t.stateLocked(now))
 		}
 	}
 	t.armTimerLocked(now, v)

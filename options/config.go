@@ -25,6 +25,7 @@ func (o *Options) AppConfig(version string) app.Config {
 		Acquire:      o.acquireOptions(),
 		Routing:      o.routingConfig(),
 		Health:       o.healthConfig(),
+		Notify:       o.notifyConfig(),
 	}
 	if o.Partitions > 0 {
 		cfg.Partition = o.partitionConfig()

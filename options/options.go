@@ -57,6 +57,8 @@ type Options struct {
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
 	Campaign   campaignOptions
+	// Notify configures --on-change-url.
+	Notify notifyOptions
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -109,6 +111,7 @@ func newOptions() *Options {
 		Routing:           newRouteOptions(),
 		Health:            newHealthOptions(),
 		Campaign:          newCampaignOptions(),
+		Notify:            newNotifyOptions(),
 	}
 }
 
@@ -136,6 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Health.addFlags(fs)
 	o.Advertise.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
+	o.Notify.addFlags(fs)
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
@@ -321,6 +325,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validateCampaign()...)
 	errs = append(errs, o.Routing.validate(o.LeaseName)...)
 	errs = append(errs, o.Advertise.validate(o.Partitions)...)
+	errs = append(errs, o.Notify.validate(o.Partitions)...)
 	return errors.Join(errs...)
 }
 

@@ -84,6 +84,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
 		Health:            healthOptions{Period: 2 * time.Second, Failures: 3, Successes: 1},
 		Campaign:          campaignOptions{Campaign: "auto", AcquireRetries: 3, AcquireRetryDelay: 500 * time.Millisecond, Candidate: true},
+		Notify:            notifyOptions{Timeout: 2 * time.Second, Retries: 3},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -143,6 +144,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		Routing:           newRouteOptions(),
 		Health:            newHealthOptions(),
 		Campaign:          newCampaignOptions(),
+		Notify:            newNotifyOptions(),
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -354,6 +356,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 					Routing:           newRouteOptions(),
 					Health:            newHealthOptions(),
 					Campaign:          newCampaignOptions(),
+					Notify:            newNotifyOptions(),
 				}
 				if !reflect.DeepEqual(o, want) {
 					t.Errorf("got\n%+v\nwant\n%+v", o, want)

@@ -74,6 +74,7 @@ func TestDocSnippets(t *testing.T) {
 		"go-steer-example":          testGoSteerExample,
 		"python-steer-example":      testPythonSteerExample,
 		"kustomize-advertise-patch": testKustomizeAdvertisePatch,
+		"notify-receiver-example":   testNotifyReceiverExample,
 	}
 	used := map[string]bool{}
 	for _, b := range snippets.Tested(blocks) {
@@ -596,6 +597,29 @@ func checkGoSnippet(t *testing.T, b snippets.Block, file, example string) {
 	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
 		if !code[normalize(line)] {
 			t.Errorf("%s: line %q is not in %s", b, line, example)
+		}
+	}
+}
+
+// testNotifyReceiverExample: every line of the receiving app (comments and
+// spacing aside) is a line of the receiver TestChangeNotificationsInOrder
+// runs against real sidecars.
+func testNotifyReceiverExample(t *testing.T, b snippets.Block) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, "test", "e2e", "notify_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	normalize := func(line string) string {
+		line, _, _ = strings.Cut(line, "//")
+		return strings.Join(strings.Fields(line), " ")
+	}
+	code := map[string]bool{}
+	for _, line := range strings.Split(string(src), "\n") {
+		code[normalize(line)] = true
+	}
+	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
+		if !code[normalize(line)] {
+			t.Errorf("%s: line %q is not in the receiver of test/e2e/notify_test.go", b, line)
 		}
 	}
 }
