@@ -700,6 +700,10 @@ func TestMetrics(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk.SetTime(tc.at)
+			// The counter by reason counts changes as they are published
+			// (by the timer in a running process); the registry gathers its
+			// collectors concurrently, so publish first.
+			tr.Snapshot()
 			got := values(t)
 			if len(got) != len(tc.want) {
 				t.Errorf("gathered %v, want %v", got, tc.want)

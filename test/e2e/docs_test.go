@@ -582,30 +582,21 @@ func testGoForwardExample(t *testing.T, b snippets.Block) {
 // checkGoSnippet fails unless every line of b is a line of the example in
 // api/file (comments and spacing aside).
 func checkGoSnippet(t *testing.T, b snippets.Block, file, example string) {
-	src, err := os.ReadFile(filepath.Join(repoRoot, "api", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	normalize := func(line string) string {
-		line, _, _ = strings.Cut(line, "//")
-		return strings.Join(strings.Fields(line), " ")
-	}
-	code := map[string]bool{}
-	for _, line := range strings.Split(string(src), "\n") {
-		code[normalize(line)] = true
-	}
-	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
-		if !code[normalize(line)] {
-			t.Errorf("%s: line %q is not in %s", b, line, example)
-		}
-	}
+	checkSnippetIn(t, b, filepath.Join("api", file), example)
 }
 
 // testNotifyReceiverExample: every line of the receiving app (comments and
 // spacing aside) is a line of the receiver TestChangeNotificationsInOrder
 // runs against real sidecars.
 func testNotifyReceiverExample(t *testing.T, b snippets.Block) {
-	src, err := os.ReadFile(filepath.Join(repoRoot, "test", "e2e", "notify_test.go"))
+	checkSnippetIn(t, b, filepath.Join("test", "e2e", "notify_test.go"), "the receiver of test/e2e/notify_test.go")
+}
+
+// checkSnippetIn fails unless every line of b is a line of the repository's
+// file path (comments and spacing aside), the code that runs: what names
+// it in the error.
+func checkSnippetIn(t *testing.T, b snippets.Block, path, what string) {
+	src, err := os.ReadFile(filepath.Join(repoRoot, path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +610,7 @@ func testNotifyReceiverExample(t *testing.T, b snippets.Block) {
 	}
 	for _, line := range strings.Split(strings.TrimSpace(b.Text), "\n") {
 		if !code[normalize(line)] {
-			t.Errorf("%s: line %q is not in the receiver of test/e2e/notify_test.go", b, line)
+			t.Errorf("%s: line %q is not in %s", b, line, what)
 		}
 	}
 }
