@@ -82,6 +82,12 @@ func (o *Options) validateCampaign() []error {
 	if o.Routing.Mode != string(routing.ModeNone) {
 		errs = append(errs, fmt.Errorf("--route=%s publishes the leader this pod would be; it cannot be combined with --candidate=false", o.Routing.Mode))
 	}
+	if o.Health.URL != "" {
+		errs = append(errs, fmt.Errorf("--app-health-url gates this pod's candidacy, and --candidate=false has none; give one of them"))
+	}
+	if o.Advertise.Port != 0 {
+		errs = append(errs, fmt.Errorf("--advertise-port publishes the address of the leader this pod would be, and --candidate=false never leads; give one of them"))
+	}
 	return errs
 }
 

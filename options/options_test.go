@@ -232,6 +232,8 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "observer with partitions", args: []string{"--lease-name=my-app", "--candidate=false", "--partitions=4"}, wantErr: []string{"--candidate=false is for leader election"}},
 		{name: "observer with leader readiness", args: []string{"--lease-name=my-app", "--candidate=false", "--readiness=leader"}, wantErr: []string{"--readiness=leader would never pass with --candidate=false"}},
 		{name: "observer with routing", args: []string{"--lease-name=my-app", "--candidate=false", "--route=label"}, wantErr: []string{"--route=label publishes the leader this pod would be"}},
+		{name: "observer with health gating", args: []string{"--lease-name=my-app", "--candidate=false", "--app-health-url=http://127.0.0.1:8081/healthz"}, wantErr: []string{"--app-health-url gates this pod's candidacy, and --candidate=false has none"}},
+		{name: "observer advertising", args: []string{"--lease-name=my-app", "--candidate=false", "--advertise-port=8081", "--advertise-address=10.0.0.7"}, wantErr: []string{"--advertise-port publishes the address of the leader this pod would be"}},
 		{name: "unknown flag", args: []string{"--lease-name=my-app", "--lease=x"}, wantErr: []string{"unknown flag: --lease"}},
 		{name: "unknown shorthand", args: []string{"--lease-name=my-app", "-x"}, wantErr: []string{"unknown shorthand flag"}},
 		{name: "unparsable duration", args: []string{"--lease-name=my-app", "--retry-period=2"}, wantErr: []string{`"--retry-period"`}},

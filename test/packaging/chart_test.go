@@ -394,6 +394,8 @@ func TestChartGuards(t *testing.T) {
 		{"observer with leader readiness", []string{"--set", "election.candidate=false", "--set", "lease.create=false"}, "election.readiness=leader would never pass"},
 		{"observer with routing", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "routing.mode=label"}, "observers (election.candidate=false) never lead"},
 		{"observer creating the Lease", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate"}, "set lease.create=false"},
+		{"observer with health gating", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "healthGating.enabled=true", "--set", "healthGating.url=http://127.0.0.1:8081/healthz"}, "healthGating gates a pod's candidacy"},
+		{"observer advertising", []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "election.advertisePort=8081"}, "observers (election.candidate=false) never lead"},
 		{"advertise port out of range", []string{"--set", "election.advertisePort=65536"}, "election/advertisePort"},
 		{"advertise port with partitions", []string{"--set", "partitions.count=4", "--set", "demo.enabled=true", "--set", "election.advertisePort=8080"}, "election.advertisePort publishes one leader's address"},
 	}

@@ -426,6 +426,12 @@ helm template) does not say what to do. */}}
 {{- if .Values.lease.create }}
 {{- fail "election.candidate=false: observers follow the candidates' Lease; set lease.create=false and lease.name to that Lease" }}
 {{- end }}
+{{- if .Values.healthGating.enabled }}
+{{- fail "healthGating gates a pod's candidacy, and election.candidate=false has none: give one of them" }}
+{{- end }}
+{{- if gt (int .Values.election.advertisePort) 0 }}
+{{- fail "election.advertisePort publishes the leader's address, and observers (election.candidate=false) never lead: give one of them" }}
+{{- end }}
 {{- end }}
 {{- if and (gt (int .Values.partitions.count) 0) (gt (int .Values.election.advertisePort) 0) }}
 {{- fail "election.advertisePort publishes one leader's address; partition mode (partitions.count) has no one leader: set one of them to 0" }}
