@@ -147,6 +147,38 @@ type promAlert struct {
 }
 
 // alerts asks /api/v1/alerts for the pending and firing alerts.
+// checkDashboardData evaluates every query of the shipped dashboard in the
+// real Prometheus, as Grafana would send it with "All" selected, after
+// handovers, a crash, routing and partition mode have run: each must be
+// accepted, and each must show data — except the panels of faults that a
+// healthy run may not have had (quietWhenHealthy). Grafana itself is not in
+// Debian; this is what its panels ask.
+func checkDashboardData(t *testing.T, p *prometheus) {
+	t.Helper()
+	quietWhenHealthy := map[string]bool{"API errors": true}
+	withData := 0
+	for where, expr := range queriesOf(t) {
+		if !strings.HasPrefix(where, "dashboard panel") {
+			continue
+		}
+		var data struct {
+			Result []json.RawMessage `json:"result"`
+		}
+		if err := p.get("/api/v1/query", url.Values{"query": {expr}}, &data); err != nil {
+			t.Errorf("%s: Prometheus refused it: %v", where, err)
+			continue
+		}
+		title, _, _ := strings.Cut(strings.TrimPrefix(where, `dashboard panel "`), `"`)
+		switch {
+		case len(data.Result) > 0:
+			withData++
+		case !quietWhenHealthy[title]:
+			t.Errorf("%s shows no data after handovers, a crash, routing and partitions: %s", where, expr)
+		}
+	}
+	t.Logf("MEASURED dashboard: %d of its queries show data in a real Prometheus scraping real sidecars", withData)
+}
+
 func (p *prometheus) alerts() ([]promAlert, error) {
 	var data struct {
 		Alerts []promAlert `json:"alerts"`
@@ -485,6 +517,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		pending, _ := alerts.seen(name)
 		t.Logf("MEASURED %s during a graceful handover and a crash failover: never fired (seen pending: %v)", name, !pending.IsZero())
 	}
+	checkDashboardData(t, prom)
 	alerts.reset()
 
 	// Every candidate killed: no leader.
