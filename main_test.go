@@ -43,6 +43,12 @@ func TestExecute(t *testing.T) {
 			wantStdout: "Usage of leader-elector:\n",
 		},
 		{
+			name:       "run without a command",
+			args:       []string{"run", "sleep"},
+			wantCode:   2,
+			wantStderr: []string{"leader-elector run: want the command after --"},
+		},
+		{
 			name:       "unknown flag",
 			args:       []string{"--lease-name=my-app", "--bogus"},
 			wantCode:   2,
