@@ -46,6 +46,7 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	flags.SetInterspersed(false)
 	rawURL := flags.String("url", "", "The sidecar's application API (default $"+urlEnv+", else "+defaultURL+").")
 	stopGrace := flags.Duration("stop-grace", 2*time.Second, "SIGTERM this long before the claim ends; SIGKILL at its end. Must be below the sidecar's --renew-deadline.")
+	startDelay := flags.Duration("start-delay", 0, "Wait this long after this pod begins leading before starting the child, so that the previous leader's child has finished its --stop-grace after a release (default --stop-grace + 500ms; give the same --stop-grace on every pod).")
 	onExit := flags.String("on-exit", OnExitRelease, `When the child exits by itself while leading: "release" (release leadership, exit with its code), "restart" (start it again, with back-off), "exit" (exit with its code).`)
 	poll := flags.Duration("poll-interval", 200*time.Millisecond, "How often to read GET /leader while running: each read extends the deadline.")
 	backoff := flags.Duration("restart-backoff", time.Second, "The first delay of --on-exit=restart; it doubles up to 30s while the child keeps exiting.")
@@ -68,8 +69,13 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 		return bad(fmt.Sprintf("--poll-interval %v is outside the supported range 10ms..5s", *poll))
 	case *backoff < 10*time.Millisecond || *backoff > maxRestartBackoff:
 		return bad(fmt.Sprintf("--restart-backoff %v is outside the supported range 10ms..30s", *backoff))
+	case *startDelay < 0 || *startDelay > 5*time.Minute:
+		return bad(fmt.Sprintf("--start-delay %v is outside the supported range 0..5m", *startDelay))
 	case *onExit != OnExitRelease && *onExit != OnExitRestart && *onExit != OnExitExit:
 		return bad(fmt.Sprintf("--on-exit %q is unknown (want release, restart or exit)", *onExit))
+	}
+	if !flags.Changed("start-delay") {
+		*startDelay = *stopGrace + 500*time.Millisecond
 	}
 	base, err := baseURL(*rawURL, lookupEnv)
 	if err != nil {
@@ -100,6 +106,7 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 		LongPoll:        api.NewClient(base, &http.Client{Timeout: longPollWait + 5*time.Second}),
 		PollInterval:    *poll,
 		StopGrace:       *stopGrace,
+		StartDelay:      *startDelay,
 		OnExit:          *onExit,
 		RestartBackoff:  *backoff,
 		WatchdogCommand: []string{self, WatchdogArg},

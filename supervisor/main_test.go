@@ -28,6 +28,7 @@ func TestMainRefusesBadInput(t *testing.T) {
 		{"zero grace", []string{"--stop-grace=0s", "--", "true"}, nil, 2, "--stop-grace 0s is outside the supported range"},
 		{"poll too fast", []string{"--poll-interval=1ms", "--", "true"}, nil, 2, "--poll-interval 1ms is outside"},
 		{"backoff too long", []string{"--restart-backoff=1m", "--", "true"}, nil, 2, "--restart-backoff 1m0s is outside"},
+		{"negative start delay", []string{"--start-delay=-1s", "--", "true"}, nil, 2, "--start-delay -1s is outside"},
 		{"unknown on-exit", []string{"--on-exit=panic", "--", "true"}, nil, 2, `--on-exit "panic" is unknown`},
 		{"bad url", []string{"--url=localhost:4040", "--", "true"}, nil, 2, "want http://host:port"},
 		{"bad url env", []string{"--", "true"}, map[string]string{urlEnv: "http://x/y"}, 2, "$LEADER_ELECTOR_URL"},

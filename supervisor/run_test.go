@@ -134,6 +134,10 @@ type running struct {
 }
 
 func startRun(t *testing.T, srv *httptest.Server, onExit string, grace time.Duration, command ...string) *running {
+	return startRunWith(t, srv, func(*Config) {}, onExit, grace, command...)
+}
+
+func startRunWith(t *testing.T, srv *httptest.Server, change func(*Config), onExit string, grace time.Duration, command ...string) *running {
 	t.Helper()
 	r := &running{signals: make(chan os.Signal, 4), code: make(chan int, 1), log: &syncBuffer{}}
 	cfg := Config{
@@ -149,6 +153,7 @@ func startRun(t *testing.T, srv *httptest.Server, onExit string, grace time.Dura
 		Signals:         r.signals,
 		Stderr:          r.log,
 	}
+	change(&cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { r.code <- Run(ctx, cfg) }()
 	t.Cleanup(func() {
@@ -373,4 +378,22 @@ func TestRunOnExit(t *testing.T) {
 			t.Fatal("restarting released the leadership")
 		}
 	})
+}
+
+func TestRunDelaysTheStartOfANewTerm(t *testing.T) {
+	f, srv := newFakeSidecar(t)
+	pids := filepath.Join(t.TempDir(), "pids")
+	const delay = 800 * time.Millisecond
+	r := startRunWith(t, srv, func(c *Config) { c.StartDelay = delay }, OnExitRelease, 300*time.Millisecond,
+		"sh", "-c", `echo $$ >> `+pids+`; trap 'exit 0' TERM; while :; do sleep 0.02; done`)
+	began := time.Now()
+	f.set(true, 8)
+	poll(t, 5*time.Second, "the child starts", func() bool { return len(readPids(t, pids)) == 1 })
+	if d := time.Since(began); d < delay {
+		t.Fatalf("the child started %v after the term began, before --start-delay %v", d, delay)
+	}
+	r.signals <- syscall.SIGTERM
+	if code := r.exitCode(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
 }

@@ -76,7 +76,12 @@ type Config struct {
 	// StopGrace is how long before the claim's end the child receives
 	// SIGTERM (and how long it has after any other stop).
 	StopGrace time.Duration
-	OnExit    string
+	// StartDelay is how long after this pod begins a term its child
+	// starts: the previous leader's child may still be in its stop grace
+	// when a release (POST /release, the sidecar's shutdown) let this pod
+	// take over at once.
+	StartDelay time.Duration
+	OnExit     string
 	// RestartBackoff is the first delay of --on-exit=restart; it doubles
 	// up to maxRestartBackoff while the child keeps exiting.
 	RestartBackoff time.Duration
@@ -210,8 +215,8 @@ func (s *supervisor) run(ctx context.Context) int {
 		case o := <-obs:
 			if term.Observe(o) {
 				if term.Leading {
-					s.log("this pod leads (fencing token %d, valid until %s)", term.Token, term.Leader.ValidUntil.UTC().Format(time.RFC3339Nano))
-					backoff, restartAt = s.cfg.RestartBackoff, 0
+					s.log("this pod leads (fencing token %d, valid until %s); starting the child in %v (--start-delay)", term.Token, term.Leader.ValidUntil.UTC().Format(time.RFC3339Nano), s.cfg.StartDelay)
+					backoff, restartAt = s.cfg.RestartBackoff, clock.Mono()+Mono(s.cfg.StartDelay)
 				} else {
 					s.log("this pod does not lead (holder %q)", term.Leader.Holder)
 				}
