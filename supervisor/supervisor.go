@@ -224,10 +224,18 @@ func (s *supervisor) run(ctx context.Context) int {
 		case <-timer.C:
 		case <-done:
 			code := exitCode(c.waitErr)
-			c.wd.finish()
+			fired := c.wd.finish()
 			stopped := c.stopping || c.killed
 			ran := time.Duration(clock.Mono() - c.started)
 			s.log("the child (pid %d) exited: %s after %v", c.cmd.Process.Pid, describe(c.waitErr), ran.Round(time.Millisecond))
+			if !stopped && fired {
+				// The watchdog killed it at the end of the last claim the
+				// supervisor knew of: the supervisor was paused. That is a
+				// stop, not the child's own exit; it starts again if the
+				// claim is renewed.
+				s.log("the watchdog killed it at the end of the claim: the supervisor was paused")
+				stopped = true
+			}
 			c = nil
 			switch {
 			case shutdown:

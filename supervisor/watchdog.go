@@ -85,11 +85,17 @@ func RunWatchdog(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 				continue
 			}
 			fmt.Fprintf(stderr, "leader-elector run: watchdog: the claim ended and the supervisor did not stop the workload; killing its process group %d\n", pgid)
+			// Tell the supervisor, which may only have been paused, that
+			// this was the watchdog's doing (the pipe keeps the line).
+			fmt.Fprintln(stdout, firedLine)
 			killGroup(pgid)
 			return 0
 		}
 	}
 }
+
+// firedLine is what the watchdog writes when it killed at the deadline.
+const firedLine = "fired"
 
 func killGroup(pgid int) { _ = unix.Kill(-pgid, unix.SIGKILL) }
 
@@ -97,6 +103,7 @@ func killGroup(pgid int) { _ = unix.Kill(-pgid, unix.SIGKILL) }
 type watchdog struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
+	out  *bufio.Reader
 	last Mono
 }
 
@@ -120,8 +127,8 @@ func startWatchdog(command []string, deadline Mono, stderr io.Writer) (*watchdog
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the watchdog: %w", err)
 	}
-	w := &watchdog{cmd: cmd, in: in, last: deadline}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	w := &watchdog{cmd: cmd, in: in, out: bufio.NewReader(out), last: deadline}
+	line, err := w.out.ReadString('\n')
 	if err != nil || line != "ready\n" {
 		w.finish()
 		return nil, fmt.Errorf("the watchdog did not start: %q, %v", line, err)
@@ -141,8 +148,11 @@ func (w *watchdog) set(d Mono) {
 }
 
 // finish closes the watchdog's stdin, so that it kills what is left of the
-// group and itself, and reaps it.
-func (w *watchdog) finish() {
+// group and itself, and reaps it. It reports whether the watchdog had
+// killed the group at its deadline.
+func (w *watchdog) finish() (fired bool) {
 	_ = w.in.Close()
+	rest, _ := io.ReadAll(w.out)
 	_ = w.cmd.Wait()
+	return strings.Contains(string(rest), firedLine)
 }

@@ -43,6 +43,9 @@ func TestWatchdogKillsTheGroupAtTheDeadline(t *testing.T) {
 		t.Fatalf("the child died %v after the start, want at the postponed deadline 800ms", d)
 	}
 	poll(t, 5*time.Second, "the watchdog is gone too", func() bool { return !alive(wd.cmd.Process.Pid) })
+	if !wd.finish() {
+		t.Fatal("the watchdog did not say it fired")
+	}
 }
 
 func TestWatchdogKillsTheGroupWhenItsInputCloses(t *testing.T) {
@@ -51,7 +54,9 @@ func TestWatchdogKillsTheGroupWhenItsInputCloses(t *testing.T) {
 	if !alive(cmd.Process.Pid) {
 		t.Fatal("the child is not running")
 	}
-	_ = wd.in.Close()
+	if wd.finish() {
+		t.Fatal("the watchdog says it fired at its deadline")
+	}
 	poll(t, 5*time.Second, "the child dies", func() bool { return !alive(cmd.Process.Pid) })
 }
 
