@@ -353,7 +353,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 		old := m.waitDead(t, current.pid, 5*time.Second)
 		margin := next.start - old.dead
 		report = append(report, fmt.Sprintf("%s: old child %d (token %s) seen dead %v after the fault; new child %d (token %s) started %v after that",
-			f.name, old.pid, old.token, (old.dead - injected).Round(time.Millisecond), next.pid, next.token, margin.Round(time.Millisecond)))
+			f.name, old.pid, old.token, (old.dead-injected).Round(time.Millisecond), next.pid, next.token, margin.Round(time.Millisecond)))
 		if margin <= 0 {
 			t.Errorf("%s: the new child started %v before the old one was seen dead", f.name, -margin)
 		}
