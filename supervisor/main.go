@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +50,7 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	startDelay := flags.Duration("start-delay", 0, "Wait this long after this pod begins leading before starting the child, so that the previous leader's child has finished its --stop-grace after a release (default --stop-grace + 500ms; give the same --stop-grace on every pod).")
 	onExit := flags.String("on-exit", OnExitRelease, `When the child exits by itself while leading: "release" (release leadership, exit with its code), "restart" (start it again, with back-off), "exit" (exit with its code).`)
 	poll := flags.Duration("poll-interval", 200*time.Millisecond, "How often to read GET /leader while running: each read extends the deadline.")
+	copyTo := flags.String("copy-to", "", "Copy this binary to the given path (mode 0755) and exit: for an init container that puts it in a volume shared with the app's container (the image has no shell and no cp).")
 	backoff := flags.Duration("restart-backoff", time.Second, "The first delay of --on-exit=restart; it doubles up to 30s while the child keeps exiting.")
 	err := flags.Parse(args)
 	bad := func(msg string) int {
@@ -61,6 +63,14 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 		return 0
 	case err != nil:
 		return bad(err.Error())
+	case *copyTo != "" && flags.NArg() > 0:
+		return bad("--copy-to takes no command")
+	case *copyTo != "":
+		if err := copySelf(*copyTo); err != nil {
+			fmt.Fprintf(stderr, "leader-elector run: --copy-to: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			return ExitRuntimeError
+		}
+		return 0
 	case flags.ArgsLenAtDash() != 0 || flags.NArg() == 0:
 		return bad("want the command after --: leader-elector run [flags] -- CMD [ARGS...]")
 	case *stopGrace <= 0 || *stopGrace > 5*time.Minute:
@@ -131,4 +141,36 @@ func baseURL(flagURL string, lookupEnv func(string) (string, bool)) (string, err
 		return "", fmt.Errorf("%s %q: want http://host:port (the API's address, no path)", name, raw)
 	}
 	return u.Scheme + "://" + u.Host, nil
+}
+
+// copySelf copies the running binary to dst, through a temporary file in
+// the same directory renamed into place, so that a container never starts
+// a half-written binary.
+func copySelf(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".leader-elector-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
 }

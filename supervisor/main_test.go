@@ -28,6 +28,7 @@ func TestMainRefusesBadInput(t *testing.T) {
 		{"zero grace", []string{"--stop-grace=0s", "--", "true"}, nil, 2, "--stop-grace 0s is outside the supported range"},
 		{"poll too fast", []string{"--poll-interval=1ms", "--", "true"}, nil, 2, "--poll-interval 1ms is outside"},
 		{"backoff too long", []string{"--restart-backoff=1m", "--", "true"}, nil, 2, "--restart-backoff 1m0s is outside"},
+		{"copy-to with a command", []string{"--copy-to=/tmp/x", "--", "true"}, nil, 2, "--copy-to takes no command"},
 		{"negative start delay", []string{"--start-delay=-1s", "--", "true"}, nil, 2, "--start-delay -1s is outside"},
 		{"unknown on-exit", []string{"--on-exit=panic", "--", "true"}, nil, 2, `--on-exit "panic" is unknown`},
 		{"bad url", []string{"--url=localhost:4040", "--", "true"}, nil, 2, "want http://host:port"},
@@ -55,5 +56,25 @@ func TestMainHelp(t *testing.T) {
 	}
 	if !strings.HasPrefix(stdout.String(), "Usage: leader-elector run") || !strings.Contains(stdout.String(), "--stop-grace") {
 		t.Fatalf("help: %q", stdout.String())
+	}
+}
+
+func TestMainCopyTo(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "leader-elector")
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"--copy-to=" + dst}, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	self, _ := os.Executable()
+	want, _ := os.ReadFile(self)
+	got, err := os.ReadFile(dst)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the copy differs from the binary (%v)", err)
+	}
+	if fi, _ := os.Stat(dst); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	if code := Main([]string{"--copy-to=/no/such/dir/x"}, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != ExitRuntimeError || !strings.Contains(stderr.String(), "--copy-to:") {
+		t.Fatalf("copy to a missing directory: exit code %d, %q", code, stderr.String())
 	}
 }

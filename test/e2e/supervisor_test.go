@@ -281,6 +281,14 @@ func childScript(path string) string {
 	return `echo "$$ $LEADER_ELECTOR_FENCING_TOKEN" >> ` + path + `; while :; do sleep 0.05; done`
 }
 
+// slowStopScript is childScript for a child that takes 300 ms to stop on
+// SIGTERM, within the 500 ms --stop-grace: the next leader's child must
+// wait for it (--start-delay) when a release lets the next pod take over
+// at once.
+func slowStopScript(path string) string {
+	return `trap 'sleep 0.3; exit 0' TERM; ` + childScript(path)
+}
+
 // TestSupervisorNeverTwoChildren: three candidates, each with a supervisor
 // whose child runs only while its pod leads. Across a release, SIGKILL and
 // SIGSTOP of the leader's sidecar, SIGSTOP of the leader's supervisor (its
@@ -293,7 +301,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 	m := startChildMonitor(t, pidFile)
 	sups := map[*candidate]*supervisor{}
 	for _, c := range g.members() {
-		sups[c] = startSupervisor(t, c, []string{"--stop-grace=500ms"}, childScript(pidFile))
+		sups[c] = startSupervisor(t, c, []string{"--stop-grace=500ms"}, slowStopScript(pidFile))
 	}
 	current := m.waitNewChild(t, 0, leaseDuration+10*time.Second)
 
