@@ -34,10 +34,11 @@ func monoNow() Mono {
 }
 
 // Observation is one answer of GET /leader (or its error) with the moment
-// its request was sent, on both clocks.
+// its request was sent, on both clocks, and the moment the answer came.
 type Observation struct {
 	SentWall time.Time
 	SentMono Mono
+	RecvMono Mono
 	Leader   api.Leader
 	Err      error
 }
@@ -47,23 +48,35 @@ type Observation struct {
 // request was sent and added to the monotonic moment it was sent. The
 // sidecar runs on the same machine and clock, and it wrote validUntil
 // before it answered, so the result is never later than its own claim
-// unless the wall clock was stepped back in between; leaseDuration caps
-// what such a step can add (the sidecar never claims longer than a lease
-// duration ahead). An answer that is not a claim gives the send moment:
-// nothing is extended.
+// unless the wall clock was stepped back in between. What such a step can
+// add is capped: when it answered, the sidecar claimed less than a lease
+// duration ahead (its renew deadline is shorter), so the deadline is never
+// beyond the answer's arrival + a lease duration. (The cap counts from the
+// arrival, not the send: a long-poll may be answered long after it was
+// sent.) An answer that is not a claim gives the send moment: nothing is
+// extended.
 func Deadline(o Observation) Mono {
 	l := o.Leader
 	if o.Err != nil || !l.IsLeader || l.ValidUntil.IsZero() {
 		return o.SentMono
 	}
-	remaining := l.ValidUntil.Sub(o.SentWall.Round(0))
-	if limit := time.Duration(l.LeaseDurationSeconds) * time.Second; remaining > limit {
-		remaining = limit
+	d := o.SentMono + Mono(l.ValidUntil.Sub(o.SentWall.Round(0)))
+	if limit := max(o.RecvMono, o.SentMono) + Mono(time.Duration(l.LeaseDurationSeconds)*time.Second); d > limit {
+		d = limit
 	}
-	if remaining < 0 {
-		remaining = 0
+	return max(d, o.SentMono)
+}
+
+// RenewDeadline is the sidecar's --renew-deadline as an answer shows it:
+// validUntil is the last renewal's start + the renew deadline, and the
+// Lease's renewTime (written by this pod's sidecar, which holds it) is
+// that start to the Lease's microsecond, on the same clock. Zero if the
+// answer does not show both.
+func RenewDeadline(l api.Leader) time.Duration {
+	if !l.IsLeader || l.ValidUntil.IsZero() || l.RenewTime.IsZero() {
+		return 0
 	}
-	return o.SentMono + Mono(remaining)
+	return l.ValidUntil.Sub(l.RenewTime.Time)
 }
 
 // Term is what the supervisor knows of this pod's leadership: the latest

@@ -24,7 +24,9 @@ func TestDeadline(t *testing.T) {
 		{"the claim's remaining time from the send moment", Observation{SentWall: wall0, SentMono: sent, Leader: leading(1, 1, wall0.Add(7*time.Second))}, sent + Mono(7*time.Second)},
 		{"microseconds survive", Observation{SentWall: wall0, SentMono: sent, Leader: leading(1, 1, wall0.Add(1234567*time.Microsecond))}, sent + Mono(1234567*time.Microsecond)},
 		{"a claim already over gives the send moment", Observation{SentWall: wall0, SentMono: sent, Leader: leading(1, 1, wall0.Add(-time.Second))}, sent},
-		{"a wall clock stepped back is capped at a lease duration", Observation{SentWall: wall0, SentMono: sent, Leader: leading(1, 1, wall0.Add(time.Hour))}, sent + Mono(15*time.Second)},
+		{"a wall clock stepped back is capped at a lease duration", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent, Leader: leading(1, 1, wall0.Add(time.Hour))}, sent + Mono(15*time.Second)},
+		{"the cap counts from the answer's arrival: a long-poll answered 20 s after it was sent", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(20*time.Second), Leader: leading(1, 1, wall0.Add(30*time.Second))}, sent + Mono(30*time.Second)},
+		{"a late answer is capped from its arrival", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(20*time.Second), Leader: leading(1, 1, wall0.Add(time.Hour))}, sent + Mono(35*time.Second)},
 		{"not leading extends nothing", Observation{SentWall: wall0, SentMono: sent, Leader: api.Leader{Revision: 2, ValidUntil: api.Time{Time: wall0.Add(time.Hour)}}}, sent},
 		{"a failed read extends nothing", Observation{SentWall: wall0, SentMono: sent, Leader: leading(1, 1, wall0.Add(7*time.Second)), Err: errors.New("timeout")}, sent},
 		{"leading without validUntil extends nothing", Observation{SentWall: wall0, SentMono: sent, Leader: api.Leader{IsLeader: true, FencingToken: 1}}, sent},
@@ -94,5 +96,17 @@ func TestTermObserve(t *testing.T) {
 	}
 	if !term.Observe(at(31, leading(7, 13, wall0.Add(35*time.Second)))) || term.Deadline != Mono(35*time.Second) {
 		t.Fatalf("another term did not take its own deadline: %v", time.Duration(term.Deadline))
+	}
+}
+
+func TestRenewDeadline(t *testing.T) {
+	l := leading(1, 1, wall0.Add(10*time.Second))
+	l.RenewTime = api.Time{Time: wall0.Add(123 * time.Microsecond)}
+	if got, want := RenewDeadline(l), 10*time.Second-123*time.Microsecond; got != want {
+		t.Fatalf("RenewDeadline = %v, want %v", got, want)
+	}
+	l.RenewTime = api.Time{}
+	if got := RenewDeadline(l); got != 0 {
+		t.Fatalf("without renewTime: %v, want 0", got)
 	}
 }

@@ -76,6 +76,7 @@ func (f *fakeSidecar) state() api.Leader {
 		if !f.fixedUntil.IsZero() {
 			l.ValidUntil = api.Time{Time: f.fixedUntil}
 		}
+		l.RenewTime = api.Time{Time: l.ValidUntil.Add(-f.validFor)}
 	}
 	return l
 }

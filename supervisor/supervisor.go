@@ -145,10 +145,10 @@ func (s *supervisor) run(ctx context.Context) int {
 		}
 		if c == nil && term.Valid(now) && now >= restartAt {
 			left := time.Duration(term.Deadline - now)
-			if !checked {
+			if rd := RenewDeadline(term.Leader); !checked && rd > 0 {
 				checked = true
-				if s.cfg.StopGrace+killAhead >= left {
-					s.log("--stop-grace=%v does not fit in the claim (it has %v left when this pod starts leading; the claim is the sidecar's renew deadline): give a --stop-grace well below --renew-deadline", s.cfg.StopGrace, left.Round(time.Millisecond))
+				if s.cfg.StopGrace+killAhead >= rd {
+					s.log("--stop-grace=%v does not fit in the claim: the sidecar's renew deadline is %v (validUntil − renewTime), and the child is killed 100ms before the claim ends; give a --stop-grace well below it", s.cfg.StopGrace, rd.Round(time.Millisecond))
 					return ExitBadInput
 				}
 			}
@@ -344,7 +344,7 @@ func (s *supervisor) poll(ctx context.Context, out chan<- Observation) {
 		wall, mono := s.cfg.Clock.Wall(), s.cfg.Clock.Mono()
 		l, err := s.cfg.API.Leader(ctx)
 		select {
-		case out <- Observation{SentWall: wall, SentMono: mono, Leader: l, Err: err}:
+		case out <- Observation{SentWall: wall, SentMono: mono, RecvMono: s.cfg.Clock.Mono(), Leader: l, Err: err}:
 		case <-ctx.Done():
 			return
 		}
@@ -364,7 +364,7 @@ func (s *supervisor) longPoll(ctx context.Context, out chan<- Observation) {
 		wall, mono := s.cfg.Clock.Wall(), s.cfg.Clock.Mono()
 		l, err := s.cfg.LongPoll.WaitLeader(ctx, rev, longPollWait)
 		select {
-		case out <- Observation{SentWall: wall, SentMono: mono, Leader: l, Err: err}:
+		case out <- Observation{SentWall: wall, SentMono: mono, RecvMono: s.cfg.Clock.Mono(), Leader: l, Err: err}:
 		case <-ctx.Done():
 			return
 		}
