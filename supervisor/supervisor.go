@@ -271,6 +271,12 @@ func (s *supervisor) run(ctx context.Context) int {
 				_ = c.cmd.Process.Signal(sig)
 			}
 		case <-ctx.Done():
+			// Only an embedding caller cancels: leave nothing behind.
+			if c != nil {
+				_ = unix.Kill(-c.wd.cmd.Process.Pid, unix.SIGKILL)
+				<-c.done
+				c.wd.finish()
+			}
 			return ExitRuntimeError
 		}
 	}
