@@ -29,7 +29,8 @@ const (
 const usage = `Usage: leader-elector run [flags] -- CMD [ARGS...]
 
 Runs CMD only while this pod leads, as told by the sidecar's application API,
-and kills it no later than the moment the claim ends (docs/supervisor.md).
+and kills it no later than the moment the claim ends (docs/supervisor.md);
+--on-start-leading / --on-stop-leading run a command on each transition.
 Exit codes: the child's; 1 the supervisor failed; 2 bad flags, or
 --stop-grace does not fit in the claim; 126 CMD cannot be executed; 127 CMD
 not found.
@@ -50,6 +51,9 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	startDelay := flags.Duration("start-delay", 0, "Wait this long after this pod begins leading before starting the child, so that the previous leader's child has finished its --stop-grace after a release (default --stop-grace + 500ms; give the same --stop-grace on every pod).")
 	onExit := flags.String("on-exit", OnExitRelease, `When the child exits by itself while leading: "release" (release leadership, exit with its code), "restart" (start it again, with back-off), "exit" (exit with its code).`)
 	poll := flags.Duration("poll-interval", 200*time.Millisecond, "How often to read GET /leader while running: each read extends the deadline.")
+	onStart := flags.String("on-start-leading", "", "A shell command (/bin/sh -c) to run when this pod's claim begins, with the child's environment; the command after -- is then optional.")
+	onStop := flags.String("on-stop-leading", "", "A shell command to run when the claim ends (the sidecar says so, or it runs out unrenewed).")
+	hookTimeout := flags.Duration("hook-timeout", 10*time.Second, "A hook still running after this long is killed with its process group.")
 	copyTo := flags.String("copy-to", "", "Copy this binary to the given path (mode 0755) and exit: for an init container that puts it in a volume shared with the app's container (the image has no shell and no cp).")
 	backoff := flags.Duration("restart-backoff", time.Second, "The first delay of --on-exit=restart; it doubles up to 30s while the child keeps exiting.")
 	err := flags.Parse(args)
@@ -71,8 +75,12 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 			return ExitRuntimeError
 		}
 		return 0
-	case flags.ArgsLenAtDash() != 0 || flags.NArg() == 0:
+	case flags.NArg() > 0 && flags.ArgsLenAtDash() != 0:
 		return bad("want the command after --: leader-elector run [flags] -- CMD [ARGS...]")
+	case flags.NArg() == 0 && *onStart == "" && *onStop == "":
+		return bad("want the command after -- (or a hook): leader-elector run [flags] -- CMD [ARGS...]")
+	case *hookTimeout <= 0 || *hookTimeout > 10*time.Minute:
+		return bad(fmt.Sprintf("--hook-timeout %v is outside the supported range 1ns..10m", *hookTimeout))
 	case *stopGrace <= 0 || *stopGrace > 5*time.Minute:
 		return bad(fmt.Sprintf("--stop-grace %v is outside the supported range 1ns..5m", *stopGrace))
 	case *poll < 10*time.Millisecond || *poll > 5*time.Second:
@@ -93,13 +101,15 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	}
 	command := flags.Args()
 	// Fail before waiting for leadership, as a shell would.
-	if _, err := exec.LookPath(command[0]); err != nil {
-		code := ExitCannotExecute
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			code = ExitNotFound
+	if len(command) > 0 {
+		if _, err := exec.LookPath(command[0]); err != nil {
+			code := ExitCannotExecute
+			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+				code = ExitNotFound
+			}
+			fmt.Fprintf(stderr, "leader-elector run: cannot execute %q: %v (exit code %d)\n", command[0], err, code)
+			return code
 		}
-		fmt.Fprintf(stderr, "leader-elector run: cannot execute %q: %v (exit code %d)\n", command[0], err, code)
-		return code
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -117,6 +127,9 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 		PollInterval:    *poll,
 		StopGrace:       *stopGrace,
 		StartDelay:      *startDelay,
+		OnStartLeading:  *onStart,
+		OnStopLeading:   *onStop,
+		HookTimeout:     *hookTimeout,
 		OnExit:          *onExit,
 		RestartBackoff:  *backoff,
 		WatchdogCommand: []string{self, WatchdogArg},

@@ -30,6 +30,8 @@ func TestMainRefusesBadInput(t *testing.T) {
 		{"backoff too long", []string{"--restart-backoff=1m", "--", "true"}, nil, 2, "--restart-backoff 1m0s is outside"},
 		{"copy-to with a command", []string{"--copy-to=/tmp/x", "--", "true"}, nil, 2, "--copy-to takes no command"},
 		{"negative start delay", []string{"--start-delay=-1s", "--", "true"}, nil, 2, "--start-delay -1s is outside"},
+		{"hook timeout zero", []string{"--on-start-leading=true", "--hook-timeout=0s"}, nil, 2, "--hook-timeout 0s is outside"},
+		{"a hook and a command without --", []string{"--on-start-leading=true", "sleep", "1"}, nil, 2, "want the command after --"},
 		{"unknown on-exit", []string{"--on-exit=panic", "--", "true"}, nil, 2, `--on-exit "panic" is unknown`},
 		{"bad url", []string{"--url=localhost:4040", "--", "true"}, nil, 2, "want http://host:port"},
 		{"bad url env", []string{"--", "true"}, map[string]string{urlEnv: "http://x/y"}, 2, "$LEADER_ELECTOR_URL"},

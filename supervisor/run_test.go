@@ -398,3 +398,35 @@ func TestRunDelaysTheStartOfANewTerm(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 }
+
+func TestRunHooks(t *testing.T) {
+	f, srv := newFakeSidecar(t)
+	out := filepath.Join(t.TempDir(), "hooks")
+	r := startRunWith(t, srv, func(c *Config) {
+		c.OnStartLeading = `echo "start $LEADER_ELECTOR_FENCING_TOKEN $LEADER_ELECTOR_LEASE" >> ` + out
+		c.OnStopLeading = `echo "stop $LEADER_ELECTOR_FENCING_TOKEN" >> ` + out + `; sleep 5; echo late >> ` + out
+		c.HookTimeout = 300 * time.Millisecond
+	}, OnExitRelease, 500*time.Millisecond) // no command: hooks only
+	lines := func() string { b, _ := os.ReadFile(out); return string(b) }
+	f.set(true, 12)
+	poll(t, 5*time.Second, "the start hook runs", func() bool { return lines() == "start 12 default/app\n" })
+	f.set(false, 12)
+	poll(t, 5*time.Second, "the stop hook runs", func() bool { return lines() == "start 12 default/app\nstop 12\n" })
+	poll(t, 5*time.Second, "the slow stop hook is killed at its timeout", func() bool {
+		return strings.Contains(r.log.String(), "did not end within --hook-timeout=300ms: killed")
+	})
+	// A new term while the sidecar answers: the next start.
+	f.set(true, 13)
+	poll(t, 5*time.Second, "the second start hook runs", func() bool { return strings.HasSuffix(lines(), "start 13 default/app\n") })
+	if strings.Contains(lines(), "late") {
+		t.Fatal("the killed hook went on")
+	}
+	// The claim runs out unrenewed: the stop hook, without the sidecar
+	// saying so.
+	f.stopRenewing()
+	poll(t, 5*time.Second, "the stop hook runs when the claim lapses", func() bool { return strings.HasSuffix(lines(), "stop 13\n") })
+	r.signals <- syscall.SIGTERM
+	if code := r.exitCode(t, 5*time.Second); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+}

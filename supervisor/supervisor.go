@@ -66,7 +66,7 @@ const longPollWait = 30 * time.Second
 
 // Config is one supervisor.
 type Config struct {
-	// Command is the child's program and arguments.
+	// Command is the child's program and arguments; empty: hooks only.
 	Command []string
 	// API asks GET /leader every PollInterval and releases; its
 	// http.Client's timeout bounds each request. LongPoll long-polls GET
@@ -85,6 +85,10 @@ type Config struct {
 	// RestartBackoff is the first delay of --on-exit=restart; it doubles
 	// up to maxRestartBackoff while the child keeps exiting.
 	RestartBackoff time.Duration
+	// OnStartLeading and OnStopLeading are shell commands run when this
+	// pod's claim begins and ends; HookTimeout bounds each.
+	OnStartLeading, OnStopLeading string
+	HookTimeout                   time.Duration
 	// WatchdogCommand starts a watchdog: the binary and WatchdogArg.
 	WatchdogCommand []string
 	Clock           Clock
@@ -138,12 +142,22 @@ func (s *supervisor) run(ctx context.Context) int {
 		timer     = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
+	hk := startHooks(s.cfg.HookTimeout, s.log)
+	defer hk.close()
+	hookLeading := false
 	for {
 		now := clock.Mono()
+		// Hooks follow the claim as the supervisor knows it: it begins
+		// with a term, and ends when the sidecar says so or when it runs
+		// out unrenewed.
+		if valid := term.Valid(now) && !shutdown; valid != hookLeading {
+			hookLeading = valid
+			s.fireHook(hk, valid, term)
+		}
 		if c == nil && shutdown {
 			return 0
 		}
-		if c == nil && term.Valid(now) && now >= restartAt {
+		if len(s.cfg.Command) > 0 && c == nil && term.Valid(now) && now >= restartAt {
 			left := time.Duration(term.Deadline - now)
 			if rd := RenewDeadline(term.Leader); !checked && rd > 0 {
 				checked = true
@@ -194,6 +208,9 @@ func (s *supervisor) run(ctx context.Context) int {
 		}
 		if c == nil && restartAt > now {
 			next = restartAt
+		}
+		if hookLeading && (next < 0 || term.Deadline < next) {
+			next = term.Deadline
 		}
 		wait := time.Hour
 		if next >= 0 {
@@ -282,6 +299,33 @@ func (s *supervisor) run(ctx context.Context) int {
 	}
 }
 
+// fireHook queues --on-start-leading (leading) or --on-stop-leading.
+func (s *supervisor) fireHook(hk *hooks, leading bool, term Term) {
+	name, command := "--on-stop-leading", s.cfg.OnStopLeading
+	if leading {
+		name, command = "--on-start-leading", s.cfg.OnStartLeading
+	}
+	if command == "" {
+		return
+	}
+	hk.fire(hookRun{name: name, command: command, env: childEnv(term)})
+}
+
+// childEnv is what the child and the hooks get about the term.
+func childEnv(term Term) []string {
+	l := term.Leader
+	env := []string{
+		EnvFencingToken + "=" + strconv.FormatInt(term.Token, 10),
+		EnvLease + "=" + l.Lease.Namespace + "/" + l.Lease.Name,
+		EnvHolder + "=" + l.Identity,
+	}
+	if !l.ValidUntil.IsZero() {
+		// Not for a stop hook after the sidecar said the claim ended.
+		env = append(env, EnvValidUntil+"="+l.ValidUntil.UTC().Format(time.RFC3339Nano))
+	}
+	return env
+}
+
 // stop sends sig to the child's process group and gives it --stop-grace,
 // never beyond the claim.
 func (s *supervisor) stop(c *child, sig syscall.Signal, now Mono, reason string) {
@@ -300,15 +344,9 @@ func (s *supervisor) start(term Term, now Mono) (*child, int) {
 		s.log("cannot guard the child: %v", err)
 		return nil, ExitRuntimeError
 	}
-	l := term.Leader
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		EnvFencingToken+"="+strconv.FormatInt(l.FencingToken, 10),
-		EnvValidUntil+"="+l.ValidUntil.UTC().Format(time.RFC3339Nano),
-		EnvLease+"="+l.Lease.Namespace+"/"+l.Lease.Name,
-		EnvHolder+"="+l.Identity,
-	)
+	cmd.Env = append(os.Environ(), childEnv(term)...)
 	// Pdeathsig: if the supervisor dies the child is killed at once (the
 	// watchdog would kill it too, when it sees its stdin close).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: wd.cmd.Process.Pid, Pdeathsig: syscall.SIGKILL}
