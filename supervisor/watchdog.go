@@ -33,9 +33,6 @@ const WatchdogArg = "__run-watchdog"
 // RunWatchdog runs it with args (those after WatchdogArg: the first
 // deadline) and returns only on bad input.
 func RunWatchdog(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	// The supervisor stops the workload by signalling the group, and the
-	// watchdog is in it: it must outlast those signals.
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT, syscall.SIGPIPE)
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "leader-elector run: watchdog: want one argument, the deadline")
 		return ExitBadInput
@@ -51,6 +48,11 @@ func RunWatchdog(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "leader-elector run: watchdog: not the leader of its own process group")
 		return ExitBadInput
 	}
+	// The supervisor stops the workload by signalling the group, and the
+	// watchdog is in it: it must outlast those signals. (Only once the
+	// input is known good: an ignored signal stays ignored in every
+	// process started afterwards, so a refusal must leave them alone.)
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGQUIT, syscall.SIGPIPE)
 	// Ready: the supervisor starts the child only now, when the signals
 	// meant for the child can no longer kill the watchdog.
 	if _, err := fmt.Fprintln(stdout, "ready"); err != nil {
