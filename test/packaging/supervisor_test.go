@@ -82,3 +82,53 @@ func TestChartSupervisor(t *testing.T) {
 		t.Errorf("the default renders the supervisor's parts")
 	}
 }
+
+// TestKustomizeSupervisor: manifests/example-supervisor is manifests/example
+// with the same supervisor parts as the chart's: the copy init container
+// on the sidecar's image (its arguments run by the real binary), the
+// emptyDir, the app's read-only mount and its work wrapped in
+// `leader-elector run … --`.
+func TestKustomizeSupervisor(t *testing.T) {
+	objs, d := kustomize(t, "example-supervisor")
+	spec := &d.Spec.Template.Spec
+	for _, err := range CheckSidecarPod(spec, true) {
+		t.Error(err)
+	}
+	checkWiring(t, objs, d)
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "leader-elector-copy" })
+	if i < 0 {
+		t.Fatalf("no leader-elector-copy init container: %s", asJSON(spec.InitContainers))
+	}
+	cp := spec.InitContainers[i]
+	sc, _, _ := Sidecar(spec)
+	if cp.Image != sc.Image {
+		t.Errorf("the copy's image %q is not the sidecar's %q", cp.Image, sc.Image)
+	}
+	_, chart := demo(t, "--set", "supervisor.enabled=true")
+	want := chart.Spec.Template.Spec.InitContainers[0]
+	if !slices.Equal(cp.Args, want.Args) || asJSON(cp.VolumeMounts) != asJSON(want.VolumeMounts) {
+		t.Errorf("the copy differs from the chart's: %v %v, want %v %v", cp.Args, asJSON(cp.VolumeMounts), want.Args, asJSON(want.VolumeMounts))
+	}
+	dir := t.TempDir()
+	args := slices.Clone(cp.Args)
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "/leader-elector-run", dir)
+	}
+	if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+		t.Fatalf("leader-elector %v: %v\n%s", args, err, out)
+	}
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "leader-elector-run" && v.EmptyDir != nil }) {
+		t.Errorf("no leader-elector-run emptyDir")
+	}
+	app := spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })]
+	if !slices.ContainsFunc(app.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "leader-elector-run" && m.MountPath == "/leader-elector-run" && m.ReadOnly
+	}) {
+		t.Errorf("the app does not mount the binary read-only: %s", asJSON(app.VolumeMounts))
+	}
+	wrap := []string{"/leader-elector-run/leader-elector", "run", "--stop-grace=2s", "--"}
+	at := slices.Index(app.Args, wrap[0])
+	if at < 0 || at+len(wrap) >= len(app.Args) || !slices.Equal(app.Args[at:at+len(wrap)], wrap) {
+		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)
+	}
+}
