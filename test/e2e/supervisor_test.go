@@ -292,7 +292,7 @@ func slowStopScript(path string) string {
 // TestSupervisorNeverTwoChildren: three candidates, each with a supervisor
 // whose child runs only while its pod leads. Across a release, SIGKILL and
 // SIGSTOP of the leader's sidecar, SIGSTOP of the leader's supervisor (its
-// watchdog must kill the child) and an API server freeze, the monitor,
+// watchdog must kill the child), an API server freeze and kill, the monitor,
 // reading process state, never sees two children alive, and each new
 // child starts after the old one died: the margin is reported.
 func TestSupervisorNeverTwoChildren(t *testing.T) {
@@ -332,6 +332,18 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 				}
 			}
 		}},
+		{"API server kill", func(*candidate) func() {
+			if err := controlPlane.KillAPIServer(); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				if err := controlPlane.StartAPIServer(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
 		{"SIGKILL of the sidecar", func(l *candidate) func() { l.h.Kill(); return func() {} }},
 	}
 	var report []string
@@ -341,7 +353,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 		undo := f.inject(leader)
 		var next workload
 		switch f.name {
-		case "API server freeze", "SIGSTOP of the supervisor":
+		case "API server freeze", "API server kill", "SIGSTOP of the supervisor":
 			// No one else can take over (the freeze) or the sidecar
 			// still leads (the paused supervisor): the old child must die
 			// by the claim's end, then the fault is undone.
@@ -349,7 +361,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 			if took := old.dead - injected; took > renewDeadline {
 				t.Errorf("%s: the child died %v after the fault, beyond the renew deadline %v", f.name, took, renewDeadline)
 			}
-			if f.name == "API server freeze" {
+			if strings.HasPrefix(f.name, "API server") {
 				time.Sleep(leaseDuration) // hold the outage: no child may start during it
 			}
 			undo()
