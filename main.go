@@ -5,7 +5,7 @@
 //
 // main only wires the steps together: parse (package options), logging,
 // signals, run (package app), exit code; `leader-elector status` is
-// package status.
+// package status, `leader-elector run -- CMD` package supervisor.
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 	"github.com/leader-elector/leader-elector/app"
 	"github.com/leader-elector/leader-elector/options"
 	"github.com/leader-elector/leader-elector/status"
+	"github.com/leader-elector/leader-elector/supervisor"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -39,8 +40,15 @@ func main() {
 // execute parses the configuration, runs until a signal, and returns the
 // process's exit code.
 func execute(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "status" {
-		return status.Run(args[1:], os.LookupEnv, stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return status.Run(args[1:], os.LookupEnv, stdout, stderr)
+		case "run":
+			return supervisor.Main(args[1:], os.LookupEnv, stdout, stderr)
+		case supervisor.WatchdogArg:
+			return supervisor.RunWatchdog(args[1:], os.Stdin, stdout, stderr)
+		}
 	}
 	opts, err := options.Parse(args, options.OSEnvironment)
 	switch {

@@ -189,3 +189,15 @@ func TestExecuteStatus(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 2 and the status command's own message", code, stderr.String())
 	}
 }
+
+// `run` and the watchdog's hidden argument reach package supervisor.
+func TestExecuteRun(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := execute([]string{"run", "sleep"}, &stdout, &stderr); code != 2 || !strings.HasPrefix(stderr.String(), "leader-elector run: want the command after --") {
+		t.Fatalf("run without --: exit code %d, stderr %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := execute([]string{"__run-watchdog"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "watchdog: want one argument") {
+		t.Fatalf("watchdog without a deadline: exit code %d, stderr %q", code, stderr.String())
+	}
+}

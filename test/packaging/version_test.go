@@ -45,37 +45,41 @@ func TestVersionsAgree(t *testing.T) {
 		t.Errorf("Chart.yaml: version %q, appVersion %q; VERSION is %q", chart.Version, chart.AppVersion, version)
 	}
 
-	var kustomization struct {
-		Images []struct {
-			Name    string `json:"name"`
-			NewName string `json:"newName"`
-			NewTag  string `json:"newTag"`
-		} `json:"images"`
-	}
-	b, err = os.ReadFile(inRepo("manifests", "example", "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &kustomization); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, img := range kustomization.Images {
-		if img.Name != "leader-elector" {
-			continue
+	// manifests/example-supervisor sets the image again for the container
+	// it adds (../example's images: does not reach it).
+	for _, dir := range []string{"example", "example-supervisor"} {
+		var kustomization struct {
+			Images []struct {
+				Name    string `json:"name"`
+				NewName string `json:"newName"`
+				NewTag  string `json:"newTag"`
+			} `json:"images"`
 		}
-		found = true
-		if img.NewTag != version {
-			t.Errorf("manifests/example: the leader-elector image's tag is %q; VERSION is %q", img.NewTag, version)
+		b, err = os.ReadFile(inRepo("manifests", dir, "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
 		}
-		// No official image exists yet: the example must name one that
-		// cannot resolve to somebody else's image.
-		if host, _, _ := strings.Cut(img.NewName, "/"); !strings.HasSuffix(host, ".invalid") {
-			t.Errorf("manifests/example: the leader-elector image %q is not a placeholder under .invalid, and no official image is published", img.NewName)
+		if err := yaml.Unmarshal(b, &kustomization); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !found {
-		t.Error("manifests/example: no images entry for leader-elector")
+		found := false
+		for _, img := range kustomization.Images {
+			if img.Name != "leader-elector" {
+				continue
+			}
+			found = true
+			if img.NewTag != version {
+				t.Errorf("manifests/%s: the leader-elector image's tag is %q; VERSION is %q", dir, img.NewTag, version)
+			}
+			// No official image exists yet: the example must name one that
+			// cannot resolve to somebody else's image.
+			if host, _, _ := strings.Cut(img.NewName, "/"); !strings.HasSuffix(host, ".invalid") {
+				t.Errorf("manifests/%s: the leader-elector image %q is not a placeholder under .invalid, and no official image is published", dir, img.NewName)
+			}
+		}
+		if !found {
+			t.Errorf("manifests/%s: no images entry for leader-elector", dir)
+		}
 	}
 }
 

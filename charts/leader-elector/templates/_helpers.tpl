@@ -273,12 +273,63 @@ ServiceAccount's token.
 
 {{/*
 The sidecar when it is a native sidecar (sidecar.native), else nothing: for
-a pod's initContainers.
+a pod's initContainers. With supervisor.enabled, first the init container
+that copies the binary for `leader-elector run`.
 */}}
 {{- define "leader-elector.initContainers" -}}
-{{- if .Values.sidecar.native }}
-{{- include "leader-elector.sidecar" . }}
+{{- if .Values.supervisor.enabled }}
+{{- include "leader-elector.supervisorInitContainer" . }}
 {{- end }}
+{{- if .Values.sidecar.native }}
+{{ include "leader-elector.sidecar" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+With supervisor.enabled: the init container that copies the leader-elector
+binary into the leader-elector-run emptyDir, for the app container's
+`leader-elector run` (the image is distroless: the binary copies itself).
+*/}}
+{{- define "leader-elector.supervisorInitContainer" -}}
+- name: leader-elector-copy
+  image: {{ include "leader-elector.image" . | quote }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args: ["run", "--copy-to=/leader-elector-run/leader-elector"]
+  {{- with .Values.sidecar.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  resources:
+    requests:
+      cpu: 10m
+      memory: 16Mi
+    limits:
+      cpu: 100m
+      memory: 64Mi
+  volumeMounts:
+    - name: leader-elector-run
+      mountPath: /leader-elector-run
+{{- end }}
+
+{{/*
+With supervisor.enabled: the app container's mount of the supervisor's
+binary, as one item of its volumeMounts.
+*/}}
+{{- define "leader-elector.supervisorMount" -}}
+- name: leader-elector-run
+  mountPath: /leader-elector-run
+  readOnly: true
+{{- end }}
+
+{{/*
+With supervisor.enabled: the start of the app container's command, as items
+of a list; the app's own command and arguments follow it.
+*/}}
+{{- define "leader-elector.supervisorCommand" -}}
+- /leader-elector-run/leader-elector
+- run
+- --stop-grace={{ .Values.supervisor.stopGrace }}
+- --
 {{- end }}
 
 {{/*
@@ -294,7 +345,8 @@ nothing: for a pod's containers.
 {{/*
 The sidecar's ServiceAccount token, CA and namespace, as one item of a pod's
 volumes: what the kubelet mounts into every container with
-automountServiceAccountToken, here for the sidecar alone.
+automountServiceAccountToken, here for the sidecar alone; with
+supervisor.enabled also the leader-elector-run emptyDir.
 */}}
 {{- define "leader-elector.volumes" -}}
 - name: leader-elector-token
@@ -313,6 +365,11 @@ automountServiceAccountToken, here for the sidecar alone.
             - path: namespace
               fieldRef:
                 fieldPath: metadata.namespace
+{{- if .Values.supervisor.enabled }}
+- name: leader-elector-run
+  emptyDir:
+    sizeLimit: 128Mi
+{{- end }}
 {{- end }}
 
 {{/*

@@ -1,0 +1,89 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// hookRun is one hook to run: its command line and environment.
+type hookRun struct {
+	name, command string
+	env           []string
+}
+
+// hooks runs --on-start-leading and --on-stop-leading commands one at a
+// time, in the order of the transitions, on their own goroutine: the
+// supervisor's loop never waits for a hook (and the sidecar, which renews,
+// never sees one). A hook that outlives --hook-timeout is SIGKILLed with
+// its process group.
+type hooks struct {
+	timeout time.Duration
+	queue   chan hookRun
+	done    chan struct{}
+	log     func(format string, args ...any)
+}
+
+// hookQueue bounds the transitions waiting for a slow hook; beyond it the
+// oldest waiting are dropped (a later transition supersedes them).
+const hookQueue = 16
+
+func startHooks(timeout time.Duration, log func(string, ...any)) *hooks {
+	h := &hooks{timeout: timeout, queue: make(chan hookRun, hookQueue), done: make(chan struct{}), log: log}
+	go h.run()
+	return h
+}
+
+func (h *hooks) fire(r hookRun) {
+	for {
+		select {
+		case h.queue <- r:
+			return
+		default:
+		}
+		select {
+		case old := <-h.queue:
+			h.log("%s hook %q dropped: too many transitions while a hook ran", old.name, old.command)
+		default:
+		}
+	}
+}
+
+// close waits for the hooks already fired to end (each within its timeout).
+func (h *hooks) close() {
+	close(h.queue)
+	<-h.done
+}
+
+func (h *hooks) run() {
+	defer close(h.done)
+	for r := range h.queue {
+		h.runOne(r)
+	}
+}
+
+func (h *hooks) runOne(r hookRun) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", r.command)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), r.env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start).Round(time.Millisecond)
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		h.log("%s hook %q did not end within --hook-timeout=%v: killed", r.name, r.command, h.timeout)
+	case err != nil:
+		h.log("%s hook %q failed after %v: %s", r.name, r.command, took, describe(err))
+	default:
+		h.log("%s hook %q done in %v", r.name, r.command, took)
+	}
+}

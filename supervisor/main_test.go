@@ -1,0 +1,82 @@
+package supervisor
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestMainRefusesBadInput(t *testing.T) {
+	noExec := filepath.Join(t.TempDir(), "not-executable")
+	if err := os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		wantCode int
+		want     string
+	}{
+		{"no command", nil, nil, 2, "want the command after --"},
+		{"no --", []string{"sleep", "1"}, nil, 2, "want the command after --"},
+		{"-- without a command", []string{"--"}, nil, 2, "want the command after --"},
+		{"unknown flag", []string{"--bogus", "--", "true"}, nil, 2, "unknown flag: --bogus"},
+		{"bad duration", []string{"--stop-grace=soon", "--", "true"}, nil, 2, "--stop-grace"},
+		{"zero grace", []string{"--stop-grace=0s", "--", "true"}, nil, 2, "--stop-grace 0s is outside the supported range"},
+		{"poll too fast", []string{"--poll-interval=1ms", "--", "true"}, nil, 2, "--poll-interval 1ms is outside"},
+		{"backoff too long", []string{"--restart-backoff=1m", "--", "true"}, nil, 2, "--restart-backoff 1m0s is outside"},
+		{"copy-to with a command", []string{"--copy-to=/tmp/x", "--", "true"}, nil, 2, "--copy-to takes no command"},
+		{"negative start delay", []string{"--start-delay=-1s", "--", "true"}, nil, 2, "--start-delay -1s is outside"},
+		{"hook timeout zero", []string{"--on-start-leading=true", "--hook-timeout=0s"}, nil, 2, "--hook-timeout 0s is outside"},
+		{"a hook and a command without --", []string{"--on-start-leading=true", "sleep", "1"}, nil, 2, "want the command after --"},
+		{"unknown on-exit", []string{"--on-exit=panic", "--", "true"}, nil, 2, `--on-exit "panic" is unknown`},
+		{"bad url", []string{"--url=localhost:4040", "--", "true"}, nil, 2, "want http://host:port"},
+		{"bad url env", []string{"--", "true"}, map[string]string{urlEnv: "http://x/y"}, 2, "$LEADER_ELECTOR_URL"},
+		{"not found", []string{"--", "no-such-command-anywhere"}, nil, 127, `cannot execute "no-such-command-anywhere"`},
+		{"not executable", []string{"--", noExec}, nil, 126, "permission denied"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Main(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d", code, tc.wantCode)
+			}
+			if !strings.Contains(stderr.String(), tc.want) || strings.Count(stderr.String(), "\n") != 1 {
+				t.Errorf("stderr %q: want one line with %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestMainHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"--help"}, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	if !strings.HasPrefix(stdout.String(), "Usage: leader-elector run") || !strings.Contains(stdout.String(), "--stop-grace") {
+		t.Fatalf("help: %q", stdout.String())
+	}
+}
+
+func TestMainCopyTo(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "leader-elector")
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"--copy-to=" + dst}, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d: %s", code, stderr.String())
+	}
+	self, _ := os.Executable()
+	want, _ := os.ReadFile(self)
+	got, err := os.ReadFile(dst)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the copy differs from the binary (%v)", err)
+	}
+	if fi, _ := os.Stat(dst); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	if code := Main([]string{"--copy-to=/no/such/dir/x"}, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != ExitRuntimeError || !strings.Contains(stderr.String(), "--copy-to:") {
+		t.Fatalf("copy to a missing directory: exit code %d, %q", code, stderr.String())
+	}
+}

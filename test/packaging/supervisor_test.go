@@ -1,0 +1,134 @@
+//go:build integration
+
+package packaging
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestChartSupervisor: with supervisor.enabled the demo pod gets the init
+// container that copies the binary (whose arguments the real binary runs
+// here, into a temporary directory), the emptyDir, the app's read-only
+// mount of it, and the app's work wrapped in `leader-elector run … --`;
+// without it, none of that.
+func TestChartSupervisor(t *testing.T) {
+	_, d := demo(t, "--set", "supervisor.enabled=true", "--set", "supervisor.stopGrace=3s")
+	spec := &d.Spec.Template.Spec
+	for _, err := range CheckSidecarPod(spec, true) {
+		t.Error(err)
+	}
+	if len(spec.InitContainers) == 0 || spec.InitContainers[0].Name != "leader-elector-copy" {
+		t.Fatalf("the first init container is not leader-elector-copy: %s", asJSON(spec.InitContainers))
+	}
+	cp := spec.InitContainers[0]
+	if cp.RestartPolicy != nil {
+		t.Errorf("the copy runs once; it has restartPolicy %v", *cp.RestartPolicy)
+	}
+	sc, _, _ := Sidecar(spec)
+	if cp.Image != sc.Image {
+		t.Errorf("the copy's image %q is not the sidecar's %q", cp.Image, sc.Image)
+	}
+	volume := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "leader-elector-run" && v.EmptyDir != nil })
+	if volume < 0 {
+		t.Errorf("no leader-elector-run emptyDir: %s", asJSON(spec.Volumes))
+	}
+	if len(cp.VolumeMounts) != 1 || cp.VolumeMounts[0].Name != "leader-elector-run" || cp.VolumeMounts[0].ReadOnly {
+		t.Errorf("the copy's mounts: %s", asJSON(cp.VolumeMounts))
+	}
+	// The copy's arguments, run by the real binary, with the mount's path
+	// moved into a temporary directory.
+	dir := t.TempDir()
+	args := slices.Clone(cp.Args)
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, cp.VolumeMounts[0].MountPath, dir)
+	}
+	if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+		t.Fatalf("leader-elector %v: %v\n%s", args, err, out)
+	}
+	copied := filepath.Join(dir, "leader-elector")
+	if fi, err := os.Stat(copied); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("the copy is not an executable at %s: %v", copied, err)
+	}
+	// The copy is the binary: it answers as one.
+	if out, err := exec.Command(copied, "--version").CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "leader-elector ") {
+		t.Fatalf("the copied binary: %v %q", err, out)
+	}
+
+	app := spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })]
+	mounted := slices.ContainsFunc(app.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "leader-elector-run" && m.MountPath == cp.VolumeMounts[0].MountPath && m.ReadOnly
+	})
+	if !mounted {
+		t.Errorf("the app does not mount leader-elector-run read-only at %s: %s", cp.VolumeMounts[0].MountPath, asJSON(app.VolumeMounts))
+	}
+	wrap := []string{copied[len(dir):], "run", "--stop-grace=3s", "--"}
+	wrap[0] = cp.VolumeMounts[0].MountPath + wrap[0]
+	at := slices.Index(app.Args, wrap[0])
+	if at < 0 || !slices.Equal(app.Args[at:at+len(wrap)], wrap) || at+len(wrap) >= len(app.Args) {
+		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)
+	}
+
+	_, d = demo(t)
+	spec = &d.Spec.Template.Spec
+	if slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "leader-elector-copy" }) ||
+		slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "leader-elector-run" }) {
+		t.Errorf("the default renders the supervisor's parts")
+	}
+}
+
+// TestKustomizeSupervisor: manifests/example-supervisor is manifests/example
+// with the same supervisor parts as the chart's: the copy init container
+// on the sidecar's image (its arguments run by the real binary), the
+// emptyDir, the app's read-only mount and its work wrapped in
+// `leader-elector run … --`.
+func TestKustomizeSupervisor(t *testing.T) {
+	objs, d := kustomize(t, "example-supervisor")
+	spec := &d.Spec.Template.Spec
+	for _, err := range CheckSidecarPod(spec, true) {
+		t.Error(err)
+	}
+	checkWiring(t, objs, d)
+	i := slices.IndexFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "leader-elector-copy" })
+	if i < 0 {
+		t.Fatalf("no leader-elector-copy init container: %s", asJSON(spec.InitContainers))
+	}
+	cp := spec.InitContainers[i]
+	sc, _, _ := Sidecar(spec)
+	if cp.Image != sc.Image {
+		t.Errorf("the copy's image %q is not the sidecar's %q", cp.Image, sc.Image)
+	}
+	_, chart := demo(t, "--set", "supervisor.enabled=true")
+	want := chart.Spec.Template.Spec.InitContainers[0]
+	if !slices.Equal(cp.Args, want.Args) || asJSON(cp.VolumeMounts) != asJSON(want.VolumeMounts) {
+		t.Errorf("the copy differs from the chart's: %v %v, want %v %v", cp.Args, asJSON(cp.VolumeMounts), want.Args, asJSON(want.VolumeMounts))
+	}
+	dir := t.TempDir()
+	args := slices.Clone(cp.Args)
+	for i, a := range args {
+		args[i] = strings.ReplaceAll(a, "/leader-elector-run", dir)
+	}
+	if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+		t.Fatalf("leader-elector %v: %v\n%s", args, err, out)
+	}
+	if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "leader-elector-run" && v.EmptyDir != nil }) {
+		t.Errorf("no leader-elector-run emptyDir")
+	}
+	app := spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })]
+	if !slices.ContainsFunc(app.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == "leader-elector-run" && m.MountPath == "/leader-elector-run" && m.ReadOnly
+	}) {
+		t.Errorf("the app does not mount the binary read-only: %s", asJSON(app.VolumeMounts))
+	}
+	wrap := []string{"/leader-elector-run/leader-elector", "run", "--stop-grace=2s", "--"}
+	at := slices.Index(app.Args, wrap[0])
+	if at < 0 || at+len(wrap) >= len(app.Args) || !slices.Equal(app.Args[at:at+len(wrap)], wrap) {
+		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)
+	}
+}
