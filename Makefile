@@ -51,7 +51,7 @@ unit: ## unit tests with the race detector (every package; the suites carry the 
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
 	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; exit $${PIPESTATUS[0]}
 
-tools: ## build (or reuse from the cache) etcd, kube-apiserver and kube-controller-manager at the pinned versions
+tools: ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kubectl at the pinned versions
 	bash test/tools/build.sh
 
 demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running; with KUBECONFIG set, on that cluster instead)

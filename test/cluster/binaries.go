@@ -24,12 +24,17 @@ const ToolsDirEnv = "LEADER_ELECTOR_TOOLS_DIR"
 // binaries are the executables Start needs in Options.BinDir.
 var binaries = []string{"etcd", "kube-apiserver"}
 
-// builtBinaries are what EnsureBinaries provides: Start's, and the
-// controller manager the rollout tests run beside the control plane.
-var builtBinaries = append(slices.Clone(binaries), "kube-controller-manager")
+// Kubectl is the name of the kubectl binary in EnsureBinaries' directory:
+// the tests run the commands the docs tell users to run with the real
+// kubectl, at the cluster's version.
+const Kubectl = "kubectl"
 
-// EnsureBinaries returns the directory holding the etcd, kube-apiserver and
-// kube-controller-manager binaries. If $LEADER_ELECTOR_TOOLS_DIR is set, that
+// builtBinaries are what EnsureBinaries provides: Start's, the controller
+// manager the rollout tests run beside the control plane, and kubectl.
+var builtBinaries = append(slices.Clone(binaries), "kube-controller-manager", Kubectl)
+
+// EnsureBinaries returns the directory holding the etcd, kube-apiserver,
+// kube-controller-manager and kubectl binaries; a missing one is an error. If $LEADER_ELECTOR_TOOLS_DIR is set, that
 // directory is used as is; otherwise test/tools/build.sh builds them (or
 // finds them in its cache) and its progress is streamed to progress (which
 // may be nil).

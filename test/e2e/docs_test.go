@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/packaging"
 	"github.com/leader-elector/leader-elector/test/registry"
 	"github.com/leader-elector/leader-elector/test/snippets"
@@ -36,10 +37,9 @@ import (
 // TestDocSnippets runs every code block of the user docs marked
 // `<!-- test: NAME -->` (see package snippets) with the handler NAME below:
 // YAML is applied to the real API server, shell commands are run as
-// written where they can run here (kustomize, helm install, the objects
-// `kubectl apply -k` would apply) and replaced by the equivalent API read
-// where they need what this suite has not (a kubelet for `kubectl logs` and
-// `exec`, a registry for a push). Applied workloads get real leader-elector
+// written where they can run here (kustomize, helm install, kubectl — the
+// real ones) and replaced by the equivalent API read where they need what
+// this suite has not (a kubelet for `kubectl logs` and `exec`). Applied workloads get real leader-elector
 // processes started from their pod templates with their ServiceAccount's
 // token, so a snippet whose RBAC does not fit its sidecar fails here.
 // A handler without a block, or a marked block without a handler, fails.
@@ -264,8 +264,13 @@ func (sh *shell) tool(name string, args ...string) {
 	}
 }
 
-// kubectl: `apply -k` applies the kustomize build server-side (what
-// kubectl's built-in kustomize does); reads are done with client-go.
+// kubectl runs the real kubectl (built at the cluster's version with the
+// control plane, see cluster.EnsureBinaries) with the admin kubeconfig, as
+// the user runs it, and checks what the command must show: after
+// `apply -k`, candidates run for the applied Deployments; `get lease`
+// prints the leading candidate. `logs` and `exec` need a kubelet, which this
+// API-server-only suite has not: what they name is checked instead (the
+// node suite runs pods).
 func (sh *shell) kubectl(args []string) {
 	t := sh.t
 	ctx := context.Background()
@@ -283,11 +288,12 @@ func (sh *shell) kubectl(args []string) {
 	verb := strings.Join(rest[:min(2, len(rest))], " ")
 	switch {
 	case verb == "apply -k":
+		sh.runKubectl(args)
+		// Which namespaces to elect in: those the kustomization creates.
 		objs, err := packaging.KustomizeBuild(ctx, filepath.Join(sh.cwd, rest[2]))
 		if err != nil {
 			t.Fatal(err)
 		}
-		applyServerSide(t, objs)
 		for _, ns := range objs.OfKind("Namespace") {
 			sh.elect(ns.GetName())
 		}
@@ -297,8 +303,8 @@ func (sh *shell) kubectl(args []string) {
 		if !ok {
 			t.Fatalf("kubectl get lease %s in %s: no candidates run for this Lease (leaders: %v)", name, namespace, sh.leaders)
 		}
-		if got := leaseHolder(t, namespace, name); got != want {
-			t.Errorf("kubectl -n %s get lease %s: holder %q, want the leading candidate %q", namespace, name, got, want)
+		if got := strings.TrimSpace(sh.runKubectl(args)); got != want {
+			t.Errorf("kubectl %s printed %q, want the leading candidate %q", strings.Join(args, " "), got, want)
 		}
 	case rest[0] == "logs" || rest[0] == "exec":
 		// They need a kubelet: check that what they name exists.
@@ -315,10 +321,10 @@ func (sh *shell) kubectl(args []string) {
 			t.Errorf("kubectl %s: Deployment %s has no container %s", strings.Join(rest, " "), deploy, c)
 		}
 	case verb == "get endpointslices":
+		// No pod runs here, so no endpoint is listed: the command must run
+		// and the Service it names exist.
+		sh.runKubectl(args)
 		selector := flagValue(t, rest, "-l", "--selector")
-		if _, err := cs.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector}); err != nil {
-			t.Fatalf("kubectl get endpointslices -l %s: %v", selector, err)
-		}
 		service, ok := strings.CutPrefix(selector, "kubernetes.io/service-name=")
 		if !ok {
 			t.Fatalf("kubectl get endpointslices -l %s: want the kubernetes.io/service-name label", selector)
@@ -329,6 +335,24 @@ func (sh *shell) kubectl(args []string) {
 	default:
 		t.Fatalf("kubectl %s: no rule for this in TestDocSnippets", strings.Join(rest, " "))
 	}
+}
+
+// runKubectl runs kubectl with args in the current directory against the
+// control plane (KUBECONFIG, as a user sets it; a private cache directory)
+// and returns its standard output; a failure fails the test.
+func (sh *shell) runKubectl(args []string) string {
+	t := sh.t
+	t.Helper()
+	cmd := exec.Command(filepath.Join(kubeBinDir, cluster.Kubectl), args...)
+	cmd.Dir = sh.cwd
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.AdminKubeconfig(), "KUBECACHEDIR="+filepath.Join(sh.root, ".kube-cache"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	t.Logf("%s%s", stdout.String(), stderr.String())
+	return stdout.String()
 }
 
 // elect starts two candidates from the pod template of every Deployment in

@@ -28,7 +28,8 @@ var (
 	binary string
 	// repoRoot is the repository's top directory.
 	repoRoot string
-	// kubeBinDir holds etcd, kube-apiserver and kube-controller-manager.
+	// kubeBinDir holds etcd, kube-apiserver, kube-controller-manager and
+	// kubectl (cluster.EnsureBinaries).
 	kubeBinDir string
 )
 

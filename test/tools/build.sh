@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries the e2e tests run against (etcd,
 # kube-apiserver and kube-controller-manager, at the versions pinned in ./etcd
-# and ./kube) into a cache
-# directory, and prints that directory. A warm cache is reused as is: the
+# and ./kube) and the kubectl the tests run the docs' commands with into a
+# cache directory, and prints that directory. A warm cache is reused as is: the
 # directory name is a hash of the pinning go.mod/go.sum files, so changing a
 # version builds into a new directory and never mixes binaries.
 #
@@ -37,6 +37,9 @@ build etcd go.etcd.io/etcd/server/v3 etcd
 build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
 # The rollout tests run the Deployment and ReplicaSet controllers.
 build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
+# The docs' kubectl commands run with the real kubectl, at the cluster's
+# version (test/e2e TestDocSnippets, the rollout tests on the node).
+build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
 for cmd in ${KUBE_COMMANDS:-}; do
 	build kube "k8s.io/kubernetes/cmd/$cmd" "$cmd" "$kube_ldflags"
 done

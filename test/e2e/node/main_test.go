@@ -20,12 +20,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/node"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
 // theNode is the cluster every test deploys into, each in its own namespace.
 var theNode *node.Node
+
+// kubectl is the real kubectl, built with the node's components at their
+// version (test/tools/build.sh), for the tests that run what users run.
+var kubectl string
 
 // The images the node runs, imported from archives (nothing can be pulled
 // here): the leader-elector image as `make image-test-archive` names it —
@@ -63,6 +68,11 @@ func setUpAndRun(m *testing.M) int {
 		vals = append(vals, v)
 	}
 	work, binDir, imageArchive, imagesDir := vals[0], vals[1], vals[2], vals[3]
+	kubectl = filepath.Join(binDir, cluster.Kubectl)
+	if _, err := os.Stat(kubectl); err != nil {
+		fmt.Fprintln(os.Stderr, "node e2e setup: no kubectl (test/tools/build.sh builds it):", err)
+		return 1
+	}
 	// Which image runs: the shipped Dockerfile built offline (a local Go
 	// builder stage and a scratch base instead of distroless, which cannot
 	// be pulled), as `make image-test` builds it.
