@@ -39,7 +39,13 @@ func TestChartSupervisor(t *testing.T) {
 		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1")
 	m := startNodeChildMonitor(t)
 
-	t.Run("DeleteLeaderPod", func(t *testing.T) {
+	// Later steps assume the earlier ones left one child running.
+	run := func(name string, f func(*testing.T)) {
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
+	run("DeleteLeaderPod", func(t *testing.T) {
 		pod := d.faultReadyLeader(t)
 		old := m.waitChildIn(t, pod, nil)
 		fault := bootNow()
@@ -52,21 +58,24 @@ func TestChartSupervisor(t *testing.T) {
 		d.reportMargin(t, "delete of the leader pod", pod.Name, leader, fault, dead, next)
 	})
 
-	t.Run("KillSidecar", func(t *testing.T) {
+	run("KillSidecar", func(t *testing.T) {
 		pod := d.faultReadyLeader(t)
 		old := m.waitChildIn(t, pod, nil)
+		term := d.term(t)
 		fault := bootNow()
 		if _, err := theNode.KillContainer(context.Background(), containerID(t, pod, packaging.SidecarName)); err != nil {
 			t.Fatal(err)
 		}
-		// The restarted sidecar or another pod leads at the Lease's expiry.
+		// The restarted sidecar or another pod leads at the Lease's expiry:
+		// until the new term the killed pod may still look settled.
 		dead := m.waitDead(t, old.pid, d.settleTimeout())
+		d.waitNewTerm(t, term)
 		leader := d.waitSettled(t, d.settleTimeout())
 		next := m.waitChildIn(t, d.getPod(t, leader), &old)
 		d.reportMargin(t, "SIGKILL of the leader's sidecar", pod.Name, leader, fault, dead, next)
 	})
 
-	t.Run("FreezeLeaderPod", func(t *testing.T) {
+	run("FreezeLeaderPod", func(t *testing.T) {
 		pod := d.faultReadyLeader(t)
 		old := m.waitChildIn(t, pod, nil)
 		before := m.twoAliveSamples()
