@@ -175,9 +175,7 @@ type nodeChild struct {
 // host's pid namespace) for the demo's supervised children.
 type nodeChildMonitor struct {
 	mu sync.Mutex
-	// seen classifies the pids listed: true for a supervised child. A pid
-	// running leader-elector is looked at again on every sample: it may be
-	// the supervisor's fork before it execs the child.
+	// seen classifies the pids listed: true for a supervised child.
 	seen map[int]bool
 	kids map[int]*nodeChild
 	// twoAlive counts samples with two children alive, frozen or not;
@@ -261,7 +259,10 @@ func (m *nodeChildMonitor) sample() {
 		}
 		alive, ppid, start := procStat(pid)
 		child := isDemoWork(a) && isSupervisor(argv(ppid))
-		if !isSupervisor(a) {
+		// Not classified for good: the supervisor's fork before its exec
+		// (the supervisor's command line), and a process in the middle of
+		// an exec (an empty command line).
+		if !isSupervisor(a) && a[0] != "" {
 			m.seen[pid] = child
 		}
 		if child && alive {
