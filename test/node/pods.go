@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -120,4 +121,49 @@ func ProcessIdentity(pid int) (uid, gid string, readOnlyRoot bool, err error) {
 		}
 	}
 	return "", "", false, errors.New("no root mount in the process's mountinfo")
+}
+
+// ProcessCgroup reports which pod a process belongs to (the uid in its
+// kubepods/<qos>/pod<uid> cgroup, "" if none) and whether the cgroup
+// freezer holds it (cgroup v1: freezer.state FROZEN, also when a parent
+// cgroup — the pod's — is frozen; v2: cgroup.events "frozen 1").
+func ProcessCgroup(pid int) (podUID string, frozen bool, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "", false, err
+	}
+	_, statErr := os.Stat(cgroupV2Mark)
+	v2 := statErr == nil
+	var path string
+	for _, line := range strings.Split(string(b), "\n") {
+		// hierarchy-id:controllers:path
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if (v2 && f[0] == "0" && f[1] == "") || (!v2 && slices.Contains(strings.Split(f[1], ","), "freezer")) {
+			path = f[2]
+			break
+		}
+	}
+	if path == "" {
+		return "", false, fmt.Errorf("process %d has no freezer cgroup in %q", pid, b)
+	}
+	for _, seg := range strings.Split(path, "/") {
+		if u, ok := strings.CutPrefix(seg, "pod"); ok {
+			podUID = u
+		}
+	}
+	if v2 {
+		events, err := os.ReadFile(filepath.Join(cgroupRoot, path, "cgroup.events"))
+		if err != nil {
+			return podUID, false, err
+		}
+		return podUID, slices.Contains(strings.Split(string(events), "\n"), "frozen 1"), nil
+	}
+	state, err := os.ReadFile(filepath.Join(freezerV1, path, "freezer.state"))
+	if err != nil {
+		return podUID, false, err
+	}
+	return podUID, strings.TrimSpace(string(state)) == "FROZEN", nil
 }

@@ -6,7 +6,8 @@
 // controller-manager) and checks what users rely on: one Ready pod, the
 // Service answering from the leader alone, failover after pod deletion, a
 // killed sidecar and a frozen pod, rollouts, native sidecar ordering, and the
-// sidecar's least privilege.
+// sidecar's least privilege, and that the supervisor (`leader-elector run`)
+// never lets two pods' workloads run at once.
 //
 // It runs only inside the network namespace test/node/run.sh creates
 // (`make e2e-cluster`); started any other way it fails at once, never skips.
