@@ -716,27 +716,8 @@ func testNetworkPolicyValues(t *testing.T, b snippets.Block) {
 // testNetworkPolicyComponent: the overlay, with manifests/example as the
 // workload, builds, and the API server accepts what it builds.
 func testNetworkPolicyComponent(t *testing.T, b snippets.Block) {
-	ctx := context.Background()
-	// kustomize takes only relative paths: the overlay sits next to a copy
-	// of manifests/, which "<path to>" names.
-	root := t.TempDir()
-	if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot, "manifests"), root).CombinedOutput(); err != nil {
-		t.Fatalf("copying manifests: %v: %s", err, out)
-	}
-	dir := filepath.Join(root, "overlay")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.ReplaceAll(b.Text, "<path to>", "..")
 	// "Your overlay": the example as the workload, in its namespace.
-	text = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: leader-elector-example\nresources: [../manifests/example]\n" + text
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := packaging.KustomizeBuild(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := buildExampleOverlay(t, "namespace: leader-elector-example\n", strings.ReplaceAll(b.Text, "<path to>", ".."))
 	var np networkingv1.NetworkPolicy
 	if err := objs.OneInto("NetworkPolicy", &np); err != nil {
 		t.Fatal(err)
@@ -749,11 +730,12 @@ func testNetworkPolicyComponent(t *testing.T, b snippets.Block) {
 	dryRunApply(t, objs)
 }
 
-// testKustomizeAdvertisePatch: the patch, in an overlay over the example,
-// gives the sidecar the advertised port and $POD_IP, leader-elector accepts
-// that configuration, and the API server takes the objects.
-func testKustomizeAdvertisePatch(t *testing.T, b snippets.Block) {
-	ctx := context.Background()
+// buildExampleOverlay builds "your overlay" over manifests/example:
+// header (kustomization fields such as a namespace) and body (the doc's
+// snippet). kustomize takes only relative paths, so the overlay sits next
+// to a copy of manifests/, which "<path to>" names in the docs.
+func buildExampleOverlay(t *testing.T, header, body string) packaging.Objects {
+	t.Helper()
 	root := t.TempDir()
 	if out, err := exec.Command("cp", "-a", filepath.Join(repoRoot, "manifests"), root).CombinedOutput(); err != nil {
 		t.Fatalf("copying manifests: %v: %s", err, out)
@@ -762,14 +744,22 @@ func testKustomizeAdvertisePatch(t *testing.T, b snippets.Block) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	text := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../manifests/example]\n" + b.Text
+	text := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" + header + "resources: [../manifests/example]\n" + body
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := packaging.KustomizeBuild(ctx, dir)
+	objs, err := packaging.KustomizeBuild(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return objs
+}
+
+// testKustomizeAdvertisePatch: the patch, in an overlay over the example,
+// gives the sidecar the advertised port and $POD_IP, leader-elector accepts
+// that configuration, and the API server takes the objects.
+func testKustomizeAdvertisePatch(t *testing.T, b snippets.Block) {
+	objs := buildExampleOverlay(t, "", b.Text)
 	var d appsv1.Deployment
 	if err := objs.OneInto("Deployment", &d); err != nil {
 		t.Fatal(err)
