@@ -57,6 +57,28 @@ func deployExample(t *testing.T, name string) *deployment {
 	return deploy(t, "manifests/"+name, objs)
 }
 
+// createRestrictedNamespace creates namespace with the restricted Pod
+// Security level, which every shipped workload must pass.
+func createRestrictedNamespace(t *testing.T, namespace string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+	}}}
+	if _, err := theNode.Client().CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chartDemoArgs are helm's arguments for the chart's demo with the node's
+// image, and values (key=value) on top.
+func chartDemoArgs(values []string) []string {
+	args := []string{"--set", "demo.enabled=true", "--set", "image.repository=" + nodeImageRepository, "--set", "image.tag=" + nodeImageTag}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	return args
+}
+
 // deployChart installs the chart with its demo workload, as `helm install
 // --set demo.enabled=true` would (rendered with helm template and applied:
 // the same objects).
@@ -64,17 +86,8 @@ func deployChart(t *testing.T, values ...string) *deployment {
 	t.Helper()
 	ctx := context.Background()
 	const namespace = "chart-demo"
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted",
-	}}}
-	if _, err := theNode.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--set", "demo.enabled=true", "--set", "image.repository=" + nodeImageRepository, "--set", "image.tag=" + nodeImageTag}
-	for _, v := range values {
-		args = append(args, "--set", v)
-	}
-	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", namespace, args...)
+	createRestrictedNamespace(t, namespace)
+	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", namespace, chartDemoArgs(values)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -112,16 +111,8 @@ func helmInstallWait(t *testing.T, namespace string, values ...string) (*deploym
 	t.Helper()
 	ctx := context.Background()
 	const release = "demo"
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace, Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted",
-	}}}
-	if _, err := theNode.Client().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--set", "demo.enabled=true", "--set", "image.repository=" + nodeImageRepository, "--set", "image.tag=" + nodeImageTag}
-	for _, v := range values {
-		args = append(args, "--set", v)
-	}
+	createRestrictedNamespace(t, namespace)
+	args := chartDemoArgs(values)
 	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), release, namespace, args...)
 	if err != nil {
 		t.Fatal(err)
