@@ -268,7 +268,12 @@ func (c *ControlPlane) setAPIPort(port int) {
 		BearerToken:     c.pki.adminToken,
 		TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.caPEM},
 	}
-	c.adminClient = kubernetes.NewForConfigOrDie(rest.CopyConfig(c.admin))
+	// The tests' own client observes and injects faults; client-side
+	// throttling would only delay what it measures, and its limiter fails a
+	// call near a poll's deadline with an error no wait helper recognises.
+	admin := rest.CopyConfig(c.admin)
+	admin.QPS = -1
+	c.adminClient = kubernetes.NewForConfigOrDie(admin)
 	poll := rest.CopyConfig(c.admin)
 	poll.QPS = -1 // a negative QPS disables client-side throttling
 	poll.UserAgent = "leader-elector-test-cluster"
