@@ -102,6 +102,13 @@ bench-smoke: tools ## benchmarks, short run with small counts and timings, to pr
 	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \
 		--handovers=3 --crashes=2 --idle-warmup=2s --idle-window=10s --http-duration=2s --output bench-smoke.out
 
+# Where the binary's bytes go: the stripped sizes of leader-elector and of
+# the client-go baseline (bench/baseline), and their symbols summed per package
+# group, as the markdown table of docs/performance.md.
+.PHONY: size
+size: ## per-package size table of the stripped binary, beside the client-go baseline (docs/performance.md)
+	$(GO) run ./hack/binsize
+
 # Partition mode (--partitions): time to a full and fair assignment after a
 # join and after a crash, and idle API requests per member.
 .PHONY: bench-partitions bench-partitions-smoke
