@@ -10,14 +10,15 @@ import (
 	"github.com/leader-elector/leader-elector/memtrim"
 )
 
-// trimAfterStartup gives the kernel back the pages of the executable that
-// the start touched (memtrim), once the start is over: after one lease
-// duration the Lease's watch has synced, and a candidate has taken the
-// Lease or seen who holds it (one that started after the holder's last
-// renewal waits exactly that long before it may take it over). What runs
-// after that comes back page by page; what ran only at the start (the
-// init functions of every API group client-go registers, the first
-// connection, the checks) stays out. It runs once.
+// trimAfterStartup drops the pages of the executable that the start
+// touched (memtrim), once the start is over: by two lease durations the
+// Lease's watch has synced, and a candidate has taken the Lease or seen who
+// holds it (one that started after the holder's last renewal may take it
+// over exactly one lease duration after its start: not then, so that the
+// takeover does not share its moment with the trim). What runs after that
+// comes back page by page; what ran only at the start (the init functions
+// of every API group client-go registers, the first connection, the
+// checks) stays out. It runs once.
 func trimAfterStartup(ctx context.Context, after time.Duration) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTimer(after)
@@ -32,8 +33,9 @@ func trimAfterStartup(ctx context.Context, after time.Duration) {
 	case errors.Is(err, memtrim.ErrUnsupported):
 		logger.V(2).Info("Not dropping the start's pages of the executable", "err", err)
 	case err != nil:
-		logger.Error(err, "Could not drop the start's pages of the executable; the process keeps them resident")
+		// Not an error of the sidecar's work: it only keeps more memory.
+		logger.Info("Could not drop the start's pages of the executable; they stay resident", "err", err)
 	default:
-		logger.V(2).Info("Dropped the start's pages of the executable", "bytes", res.Bytes, "pagedOut", res.PagedOut)
+		logger.V(2).Info("Dropped the start's pages of the executable", "bytes", res.Bytes)
 	}
 }

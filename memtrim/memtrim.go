@@ -7,10 +7,9 @@
 // they map about 15 MiB of the binary's code and read-only data, which then
 // count in the process's VmRSS and, as page cache charged to the container,
 // in the working set the kubelet reports. At rest the sidecar runs a small
-// fraction of that code. Trim drops the mapping of those pages (and, where
-// the kernel can, their page cache); the pages the sidecar still runs come
-// back on their next use, from the page cache or the file, like any page of
-// a program that was never touched.
+// fraction of that code. Trim drops the process's mapping of those pages;
+// the pages the sidecar still runs come back on their next use, from the
+// page cache, like any page of a program that was never touched.
 package memtrim
 
 import "errors"
@@ -23,8 +22,4 @@ var ErrUnsupported = errors.New("dropping the executable's pages is supported on
 type Result struct {
 	// Bytes is the size of the executable's read-only mappings it advised.
 	Bytes uint64
-	// PagedOut is true when the kernel was asked to reclaim the pages
-	// (MADV_PAGEOUT, Linux 5.4 and later), which also drops them from the
-	// page cache; false when they were only unmapped (MADV_DONTNEED).
-	PagedOut bool
 }
