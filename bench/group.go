@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/harness"
@@ -49,6 +51,17 @@ type group struct {
 	pollCtx     context.Context
 	stopPollers context.CancelFunc
 	pollers     sync.WaitGroup
+
+	// toAnswer and toElection are, for each candidate started (leader
+	// election only), the time from before its process was started to its
+	// first answer on GET /leader and to the first answer that names a
+	// holder (the election it reports).
+	toAnswer, toElection []time.Duration
+	// crashing is set during the crash rounds: a candidate started while
+	// the Lease's holder is dead names no holder until the takeover (the
+	// sidecar cannot know the holder is alive; client-go's names it), so
+	// these starts are not timed.
+	crashing bool
 }
 
 func newGroup(opts *options, cp *cluster.ControlPlane, im *impl, lease, work string) *group {
@@ -62,6 +75,19 @@ func newGroup(opts *options, cp *cluster.ControlPlane, im *impl, lease, work str
 		latest:  map[*candidate]observation{},
 		changed: make(chan struct{}),
 	}
+}
+
+// waitElection polls c's GET /leader every millisecond until it names a
+// holder.
+func (g *group) waitElection(ctx context.Context, c *candidate) error {
+	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 2*g.opts.LeaseDuration+30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := c.API().Leader(ctx)
+		return err == nil && l.Holder != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s reported no holder of the Lease (log: %s): %w", c.Name(), c.LogPath(), err)
+	}
+	return nil
 }
 
 // start starts a new candidate, with a new identity and its own service
@@ -99,11 +125,27 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 		o.Args = append(o.Args, fmt.Sprintf("--partitions=%d", g.im.partitions))
 		o.ServingPath = "/partitions"
 	}
+	started := time.Now()
 	h, err := harness.StartCandidate(ctx, o)
 	if err != nil {
 		return nil, err
 	}
+	answered := time.Since(started)
 	c := &candidate{Candidate: h, user: "system:serviceaccount:" + namespace + ":" + name}
+	g.mu.Lock()
+	timed := g.im.partitions == 0 && !g.crashing
+	g.mu.Unlock()
+	if timed {
+		if err := g.waitElection(ctx, c); err != nil {
+			c.Kill()
+			return nil, err
+		}
+		elected := time.Since(started)
+		g.mu.Lock()
+		g.toAnswer = append(g.toAnswer, answered)
+		g.toElection = append(g.toElection, elected)
+		g.mu.Unlock()
+	}
 	go func() {
 		<-c.Done()
 		g.broadcast()

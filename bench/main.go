@@ -87,7 +87,7 @@ func defaultOptions() *options {
 		RenewDeadline: 10 * time.Second,
 		RetryPeriod:   2 * time.Second,
 		Candidates:    3,
-		Handovers:     20,
+		Handovers:     60,
 		Crashes:       10,
 		PollInterval:  5 * time.Millisecond,
 		IdleWarmup:    10 * time.Second,

@@ -96,6 +96,9 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 // (renewTime) to the new holder's acquireTime; it also counts acquisitions
 // before the old leader's Lease had run out (renewTime + lease duration).
 func crashes(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
+	g.mu.Lock()
+	g.crashing = true
+	g.mu.Unlock()
 	for round := 1; round <= opts.Crashes; round++ {
 		leader, err := currentLeader(ctx, opts, g)
 		if err != nil {

@@ -156,6 +156,9 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 	g.stopPolling()
 	stopHistory()
 	res.monitor = g.mon.Check()
+	g.mu.Lock()
+	res.toAnswer, res.toElection = g.toAnswer, g.toElection
+	g.mu.Unlock()
 
 	if err := idle(ctx, opts, g, res); err != nil {
 		return nil, fmt.Errorf("idle: %w", err)
