@@ -199,6 +199,41 @@ func print(progs []*program, top int) {
 	}
 	row(fmt.Sprintf("other (%d groups)", max(0, len(names)-top)), otherB, otherO)
 	row("**stripped binary** (-s -w)", base.stripped, ours.stripped)
+
+	// The same bytes by where they come from.
+	byOrigin := map[string][2]int64{}
+	for _, k := range names {
+		o := byOrigin[origin(k)]
+		byOrigin[origin(k)] = [2]int64{o[0] + base.groups[k], o[1] + ours.groups[k]}
+	}
+	origins := make([]string, 0, len(byOrigin))
+	for k := range byOrigin {
+		origins = append(origins, k)
+	}
+	slices.SortFunc(origins, func(a, b string) int { return cmp.Compare(byOrigin[b][1], byOrigin[a][1]) })
+	fmt.Printf("\n| origin | %s | %s | difference |\n|---|---:|---:|---:|\n", base.name, ours.name)
+	for _, k := range origins {
+		row(k, byOrigin[k][0], byOrigin[k][1])
+	}
+}
+
+// origin sums package groups by where they come from.
+func origin(group string) string {
+	switch {
+	case group == pclntab || strings.HasPrefix(group, "unattributed") || strings.HasPrefix(group, "runtime metadata"):
+		return "tables and metadata (function tables, type links, strings)"
+	case strings.HasPrefix(group, "k8s.io/api/"):
+		return "k8s.io/api: every API group (client-go's scheme registers them all)"
+	case strings.HasPrefix(group, "k8s.io/client-go"), strings.HasPrefix(group, "k8s.io/apimachinery"):
+		return "client-go and apimachinery"
+	case strings.HasPrefix(group, "std: "):
+		return "Go standard library"
+	case strings.HasPrefix(group, "ours: "), strings.Contains(group, ourModule):
+		return "this repository's packages"
+	case strings.Contains(group, "prometheus"), strings.HasPrefix(group, "github.com/beorn7"), strings.HasPrefix(group, "github.com/cespare"):
+		return "Prometheus client"
+	}
+	return "other modules"
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.2f MB", float64(n)/1e6) }
