@@ -90,12 +90,12 @@ fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 5s), as CI ru
 
 # Benchmarks (bench/): leader-elector against a plain client-go baseline on a
 # real control plane. `make bench` is the full run whose table docs/performance.md
-# shows (about 12 minutes); `make bench-smoke` is a short run with small
+# shows (about 15 minutes); `make bench-smoke` is a short run with small
 # counts and timings that only proves the benchmark still works (CI).
 .PHONY: bench bench-smoke
 test: bench-smoke
 
-bench: tools ## benchmarks, full run at the default timings (~12 min); the table also goes to bench.out
+bench: tools ## benchmarks, full run at the default timings (~15 min); the table also goes to bench.out
 	$(GO) run ./bench --output bench.out
 
 bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)
