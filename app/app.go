@@ -100,7 +100,6 @@ func Run(ctx context.Context, cfg Config) error {
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	servers.serve(stop)
-	go trimAfterStartup(runCtx, 2*cfg.Election.LeaseDuration)
 
 	// The router withdraws this pod when runCtx ends, while the elector
 	// releases the Lease; either order is safe (the writes are fenced).
