@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -73,6 +74,8 @@ type Member struct {
 	partitions []*election.Elector
 	metrics    *metrics
 	logger     klog.Logger
+	// checkpointLimits rate-limit each partition's checkpoints.
+	checkpointLimits []*rate.Limiter
 	// offset is where this pod starts looking for free partitions, so
 	// that members that all need some do not all race for the same ones.
 	offset int
@@ -153,7 +156,9 @@ func New(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.partitions = make([]*election.Elector, cfg.Partitions)
+	m.checkpointLimits = make([]*rate.Limiter, cfg.Partitions)
 	for i := range m.partitions {
+		m.checkpointLimits[i] = newCheckpointLimiter(cfg.RetryPeriod)
 		if m.partitions[i], err = elector(PartitionLease(cfg.Name, i), KindPartition, gate{m}); err != nil {
 			return nil, err
 		}

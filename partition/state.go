@@ -40,6 +40,10 @@ type Owned struct {
 	// Since is when this pod's claim began; ValidUntil is when it ends
 	// unless renewed.
 	Since, ValidUntil time.Time
+	// Checkpoint is the last checkpoint stored with the partition, by this
+	// pod or an earlier owner; nil if none. A change of it alone does not
+	// change the Revision.
+	Checkpoint *Checkpoint
 }
 
 // Snapshot returns the current state.
@@ -72,7 +76,7 @@ func (m *Member) stateLocked(v view) State {
 	}
 	for _, i := range v.mine {
 		st := v.states[i]
-		s.Owned = append(s.Owned, Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil})
+		s.Owned = append(s.Owned, Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil, Checkpoint: m.checkpoint(i)})
 	}
 	return s
 }
