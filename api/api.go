@@ -131,6 +131,12 @@ type OwnedPartition struct {
 	FencingToken int64 `json:"fencingToken"`
 	Since        Time  `json:"since"`
 	ValidUntil   Time  `json:"validUntil"`
+	// Draining is true while the sidecar wants to hand the partition over
+	// (this pod owns more than its fair share): finish, checkpoint and POST
+	// /partitions/<i>/release before DrainDeadline, when the sidecar
+	// releases it anyway. The partition stays owned until then.
+	Draining      bool `json:"draining"`
+	DrainDeadline Time `json:"drainDeadline,omitzero"`
 	// Checkpoint is the last checkpoint stored with the partition, by this
 	// pod or by an earlier owner (a smaller FencingToken): resume from it.
 	// Absent if none was ever stored.

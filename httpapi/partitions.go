@@ -46,7 +46,8 @@ type Partitions interface {
 func partitionsJSON(s partition.State) api.Partitions {
 	owned := make([]api.OwnedPartition, 0, len(s.Owned))
 	for _, o := range s.Owned {
-		p := api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil}}
+		p := api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil},
+			Draining: o.Draining, DrainDeadline: api.Time{Time: o.DrainDeadline}}
 		if o.Checkpoint != nil {
 			c := checkpointJSON(*o.Checkpoint)
 			p.Checkpoint = &c
