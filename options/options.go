@@ -62,7 +62,7 @@ type Options struct {
 	// drainTimeoutGiven: --drain-timeout came from the command line or its
 	// variable.
 	drainTimeoutGiven bool
-	Campaign   campaignOptions
+	Campaign          campaignOptions
 	// Notify configures --on-change-url.
 	Notify notifyOptions
 

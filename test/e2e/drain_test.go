@@ -107,7 +107,7 @@ func TestPartitionsDrainTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s still owns draining partition %d long after its deadline %v", a.name, o.Partition, o.DrainDeadline)
 	}
-	if early := o.DrainDeadline.Sub(time.Now()); early > pollInterval {
+	if early := time.Until(o.DrainDeadline.Time); early > pollInterval {
 		t.Errorf("draining partition %d released %v before its deadline", o.Partition, early)
 	}
 	waitOwned(t, b, o.Partition, func(p api.OwnedPartition) bool { return p.FencingToken > o.FencingToken })
