@@ -18,6 +18,18 @@ import (
 func TestAnnotateKeptByRenewals(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
+	// Reactors are added before the elector runs: the fake's list of them
+	// is not safe to change while it is used.
+	var counting atomic.Bool
+	var conflicts atomic.Int32
+	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lease := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if counting.Load() && lease.ResourceVersion != getLease(t, client).ResourceVersion {
+			conflicts.Add(1)
+		}
+		return false, nil, nil
+	})
+
 	e, err := New(fastConfig(client))
 	if err != nil {
 		t.Fatal(err)
@@ -25,15 +37,7 @@ func TestAnnotateKeptByRenewals(t *testing.T) {
 	runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
 	token := e.Snapshot().FencingToken
-	var conflicts atomic.Int32
-	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		lease := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
-		if lease.ResourceVersion != getLease(t, client).ResourceVersion {
-			conflicts.Add(1)
-		}
-		return false, nil, nil
-	})
-
+	counting.Store(true)
 	for i := range 10 {
 		if err := e.Annotate(ctx, token, "example.com/checkpoint", strconv.Itoa(i)); err != nil {
 			t.Fatalf("Annotate %d: %v", i, err)
