@@ -23,11 +23,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/test/invariant"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
@@ -45,7 +48,7 @@ const (
 	soakCommitEnv   = "LEADER_ELECTOR_SOAK_COMMIT"
 
 	soakDefaultDuration = 5 * time.Minute
-	soakDefaultModes    = "readiness,endpointslice,label"
+	soakDefaultModes    = "readiness,endpointslice,label,partitions"
 	// soakLease is the chart's election.leaseDurationSeconds in the soak:
 	// short, so that a run sees many takeovers.
 	soakLease = 4 * time.Second
@@ -61,6 +64,8 @@ var soakModes = map[string][]string{
 	"readiness":     nil,
 	"endpointslice": {"routing.mode=endpointslice", "election.readiness=candidate"},
 	"label":         {"routing.mode=label", "election.readiness=candidate"},
+	// Eight partitions over three pods: every pod owns two or three.
+	"partitions": {"partitions.count=8"},
 }
 
 type soakConfig struct {
@@ -163,6 +168,7 @@ type soakRun struct {
 	settles  []settleSample
 
 	claims     *invariant.Checker
+	parts      *invariant.Partitions // partition mode: the claims per partition
 	claimsRep  invariant.Report
 	obs        observation
 	pollers    map[types.UID]*claimPoller
@@ -241,7 +247,11 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	r.duration = duration
 	r.d = deployChart(t, append([]string{"demo.replicas=3",
 		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1"}, soakModes[r.mode]...)...)
-	r.d.faultReadyLeader(t)
+	if r.d.partitions > 0 {
+		r.waitPartitionsSettled(t)
+	} else {
+		r.d.faultReadyLeader(t)
+	}
 	u, err := url.Parse(theNode.ControlPlane().Host())
 	if err != nil {
 		t.Fatal(err)
@@ -251,8 +261,14 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	}
 
 	r.claims = invariant.New(true)
+	r.parts = invariant.NewPartitions()
 	r.pollers = map[types.UID]*claimPoller{}
-	o := r.d.observe(t)
+	// The observer watches the Service and the one Lease; a partition
+	// group is judged by its members' claims and its Leases.
+	var o *observer
+	if r.d.partitions == 0 {
+		o = r.d.observe(t)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { r.trackPods(ctx) })
@@ -294,14 +310,24 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	}
 	faults.Wait()
 	// The last faults' recovery, within their bounds, before the checks.
-	leader := r.d.waitSettled(t, recoveryBound("pod-delete"))
-	r.d.waitServed(t, leader)
+	if r.d.partitions > 0 {
+		r.waitPartitionsSettled(t)
+	} else {
+		leader := r.d.waitSettled(t, recoveryBound("pod-delete"))
+		r.d.waitServed(t, leader)
+	}
+	// The sampler may not have seen what the wait just did.
+	r.mu.Lock()
+	r.settles = append(r.settles, settleSample{time.Now(), true})
+	r.mu.Unlock()
 	stop()
 	bg.Wait()
 	for _, p := range r.pollers {
 		p.stop()
 	}
-	r.obs = o.end(t)
+	if o != nil {
+		r.obs = o.end(t)
+	}
 	r.check(t)
 }
 
@@ -458,7 +484,7 @@ func (r *soakRun) trackPods(ctx context.Context) {
 				if err != nil {
 					continue
 				}
-				if cp, err := startClaimPoller(p.Name, pid, r.claims); err == nil {
+				if cp, err := startClaimPoller(p.Name, pid, r.recordAnswer); err == nil {
 					r.pollers[p.UID] = cp
 				}
 			}
@@ -475,9 +501,16 @@ func (r *soakRun) trackPods(ctx context.Context) {
 func (r *soakRun) sampleSettled(ctx context.Context) {
 	for ctx.Err() == nil {
 		stateCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := r.d.state(stateCtx)
+		var ok bool
+		var err error
+		if r.d.partitions > 0 {
+			ok, err = r.partitionsSettled(stateCtx)
+		} else {
+			var s leaderState
+			s, err = r.d.state(stateCtx)
+			_, ok = s.settled(r.d.routed())
+		}
 		cancel()
-		_, ok := s.settled(r.d.routed())
 		r.mu.Lock()
 		r.settles = append(r.settles, settleSample{time.Now(), err == nil && ok})
 		r.mu.Unlock()
@@ -488,9 +521,86 @@ func (r *soakRun) sampleSettled(ctx context.Context) {
 	}
 }
 
-// claimPoller asks one pod's sidecar GET /leader every 100 ms on its
-// localhost (from inside the pod's network namespace, as the app does) and
-// feeds the answers to the invariant checker.
+// recordAnswer asks one pod's sidecar for its claims — GET /leader, or GET
+// /partitions in partition mode — and feeds the answer to the invariant
+// checker.
+func (r *soakRun) recordAnswer(ctx context.Context, pod string, client *http.Client) {
+	sent := time.Now()
+	if r.d.partitions > 0 {
+		var p api.Partitions
+		if err := getJSON(ctx, client, "/partitions", &p); err == nil {
+			r.parts.Record(pod, sent, p.Owned)
+		}
+		return
+	}
+	// A sidecar that has just (re)started answers token 0 until it has
+	// read the Lease: the token is each process's view (docs/api.md), so
+	// those answers are not held to the rule that a pod's token never goes
+	// back. Claims always carry one.
+	var l api.Leader
+	if err := getJSON(ctx, client, "/leader", &l); err == nil && (l.IsLeader || l.FencingToken != 0) {
+		r.claims.Record(invariant.LeaderAnswer(pod, sent, l))
+	}
+}
+
+// partitionsSettled reports whether every partition of the group is owned,
+// on its Lease, by a live member (one whose membership Lease is current),
+// and every live member owns its fair share.
+func (r *soakRun) partitionsSettled(ctx context.Context) (bool, error) {
+	list, err := r.d.client.CoordinationV1().Leases(r.d.namespace).List(ctx, metav1.ListOptions{LabelSelector: partition.GroupLabel + "=" + r.d.lease})
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	current := func(l *coordinationv1.Lease) (string, bool) {
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil {
+			return "", false
+		}
+		return *l.Spec.HolderIdentity, l.Spec.RenewTime.Add(soakLease).After(now)
+	}
+	members := map[string]int{}
+	for i := range list.Items {
+		if holder, ok := current(&list.Items[i]); ok && list.Items[i].Labels[partition.KindLabel] == partition.KindMember {
+			members[holder] = 0
+		}
+	}
+	owned := 0
+	for i := range list.Items {
+		l := &list.Items[i]
+		if holder, ok := current(l); ok && l.Labels[partition.KindLabel] == partition.KindPartition {
+			if _, member := members[holder]; member {
+				members[holder]++
+				owned++
+			}
+		}
+	}
+	if owned != r.d.partitions || len(members) == 0 {
+		return false, nil
+	}
+	lo, hi := partition.FairShare(r.d.partitions, len(members))
+	for _, n := range members {
+		if n < lo || n > hi {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (r *soakRun) waitPartitionsSettled(t *testing.T) {
+	t.Helper()
+	var lastErr error
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, recoveryBound("pod-delete"), true, func(ctx context.Context) (bool, error) {
+		ok, err := r.partitionsSettled(ctx)
+		lastErr = err
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("partition group %s: not every partition owned by a live member with a fair share after %v (last error: %v)", r.d.lease, recoveryBound("pod-delete"), lastErr)
+	}
+}
+
+// claimPoller asks one pod's sidecar for its claims every 100 ms on its
+// localhost, from inside the pod's network namespace, as the app does.
 type claimPoller struct {
 	pod    string
 	netns  *os.File
@@ -498,7 +608,7 @@ type claimPoller struct {
 	done   chan struct{}
 }
 
-func startClaimPoller(pod string, pid int, claims *invariant.Checker) (*claimPoller, error) {
+func startClaimPoller(pod string, pid int, ask func(ctx context.Context, pod string, client *http.Client)) (*claimPoller, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
 		return nil, err
@@ -513,14 +623,7 @@ func startClaimPoller(pod string, pid int, claims *invariant.Checker) (*claimPol
 	go func() {
 		defer close(p.done)
 		for ctx.Err() == nil {
-			sent := time.Now()
-			// A sidecar that has just (re)started answers token 0 until it
-			// has read the Lease: the token is each process's view
-			// (docs/api.md), so those answers are not held to the rule
-			// that a pod's token never goes back. Claims always carry one.
-			if l, err := getLeader(ctx, client); err == nil && (l.IsLeader || l.FencingToken != 0) {
-				claims.Record(invariant.LeaderAnswer(pod, sent, l))
-			}
+			ask(ctx, pod, client)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -536,21 +639,22 @@ func (p *claimPoller) stop() {
 	_ = p.netns.Close()
 }
 
-func getLeader(ctx context.Context, client *http.Client) (api.Leader, error) {
-	var l api.Leader
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:4040/leader", nil)
+// getJSON asks the sidecar's API on the pod's localhost (the chart's
+// sidecar.httpPort).
+func getJSON(ctx context.Context, client *http.Client, path string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:4040"+path, nil)
 	if err != nil {
-		return l, err
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return l, err
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return l, fmt.Errorf("GET /leader: %s", resp.Status)
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
-	return l, json.NewDecoder(resp.Body).Decode(&l)
+	return json.NewDecoder(resp.Body).Decode(into)
 }
 
 // dialInNetns dials addr from inside the network namespace ns. A socket
@@ -592,6 +696,9 @@ func (o *observer) end(t *testing.T) observation {
 // check judges the run: the invariants, and every fault's recovery.
 func (r *soakRun) check(t *testing.T) {
 	r.claimsRep = r.claims.Check()
+	if r.d.partitions > 0 {
+		r.claimsRep = r.parts.Check(r.d.partitions)
+	}
 	r.violations = append(r.violations, r.claimsRep.Violations...)
 	if r.claimsRep.More > 0 {
 		r.violations = append(r.violations, fmt.Sprintf("… and %d more claim violations", r.claimsRep.More))
