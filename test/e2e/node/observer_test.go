@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 )
 
 // observer records, while a fault runs, what a user of the Service sees:
@@ -93,8 +95,9 @@ func (o *observer) watchSlices(ctx context.Context, list *discoveryv1.EndpointSl
 	for _, s := range list.Items {
 		current[s.Name] = s
 	}
-	w, err := o.d.client.DiscoveryV1().EndpointSlices(o.d.namespace).Watch(ctx, metav1.ListOptions{
-		LabelSelector: discoveryv1.LabelServiceName + "=" + o.d.service, ResourceVersion: list.ResourceVersion,
+	w, err := retryWatch(ctx, list.ResourceVersion, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		opts.LabelSelector = discoveryv1.LabelServiceName + "=" + o.d.service
+		return o.d.client.DiscoveryV1().EndpointSlices(o.d.namespace).Watch(ctx, opts)
 	})
 	if err != nil {
 		o.fail(err)
@@ -137,8 +140,9 @@ func (o *observer) watchSlices(ctx context.Context, list *discoveryv1.EndpointSl
 
 func (o *observer) watchLease(ctx context.Context, rv string) {
 	defer o.wg.Done()
-	w, err := o.d.client.CoordinationV1().Leases(o.d.namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.d.lease).String(), ResourceVersion: rv,
+	w, err := retryWatch(ctx, rv, func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.d.lease).String()
+		return o.d.client.CoordinationV1().Leases(o.d.namespace).Watch(ctx, opts)
 	})
 	if err != nil {
 		o.fail(err)
@@ -157,6 +161,15 @@ func (o *observer) watchLease(ctx context.Context, rv string) {
 		o.leases = append(o.leases, leaseRecord(time.Now(), l))
 		o.mu.Unlock()
 	}
+}
+
+// retryWatch watches from rv and resumes after the API server closes the
+// watch (a restart, a timeout): the soak kills the API server, and an
+// observer that stopped watching would miss what followed without a word.
+// A watch that cannot resume (its resourceVersion compacted away) ends
+// with an error event, which the observer reports.
+func retryWatch(ctx context.Context, rv string, watchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
+	return watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{WatchFuncWithContext: watchFunc})
 }
 
 func leaseRecord(at time.Time, l *coordinationv1.Lease) leaseAt {
