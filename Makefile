@@ -322,7 +322,8 @@ rules-test: monitoring-deps ## promtool check rules and promtool test rules on d
 .PHONY: soak
 DURATION ?= 30m
 SOAK_REPORT ?= $(CURDIR)/soak-report.md
-soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES; report in soak-report.md (needs root)
+soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2); report in soak-report.md (needs root)
 	LEADER_ELECTOR_SOAK_DURATION=$(DURATION) $(if $(SEED),LEADER_ELECTOR_SOAK_SEED=$(SEED)) $(if $(MODES),LEADER_ELECTOR_SOAK_MODES=$(MODES)) \
+	$(if $(GAP),LEADER_ELECTOR_SOAK_MEAN_GAP=$(GAP)) $(if $(CONCURRENCY),LEADER_ELECTOR_SOAK_CONCURRENCY=$(CONCURRENCY)) \
 	LEADER_ELECTOR_SOAK_REPORT=$(SOAK_REPORT) LEADER_ELECTOR_SOAK_COMMIT="$$(git rev-parse --short HEAD)" \
 	$(MAKE) e2e-cluster RUN='^TestSoak$$' NODE_TIMEOUT=24h
