@@ -4,7 +4,8 @@
 # kube-apiserver, kube-controller-manager and kubectl built from the Go module
 # proxy and cached (test/tools/build.sh for the pinned release,
 # test/tools/kube-version.sh for the others), pointed at with
-# LEADER_ELECTOR_TOOLS_DIR. Prints, per release, pass or fail and the
+# LEADER_ELECTOR_TOOLS_DIR (and LEADER_ELECTOR_KUBE_VERSION, the release the
+# charts are rendered for). Prints, per release, pass or fail and the
 # handover and takeover figures the suite measures; each release's full log
 # is e2e-matrix-<release>.out. Exits non-zero if any release failed.
 #
@@ -33,7 +34,7 @@ for v in "$@"; do
 		result[$v]="FAIL (wrong build)"; failed=1; continue
 	fi
 	start=$SECONDS
-	LEADER_ELECTOR_TOOLS_DIR="$dir" go test -tags integration -count=1 -timeout 40m -v ./test/e2e/ >"e2e-matrix-$v.out" 2>&1
+	LEADER_ELECTOR_TOOLS_DIR="$dir" LEADER_ELECTOR_KUBE_VERSION="$v" go test -tags integration -count=1 -timeout 40m -v ./test/e2e/ >"e2e-matrix-$v.out" 2>&1
 	rc=$?
 	took[$v]=$((SECONDS - start))
 	if [[ $rc -eq 0 ]]; then result[$v]=PASS; else result[$v]=FAIL; failed=1; fi
