@@ -38,7 +38,7 @@ for v in "$@"; do
 	rc=$?
 	took[$v]=$((SECONDS - start))
 	if [[ $rc -eq 0 ]]; then result[$v]=PASS; else result[$v]=FAIL; failed=1; fi
-	grep -E '^--- FAIL' "e2e-matrix-$v.out" || true
+	grep -a -E '^--- FAIL' "e2e-matrix-$v.out" || true
 	echo "=== e2e-matrix: Kubernetes $v ${result[$v]} in ${took[$v]}s"
 done
 
@@ -46,6 +46,6 @@ echo
 echo "e2e-matrix summary (the suite on each release's kube-apiserver; logs in e2e-matrix-<release>.out)"
 for v in "$@"; do
 	echo "Kubernetes $v: ${result[$v]}${took[$v]:+ in ${took[$v]}s}"
-	[[ -f "e2e-matrix-$v.out" ]] && grep -hoE "$figures.*" "e2e-matrix-$v.out" | sed 's/^/    /'
+	[[ -f "e2e-matrix-$v.out" ]] && grep -ahoE "$figures.*" "e2e-matrix-$v.out" | sed 's/^/    /'
 done
 exit $failed
