@@ -266,6 +266,7 @@ clean-packaging:
 test: e2e-cluster
 
 NODE_KUBE_COMMANDS := kube-controller-manager kube-scheduler kubelet kube-proxy
+NODE_TIMEOUT       ?= 40m
 NODE_IMAGES_DIR    := _output/node-images
 
 # TestHelmInstallFromRegistry runs `make release` inside the node's network
@@ -279,7 +280,7 @@ e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real
 	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(GO) test -tags $(INTEGRATION_TAG) -c -o _output/node.test ./test/e2e/node && \
 	LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
-		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout 30m $(if $(RUN),-test.run '$(RUN)') 2>&1 \
+		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout $(NODE_TIMEOUT) $(if $(RUN),-test.run '$(RUN)') 2>&1 \
 		| tee e2e-cluster.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
 
 node-deps: image-deps ## install containerd, runc, the CNI plugins, iptables, conntrack and a static busybox with apt-get if any is missing (needs root)
@@ -345,3 +346,17 @@ KUBE_VERSIONS ?= v1.30.14 v1.34.4 v1.37.2
 
 e2e-matrix: monitoring-deps packaging-tools qemu-deps ## the e2e suite against each of KUBE_VERSIONS (built from the Go module proxy, cached); per release pass/fail and the handover and takeover figures
 	bash hack/e2e-matrix.sh $(KUBE_VERSIONS)
+
+# The chaos soak (test/e2e/node TestSoak) on the real node: random,
+# overlapping faults from a recorded seed while the invariants are checked.
+# Every e2e-cluster run (so CI) makes a 5-minute soak; this target makes a
+# long one and writes its report, e.g. `make soak DURATION=2h` and, to replay
+# a run, `make soak DURATION=… SEED=… MODES=…` with the report's values.
+.PHONY: soak
+DURATION ?= 30m
+SOAK_REPORT ?= $(CURDIR)/soak-report.md
+soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2); report in soak-report.md (needs root)
+	LEADER_ELECTOR_SOAK_DURATION=$(DURATION) $(if $(SEED),LEADER_ELECTOR_SOAK_SEED=$(SEED)) $(if $(MODES),LEADER_ELECTOR_SOAK_MODES=$(MODES)) \
+	$(if $(GAP),LEADER_ELECTOR_SOAK_MEAN_GAP=$(GAP)) $(if $(CONCURRENCY),LEADER_ELECTOR_SOAK_CONCURRENCY=$(CONCURRENCY)) \
+	LEADER_ELECTOR_SOAK_REPORT=$(SOAK_REPORT) LEADER_ELECTOR_SOAK_COMMIT="$$(git rev-parse --short HEAD)" \
+	$(MAKE) e2e-cluster RUN='^TestSoak$$' NODE_TIMEOUT=24h

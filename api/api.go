@@ -1,6 +1,7 @@
 // Package api is the Go side of leader-elector's application API: the JSON
 // types of GET /leader, GET /partitions, POST /release, POST
-// /partitions/<i>/release and of every error answer, and a small client for
+// /partitions/<i>/release, PUT /partitions/<i>/checkpoint and of every error
+// answer, and a small client for
 // them. The types are the wire contract documented in docs/api.md and
 // docs/partitions.md: the sidecar encodes its answers with them, so the
 // format is defined once.
@@ -130,7 +131,55 @@ type OwnedPartition struct {
 	FencingToken int64 `json:"fencingToken"`
 	Since        Time  `json:"since"`
 	ValidUntil   Time  `json:"validUntil"`
+	// Draining is true while the sidecar wants to hand the partition over
+	// (this pod owns more than its fair share): finish, checkpoint and POST
+	// /partitions/<i>/release before DrainDeadline, when the sidecar
+	// releases it anyway. The partition stays owned until then.
+	Draining      bool `json:"draining"`
+	DrainDeadline Time `json:"drainDeadline,omitzero"`
+	// Checkpoint is the last checkpoint stored with the partition, by this
+	// pod or by an earlier owner (a smaller FencingToken): resume from it.
+	// Absent if none was ever stored.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 }
+
+// Checkpoint is a checkpoint stored with a partition's Lease by PUT
+// /partitions/<i>/checkpoint.
+type Checkpoint struct {
+	// Value is what the owner stored: UTF-8 text, at most
+	// MaxCheckpointBytes.
+	Value string `json:"value"`
+	// Holder and FencingToken name the term that stored it.
+	Holder       string `json:"holder"`
+	FencingToken int64  `json:"fencingToken"`
+	// Time is when the storing sidecar took the request (its clock).
+	Time Time `json:"time"`
+}
+
+// MaxCheckpointBytes is the largest checkpoint value PUT
+// /partitions/<i>/checkpoint stores; a larger one is answered 413.
+const MaxCheckpointBytes = 1024
+
+// CheckpointStored is the answer of PUT /partitions/<i>/checkpoint: the
+// checkpoint as stored, under the fencing token of this pod's term.
+type CheckpointStored struct {
+	Partition  int        `json:"partition"`
+	Checkpoint Checkpoint `json:"checkpoint"`
+}
+
+// Reasons of a 409 answer of PUT /partitions/<i>/checkpoint (Error.Reason).
+const (
+	// ReasonNotOwned: this pod does not own the partition.
+	ReasonNotOwned = "not-owned"
+	// ReasonClaimExpired: this pod's claim ran out (a paused pod, or one
+	// that could not renew); another pod may own the partition now.
+	ReasonClaimExpired = "claim-expired"
+	// ReasonTermChanged: the partition's Lease is in another term than the
+	// one this pod owned it under.
+	ReasonTermChanged = "term-changed"
+	// ReasonConflict: the Lease kept changing under the write.
+	ReasonConflict = "conflict"
+)
 
 // Time is a moment as the API writes it: RFC 3339 in UTC with microseconds,
 // the Lease's own precision. time.Time's own JSON trims trailing zeros and
@@ -168,6 +217,11 @@ type Error struct {
 	StatusCode int `json:"-"`
 	// Message is the body's "error".
 	Message string `json:"error"`
+	// Reason, on some answers, says why in a word (ReasonNotOwned, …).
+	Reason string `json:"reason,omitempty"`
+	// RetryAfter is the answer's Retry-After header (429); it is not part
+	// of the body.
+	RetryAfter time.Duration `json:"-"`
 }
 
 func (e *Error) Error() string {

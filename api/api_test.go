@@ -48,7 +48,8 @@ func TestTimeReadsOtherRFC3339AndNull(t *testing.T) {
 }
 
 // TestZeroTimesAreOmitted: renewTime, leaderSince and validUntil are left
-// out until known, as docs/api.md says; an owned partition's are not.
+// out until known, as docs/api.md says; an owned partition's are not, except
+// drainDeadline, which is there only while it drains.
 func TestZeroTimesAreOmitted(t *testing.T) {
 	b, err := json.Marshal(Leader{Holder: "a"})
 	if err != nil {
@@ -61,7 +62,7 @@ func TestZeroTimesAreOmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"partition":2,"fencingToken":0,"since":"","validUntil":""}`; string(b) != want {
+	if want := `{"partition":2,"fencingToken":0,"since":"","validUntil":"","draining":false}`; string(b) != want {
 		t.Errorf("got  %s\nwant %s", b, want)
 	}
 }

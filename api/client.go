@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -106,6 +107,18 @@ func (c *Client) ReleasePartition(ctx context.Context, i int) (Partitions, error
 	return p, c.do(ctx, http.MethodPost, "/partitions/"+strconv.Itoa(i)+"/release", nil, &p)
 }
 
+// Checkpoint asks PUT /partitions/<i>/checkpoint: store value (UTF-8 text,
+// at most MaxCheckpointBytes) with partition i's Lease, fenced by this pod's
+// term. An *Error with StatusCode 409 and a Reason when the term refuses it
+// (ReasonNotOwned, ReasonClaimExpired, ReasonTermChanged, ReasonConflict):
+// stop working on i. 429 with RetryAfter when the partition's checkpoints
+// come too fast, 413 when value is too long, 404 if there is no such
+// partition.
+func (c *Client) Checkpoint(ctx context.Context, i int, value string) (CheckpointStored, error) {
+	var s CheckpointStored
+	return s, c.send(ctx, http.MethodPut, "/partitions/"+strconv.Itoa(i)+"/checkpoint", nil, strings.NewReader(value), &s)
+}
+
 func waitQuery(revision uint64, wait time.Duration) url.Values {
 	return url.Values{
 		"revision": {strconv.FormatUint(revision, 10)},
@@ -119,15 +132,23 @@ const maxErrorBody = 64 << 10
 // do sends one request and decodes a 2xx answer into out; any other answer
 // becomes an *Error.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, out any) error {
+	return c.send(ctx, method, path, query, nil, out)
+}
+
+// send is do with a request body.
+func (c *Client) send(ctx context.Context, method, path string, query url.Values, body io.Reader, out any) error {
 	u := c.baseURL + path
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
@@ -149,6 +170,9 @@ func readError(resp *http.Response) error {
 	e := &Error{StatusCode: resp.StatusCode}
 	if json.Unmarshal(body, e) != nil || e.Message == "" {
 		e.Message = string(bytes.TrimSpace(body))
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
 	}
 	return e
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -85,5 +86,45 @@ func TestClientWrapsTransportErrors(t *testing.T) {
 	var e *Error
 	if err == nil || errors.As(err, &e) {
 		t.Errorf("err = %v, want a decoding error that is no *Error", err)
+	}
+}
+
+// TestClientCheckpoint: PUT /partitions/<i>/checkpoint with the value as
+// the body; a refusal's reason and a 429's Retry-After reach the *Error.
+func TestClientCheckpoint(t *testing.T) {
+	var method, path, body string
+	status, answer, retryAfter := http.StatusOK, `{"partition":2,"checkpoint":{"value":"offset=9","holder":"pod-a","fencingToken":7,"time":"2026-11-29T08:00:00.000000Z"}}`, ""
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		method, path, body = r.Method, r.URL.Path, string(b)
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL, srv.Client())
+
+	s, err := c.Checkpoint(context.Background(), 2, "offset=9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if method != http.MethodPut || path != "/partitions/2/checkpoint" || body != "offset=9" {
+		t.Errorf("asked %s %s with %q", method, path, body)
+	}
+	if s.Partition != 2 || s.Checkpoint.Value != "offset=9" || s.Checkpoint.FencingToken != 7 || s.Checkpoint.Holder != "pod-a" {
+		t.Errorf("decoded %+v", s)
+	}
+
+	status, answer = http.StatusConflict, `{"error":"checkpoint refused","reason":"claim-expired"}`
+	var e *Error
+	if _, err := c.Checkpoint(context.Background(), 2, "x"); !errors.As(err, &e) || e.StatusCode != http.StatusConflict || e.Reason != ReasonClaimExpired {
+		t.Errorf("refused: %v, want 409 with reason %s", err, ReasonClaimExpired)
+	}
+	status, answer, retryAfter = http.StatusTooManyRequests, `{"error":"too fast"}`, "2"
+	if _, err := c.Checkpoint(context.Background(), 2, "x"); !errors.As(err, &e) || e.StatusCode != http.StatusTooManyRequests || e.RetryAfter != 2*time.Second {
+		t.Errorf("rate-limited: %v (%+v), want 429 with RetryAfter 2s", err, e)
 	}
 }

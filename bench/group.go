@@ -96,7 +96,10 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 		o.Args = append(o.Args, "-v=2")
 	}
 	if g.im.partitions > 0 {
-		o.Args = append(o.Args, fmt.Sprintf("--partitions=%d", g.im.partitions))
+		// The benchmark's members have no app to release a draining
+		// partition: without --drain-timeout=0s every join would measure
+		// the drain timeout, not the handover (docs/partitions.md).
+		o.Args = append(o.Args, fmt.Sprintf("--partitions=%d", g.im.partitions), "--drain-timeout=0s")
 		o.ServingPath = "/partitions"
 	}
 	h, err := harness.StartCandidate(ctx, o)

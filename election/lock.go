@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -81,8 +82,14 @@ type observingLock struct {
 	// cache serves inner's reads, if the lock reads through one.
 	cache *leaseCache
 	// writing is held for the whole of every write, so that a round is never
-	// cut short while a write is on its way (see Elector.attemptNow).
+	// cut short while a write is on its way (see Elector.attemptNow), and
+	// so that a fenced annotation (Elector.Annotate) and a renewal are never
+	// on their way at once.
 	writing *sync.Mutex
+	// using is held around every use of inner, which keeps the Lease object
+	// it last read or wrote and builds its next write on it: client-go uses
+	// inner from its elector's goroutine, rebase from another.
+	using sync.Mutex
 	// readServerClock, if set, makes a request whose answer's Date updates
 	// the tracker's ServerClock; logClockUnread is told when it fails.
 	readServerClock func() error
@@ -129,7 +136,9 @@ func (l *observingLock) observeRead(rec *resourcelock.LeaderElectionRecord) {
 }
 
 func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	l.using.Lock()
 	rec, raw, err := l.inner.Get(ctx)
+	l.using.Unlock()
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			l.tracker.observeNotFound()
@@ -238,7 +247,10 @@ var errCreatedWithoutHolder = errors.New("created the missing lease without a ho
 // seconds to its creation (newTermToken).
 func (l *observingLock) createWithoutHolder(ctx context.Context) error {
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: l.inner.LeaseMeta.Namespace, Name: l.inner.LeaseMeta.Name, Labels: l.inner.Labels}}
-	if _, err := l.inner.Client.Leases(lease.Namespace).Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+	l.using.Lock()
+	leases := l.inner.Client.Leases(lease.Namespace)
+	l.using.Unlock()
+	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
 	return errCreatedWithoutHolder
@@ -325,7 +337,10 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	// bounds it).
 	ctx = context.WithoutCancel(ctx)
 	start := l.tracker.clock.Now()
-	if err := do(ctx, ler); err != nil {
+	l.using.Lock()
+	err := do(ctx, ler)
+	l.using.Unlock()
+	if err != nil {
 		return err
 	}
 	l.metrics.observeRenewal(l.tracker.clock.Since(start))
@@ -355,7 +370,43 @@ func (l *observingLock) RecordEvent(s string) {
 	if s == clientGoStoppedLeading {
 		reason = l.tracker.stoppedLeading()
 	}
+	l.using.Lock()
+	defer l.using.Unlock()
 	l.inner.RecordEvent(fmt.Sprintf("%s (reason %s, fencing token %d)", s, reason, l.ownToken))
+}
+
+// rebase makes lease, which this process has just written itself (a fenced
+// annotation, see Elector.Annotate), the object client-go's LeaseLock
+// builds its next write on. LeaseLock keeps the object it last read or
+// wrote and sends its next renewal as an update of it, conditional on its
+// resourceVersion: after a write of ours that it did not make, that
+// renewal would fail with a conflict (client-go then falls back to a read
+// and a second write: two more requests and a slower renewal every time).
+// LeaseLock has no setter; its Get is the one way to hand it an object, so
+// Get is pointed at lease for one call. Exactly lease, not the cache's
+// latest: a newer version may be another holder's, and client-go's fast
+// path renews whatever it holds without looking at it again.
+func (l *observingLock) rebase(ctx context.Context, lease *coordinationv1.Lease) {
+	l.using.Lock()
+	defer l.using.Unlock()
+	client := l.inner.Client
+	defer func() { l.inner.Client = client }()
+	l.inner.Client = pinnedLease{lease: lease}
+	// pinnedLease's Get cannot fail, nor can encoding the record it holds.
+	_, _, _ = l.inner.Get(ctx)
+}
+
+// pinnedLease answers Get with one Lease object; nothing else is called on
+// it (see rebase).
+type pinnedLease struct {
+	coordinationv1client.LeaseInterface
+	lease *coordinationv1.Lease
+}
+
+func (p pinnedLease) Leases(string) coordinationv1client.LeaseInterface { return p }
+
+func (p pinnedLease) Get(context.Context, string, metav1.GetOptions) (*coordinationv1.Lease, error) {
+	return p.lease.DeepCopy(), nil
 }
 
 // clientGoStoppedLeading is what client-go's elector records when its

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -27,6 +30,9 @@ type Partitions interface {
 	// Release hands one owned partition back; partition.ErrOutOfRange or
 	// partition.ErrNotOwned when it cannot.
 	Release(ctx context.Context, i int) (partition.State, error)
+	// Checkpoint stores value with partition i's Lease, fenced by this
+	// pod's term (see partition.Member.Checkpoint for its errors).
+	Checkpoint(ctx context.Context, i int, value string) (partition.Checkpoint, error)
 	// Ready fails while the pod holds less than its fair share after the
 	// group had time to settle.
 	Ready() error
@@ -40,7 +46,13 @@ type Partitions interface {
 func partitionsJSON(s partition.State) api.Partitions {
 	owned := make([]api.OwnedPartition, 0, len(s.Owned))
 	for _, o := range s.Owned {
-		owned = append(owned, api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil}})
+		p := api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil},
+			Draining: o.Draining, DrainDeadline: api.Time{Time: o.DrainDeadline}}
+		if o.Checkpoint != nil {
+			c := checkpointJSON(*o.Checkpoint)
+			p.Checkpoint = &c
+		}
+		owned = append(owned, p)
 	}
 	return api.Partitions{
 		Lease:      api.Lease{Namespace: s.Namespace, Name: s.Name},
@@ -54,9 +66,14 @@ func partitionsJSON(s partition.State) api.Partitions {
 	}
 }
 
+func checkpointJSON(c partition.Checkpoint) api.Checkpoint {
+	return api.Checkpoint{Value: c.Value, Holder: c.Holder, FencingToken: c.FencingToken, Time: api.Time{Time: c.Time}}
+}
+
 // NewPartitionsAPIHandler returns the application API of partition mode:
 // GET /partitions (with the long-poll of GET /leader), GET /events (event:
-// partitions) and POST /partitions/<i>/release.
+// partitions), POST /partitions/<i>/release and PUT
+// /partitions/<i>/checkpoint.
 func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = defaultKeepAlive
@@ -67,7 +84,7 @@ func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
 	}
 	return routes{
 		"/partitions":  {http.MethodGet: a.partitions},
-		"/partitions/": {http.MethodPost: a.release},
+		"/partitions/": {http.MethodPost: a.partitionAction, http.MethodPut: a.partitionAction},
 		"/events":      {http.MethodGet: a.events},
 		"/":            {http.MethodGet: notLeaderMode},
 		"/leader":      {http.MethodGet: notLeaderMode},
@@ -106,17 +123,28 @@ func (a *partitionsAPI) events(w http.ResponseWriter, r *http.Request) {
 	stream(w, r, a.keepAlive, a.source())
 }
 
-// release answers POST /partitions/<i>/release.
-func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
+// partitionActions are the actions on one partition,
+// /partitions/<i>/<action>, and the method of each.
+var partitionActions = map[string]string{"release": http.MethodPost, "checkpoint": http.MethodPut}
+
+// partitionAction answers POST /partitions/<i>/release and PUT
+// /partitions/<i>/checkpoint.
+func (a *partitionsAPI) partitionAction(w http.ResponseWriter, r *http.Request) {
 	// The escaped path: "%31" is no spelling of partition 1.
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/partitions/")
-	num, ok := strings.CutSuffix(rest, "/release")
-	if !ok || strings.Contains(num, "/") {
-		writeError(w, http.StatusNotFound, "no such path: "+r.URL.Path+" (want POST /partitions/<i>/release)")
+	num, action, _ := strings.Cut(rest, "/")
+	method, ok := partitionActions[action]
+	if !ok {
+		writeError(w, http.StatusNotFound, "no such path: "+r.URL.Path+" (want POST /partitions/<i>/release or PUT /partitions/<i>/checkpoint)")
+		return
+	}
+	if r.Method != method {
+		w.Header().Set("Allow", method)
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; allowed: "+method)
 		return
 	}
 	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, "POST /partitions/<i>/release takes no query parameters")
+		writeError(w, http.StatusBadRequest, method+" /partitions/<i>/"+action+" takes no query parameters")
 		return
 	}
 	i, ok := parsePartitionNumber(num)
@@ -124,6 +152,15 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such partition %q: want a number in canonical decimal (0, 1, 2, …)", num))
 		return
 	}
+	if action == "checkpoint" {
+		a.checkpoint(w, r, i)
+		return
+	}
+	a.release(w, r, i)
+}
+
+// release answers POST /partitions/<i>/release.
+func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int) {
 	// Bounded as POST /release is (see releaseAnswerTimeout).
 	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
 	defer cancel()
@@ -141,6 +178,64 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("stopped owning partition %d, but could not clear its Lease (it expires on its own): %v", i, err))
 	default:
 		writeJSON(w, http.StatusOK, partitionsJSON(state))
+	}
+}
+
+// checkpoint answers PUT /partitions/<i>/checkpoint: the body is the
+// checkpoint's value.
+func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int) {
+	if r.ContentLength > partition.MaxCheckpointBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got %d", partition.ErrCheckpointTooLarge, r.ContentLength))
+		return
+	}
+	// One byte more than allowed tells a body that is too long.
+	body, err := io.ReadAll(io.LimitReader(r.Body, partition.MaxCheckpointBytes+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "could not read the body: "+err.Error())
+		return
+	}
+	if len(body) > partition.MaxCheckpointBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got more", partition.ErrCheckpointTooLarge))
+		return
+	}
+	// Bounded as a release is: the write's own context ends at the
+	// claim's validUntil.
+	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
+	defer cancel()
+	c, err := a.p.Checkpoint(ctx, i, string(body))
+	var limited *partition.RateLimitedError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, api.CheckpointStored{Partition: i, Checkpoint: checkpointJSON(c)})
+	case errors.Is(err, partition.ErrOutOfRange):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, partition.ErrCheckpointTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
+	case errors.Is(err, partition.ErrCheckpointNotText):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.As(err, &limited):
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(limited.RetryAfter.Seconds())))))
+		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, partition.ErrNotOwned):
+		writeJSON(w, http.StatusConflict, &api.Error{Message: err.Error(), Reason: api.ReasonNotOwned})
+	case errors.Is(err, partition.ErrCheckpointRefused):
+		writeJSON(w, http.StatusConflict, &api.Error{Message: err.Error(), Reason: refusalReason(err)})
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("partition %d: the API server did not answer the checkpoint's write in time; it may or may not be stored: %v", i, err))
+	default:
+		writeError(w, http.StatusBadGateway, fmt.Sprintf("partition %d: could not store the checkpoint: %v", i, err))
+	}
+}
+
+// refusalReason names why the term refused a checkpoint.
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, election.ErrClaimExpired):
+		return api.ReasonClaimExpired
+	case errors.Is(err, election.ErrTermChanged):
+		return api.ReasonTermChanged
+	default:
+		return api.ReasonConflict
 	}
 }
 

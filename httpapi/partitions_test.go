@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -40,7 +41,7 @@ func newFakePartitions() *fakePartitions {
 			FairShareMin: 2, FairShareMax: 2, Revision: 7,
 			Owned: []partition.Owned{
 				{Partition: 1, FencingToken: 3, Since: valid.Add(-time.Minute), ValidUntil: valid},
-				{Partition: 3, FencingToken: 12, Since: valid.Add(-time.Minute), ValidUntil: valid},
+				{Partition: 3, FencingToken: 12, Since: valid.Add(-time.Minute), ValidUntil: valid, Draining: true, DrainDeadline: time.Date(2026, 11, 29, 8, 0, 5, 0, time.UTC)},
 			},
 		},
 	}
@@ -84,6 +85,24 @@ func (f *fakePartitions) Release(ctx context.Context, i int) (partition.State, e
 	return f.Snapshot(), nil
 }
 
+// Checkpoint stores any checkpoint of partition 1 (except "too fast",
+// rate-limited), refuses partition 3's as if its claim had expired.
+func (f *fakePartitions) Checkpoint(_ context.Context, i int, value string) (partition.Checkpoint, error) {
+	switch {
+	case i < 0 || i >= 4:
+		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
+	case len(value) > partition.MaxCheckpointBytes:
+		return partition.Checkpoint{}, partition.ErrCheckpointTooLarge
+	case i != 1 && i != 3:
+		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
+	case i == 3:
+		return partition.Checkpoint{}, fmt.Errorf("%w: partition 3: %w", partition.ErrCheckpointRefused, election.ErrClaimExpired)
+	case value == "too fast":
+		return partition.Checkpoint{}, &partition.RateLimitedError{Partition: i, RetryAfter: 1500 * time.Millisecond}
+	}
+	return partition.Checkpoint{Value: value, Holder: "pod-a", FencingToken: 3, Time: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)}, nil
+}
+
 func (f *fakePartitions) Ready() error     { return f.ready }
 func (f *fakePartitions) Candidate() error { return nil }
 func (f *fakePartitions) Healthy() error   { return nil }
@@ -95,7 +114,7 @@ func TestPartitionsAPI(t *testing.T) {
 		wantBody           string
 	}{
 		{"state", http.MethodGet, "/partitions", http.StatusOK,
-			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z"},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z"}],"revision":7}`},
+			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","draining":false},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","draining":true,"drainDeadline":"2026-11-29T08:00:05.000000Z"}],"revision":7}`},
 		{"release", http.MethodPost, "/partitions/1/release", http.StatusOK, `"owned":[{"partition":3,`},
 		{"out of range", http.MethodPost, "/partitions/4/release", http.StatusNotFound, `{"error":"no such partition: 4`},
 		{"not owned", http.MethodPost, "/partitions/2/release", http.StatusConflict, `{"error":"this pod does not own the partition: 2"}`},
@@ -108,11 +127,24 @@ func TestPartitionsAPI(t *testing.T) {
 		{"leader is not served", http.MethodGet, "/leader", http.StatusNotFound, `partition mode`},
 		{"the retired format is not served", http.MethodGet, "/", http.StatusNotFound, `partition mode`},
 		{"unknown path", http.MethodGet, "/partition", http.StatusNotFound, `no such path`},
+		{"checkpoint", http.MethodPut, "/partitions/1/checkpoint", http.StatusOK,
+			`{"partition":1,"checkpoint":{"value":"offset=42","holder":"pod-a","fencingToken":3,"time":"2026-11-29T08:00:00.000000Z"}}`},
+		{"checkpoint out of range", http.MethodPut, "/partitions/4/checkpoint", http.StatusNotFound, `no such partition: 4`},
+		{"checkpoint not a number", http.MethodPut, "/partitions/01/checkpoint", http.StatusNotFound, `canonical decimal`},
+		{"checkpoint not owned", http.MethodPut, "/partitions/2/checkpoint", http.StatusConflict, `"reason":"not-owned"`},
+		{"checkpoint refused", http.MethodPut, "/partitions/3/checkpoint", http.StatusConflict, `"reason":"claim-expired"`},
+		{"checkpoint by POST", http.MethodPost, "/partitions/1/checkpoint", http.StatusMethodNotAllowed, `allowed: PUT`},
+		{"release by PUT", http.MethodPut, "/partitions/1/release", http.StatusMethodNotAllowed, `allowed: POST`},
+		{"query on checkpoint", http.MethodPut, "/partitions/1/checkpoint?x=1", http.StatusBadRequest, `takes no query parameters`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewPartitionsAPIHandler(newFakePartitions(), APIOptions{})
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+			var body io.Reader
+			if tc.method == http.MethodPut {
+				body = strings.NewReader("offset=42")
+			}
+			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, body))
 			if rec.Code != tc.wantStatus || !strings.Contains(rec.Body.String(), tc.wantBody) {
 				t.Errorf("%s %s = %d %s, want %d containing %s", tc.method, tc.path, rec.Code, rec.Body, tc.wantStatus, tc.wantBody)
 			}
@@ -199,5 +231,46 @@ func TestPartitionsReleaseIsBounded(t *testing.T) {
 	}
 	if w.Code != http.StatusGatewayTimeout {
 		t.Errorf("status %d, want %d: %s", w.Code, http.StatusGatewayTimeout, w.Body)
+	}
+}
+
+// TestPartitionsCheckpointLimits: a body over the limit is answered 413
+// whether or not it declares its length, a rate-limited checkpoint 429 with
+// Retry-After in whole seconds, rounded up; and a checkpoint is shown with
+// its partition in GET /partitions.
+func TestPartitionsCheckpointLimits(t *testing.T) {
+	if partition.MaxCheckpointBytes != api.MaxCheckpointBytes {
+		t.Fatalf("partition.MaxCheckpointBytes %d, api.MaxCheckpointBytes %d", partition.MaxCheckpointBytes, api.MaxCheckpointBytes)
+	}
+	f := newFakePartitions()
+	h := NewPartitionsAPIHandler(f, APIOptions{})
+	put := func(body io.Reader) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/partitions/1/checkpoint", body))
+		return rec
+	}
+	limit := strings.Repeat("x", partition.MaxCheckpointBytes)
+	if rec := put(strings.NewReader(limit)); rec.Code != http.StatusOK {
+		t.Errorf("a checkpoint of %d bytes: %d %s, want 200", len(limit), rec.Code, rec.Body)
+	}
+	if rec := put(strings.NewReader(limit + "x")); rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "at most 1024 bytes") {
+		t.Errorf("a checkpoint of %d bytes: %d %s, want 413", len(limit)+1, rec.Code, rec.Body)
+	}
+	// No Content-Length: the body is read up to one byte past the limit.
+	if rec := put(io.MultiReader(strings.NewReader(limit), strings.NewReader("xx"))); rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a streamed checkpoint over the limit: %d %s, want 413", rec.Code, rec.Body)
+	}
+	rec := put(strings.NewReader("too fast"))
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "2" {
+		t.Errorf("rate-limited: %d Retry-After %q %s, want 429 with Retry-After 2", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+
+	f.set(func(s *partition.State) {
+		s.Owned[0].Checkpoint = &partition.Checkpoint{Value: "offset=7", Holder: "pod-b", FencingToken: 2, Time: time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)}
+	})
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/partitions", nil))
+	if want := `"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","draining":false,"checkpoint":{"value":"offset=7","holder":"pod-b","fencingToken":2,"time":"2026-11-29T07:00:00.000000Z"}},{"partition":3,"fencingToken":12,`; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("GET /partitions: %s, want %s", rec.Body, want)
 	}
 }

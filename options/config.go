@@ -64,6 +64,7 @@ func (o *Options) partitionConfig() partition.Config {
 		RenewDeadline:     o.RenewDeadline,
 		RetryPeriod:       o.RetryPeriod,
 		ReleaseOnShutdown: o.ReleaseOnShutdown,
+		DrainTimeout:      o.DrainTimeout,
 	}
 }
 

@@ -56,7 +56,13 @@ type Options struct {
 	Advertise advertiseOptions
 	// Partitions > 0 turns on partition mode (see package partition).
 	Partitions int
-	Campaign   campaignOptions
+	// DrainTimeout is how long partition mode waits for the app to release
+	// a partition it is to hand over (0: it does not wait).
+	DrainTimeout time.Duration
+	// drainTimeoutGiven: --drain-timeout came from the command line or its
+	// variable.
+	drainTimeoutGiven bool
+	Campaign          campaignOptions
 	// Notify configures --on-change-url.
 	Notify notifyOptions
 
@@ -102,6 +108,7 @@ func newOptions() *Options {
 		LeaseDuration:     15 * time.Second,
 		RenewDeadline:     10 * time.Second,
 		RetryPeriod:       2 * time.Second,
+		DrainTimeout:      10 * time.Second,
 		HTTPAddress:       "127.0.0.1:4040",
 		ProbeAddress:      ":8080",
 		Readiness:         string(httpapi.ReadyWhenLeader),
@@ -139,6 +146,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Health.addFlags(fs)
 	o.Advertise.addFlags(fs)
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, fmt.Sprintf("Partition mode: how long a partition this pod is to hand over (it owns more than its fair share) is shown as draining for the app to finish, checkpoint and release it, before the pod releases it anyway (0s..%v; 0: at once). Only with --partitions.", partition.MaxDrainTimeout))
 	o.Notify.addFlags(fs)
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
@@ -392,6 +400,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	}
 	o.complete(env)
 	o.completeCampaign(fs)
+	o.drainTimeoutGiven = fs.Changed("drain-timeout")
 	if err := o.Validate(); err != nil {
 		return nil, fs, err
 	}

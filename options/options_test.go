@@ -81,6 +81,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		ReleaseOnShutdown: true,
 		Events:            true,
 		LogFormat:         "text",
+		DrainTimeout:      10 * time.Second,
 		Routing:           routeOptions{Mode: "none", LeaderLabel: "leader-elector.io/leader"},
 		Health:            healthOptions{Period: 2 * time.Second, Failures: 3, Successes: 1},
 		Campaign:          campaignOptions{Campaign: "auto", AcquireRetries: 3, AcquireRetryDelay: 500 * time.Millisecond, Candidate: true},
@@ -141,6 +142,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		KubeAPIQPS:        7.5,
 		KubeAPIBurst:      15,
 		LogFormat:         "json",
+		DrainTimeout:      10 * time.Second,
 		Routing:           newRouteOptions(),
 		Health:            newHealthOptions(),
 		Campaign:          newCampaignOptions(),
@@ -199,6 +201,9 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "negative partitions", args: []string{"--lease-name=my-app", "--partitions=-1"}, wantErr: []string{"--partitions must be within 0..1024 (0: leader election), got -1"}},
 		{name: "too many partitions", args: []string{"--lease-name=my-app", "--partitions=1025"}, wantErr: []string{"--partitions must be within 0..1024"}},
 		{name: "partitions not a number", args: []string{"--lease-name=my-app", "--partitions=four"}, wantErr: []string{"--partitions"}},
+		{name: "negative drain timeout", args: []string{"--lease-name=my-app", "--partitions=4", "--drain-timeout=-1s"}, wantErr: []string{"--drain-timeout must be within 0s..10m0s (0: hand partitions over at once), got -1s"}},
+		{name: "drain timeout too long", args: []string{"--lease-name=my-app", "--partitions=4", "--drain-timeout=11m"}, wantErr: []string{"--drain-timeout must be within 0s..10m0s"}},
+		{name: "drain timeout without partitions", args: []string{"--lease-name=my-app", "--drain-timeout=5s"}, wantErr: []string{"--drain-timeout is for partition mode"}},
 		{name: "partition group name too long for a label", args: []string{"--lease-name=" + strings.Repeat("a", 64), "--partitions=4"}, wantErr: []string{"longer than 63 characters, the most partition mode allows"}},
 		{name: "lease duration equal to renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=10s"}, wantErr: []string{"--lease-duration (10s) must be greater than --renew-deadline (10s)"}},
 		{name: "lease duration below renew deadline", args: []string{"--lease-name=my-app", "--renew-deadline=20s"}, wantErr: []string{"must be greater than --renew-deadline"}},
@@ -296,6 +301,8 @@ func TestParseOptionsValidEdges(t *testing.T) {
 		{name: "candidate readiness", args: []string{"--readiness=candidate"}},
 		{name: "one partition", args: []string{"--partitions=1"}},
 		{name: "most partitions", args: []string{"--partitions=1024"}},
+		{name: "no drain", args: []string{"--partitions=4", "--drain-timeout=0s"}},
+		{name: "longest drain", args: []string{"--partitions=4", "--drain-timeout=10m"}},
 		{name: "long lease name without partitions", args: []string{"--lease-name=" + strings.Repeat("a", 64)}},
 		{name: "manual campaign", args: []string{"--campaign=manual"}},
 		{name: "one acquire attempt without delay", args: []string{"--acquire-retries=1", "--acquire-retry-delay=0s"}},
@@ -320,6 +327,20 @@ func TestParseOptionsEnvironment(t *testing.T) {
 		check   func(t *testing.T, o *Options)
 		wantErr string
 	}{
+		{
+			name: "drain timeout from the environment",
+			vars: map[string]string{"LEADER_ELECTOR_LEASE_NAME": "env-app", "LEADER_ELECTOR_PARTITIONS": "4", "LEADER_ELECTOR_DRAIN_TIMEOUT": "3s"},
+			check: func(t *testing.T, o *Options) {
+				if o.DrainTimeout != 3*time.Second || o.partitionConfig().DrainTimeout != 3*time.Second {
+					t.Errorf("drain timeout %v, partition config's %v; want 3s", o.DrainTimeout, o.partitionConfig().DrainTimeout)
+				}
+			},
+		},
+		{
+			name:    "drain timeout from the environment without partitions",
+			vars:    map[string]string{"LEADER_ELECTOR_LEASE_NAME": "env-app", "LEADER_ELECTOR_DRAIN_TIMEOUT": "3s"},
+			wantErr: "--drain-timeout is for partition mode",
+		},
 		{
 			name: "every flag from the environment",
 			vars: map[string]string{
@@ -355,6 +376,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 					KubeAPIQPS:        50,
 					KubeAPIBurst:      100,
 					LogFormat:         "json",
+					DrainTimeout:      10 * time.Second,
 					Routing:           newRouteOptions(),
 					Health:            newHealthOptions(),
 					Campaign:          newCampaignOptions(),

@@ -1,6 +1,7 @@
 package options
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/leader-elector/leader-elector/partition"
@@ -16,6 +17,12 @@ func (o *Options) validatePartitions() []error {
 	}
 	if o.Partitions > 0 && o.Routing.Mode != string(routing.ModeNone) {
 		errs = append(errs, fmt.Errorf("--route=%s publishes one leader; it cannot be combined with --partitions", o.Routing.Mode))
+	}
+	if o.DrainTimeout < 0 || o.DrainTimeout > partition.MaxDrainTimeout {
+		errs = append(errs, fmt.Errorf("--drain-timeout must be within 0s..%v (0: hand partitions over at once), got %v", partition.MaxDrainTimeout, o.DrainTimeout))
+	}
+	if o.Partitions == 0 && o.drainTimeoutGiven {
+		errs = append(errs, errors.New("--drain-timeout is for partition mode; give --partitions too"))
 	}
 	if o.Partitions > 0 && len(o.LeaseName) > partition.MaxGroupNameLength {
 		errs = append(errs, fmt.Errorf("--lease-name %q is longer than %d characters, the most partition mode allows (it is a label value)", o.LeaseName, partition.MaxGroupNameLength))

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"hash/fnv"
+	"slices"
 	"sort"
 )
 
@@ -84,6 +85,13 @@ func ToRelease(own []int) (int, bool) {
 		highest = max(highest, p)
 	}
 	return highest, true
+}
+
+// ToHandOver picks the n partitions of own a member hands over first when
+// it owns n more than its target: the highest-numbered ones, as ToRelease.
+func ToHandOver(own []int, n int) []int {
+	sorted := slices.Sorted(slices.Values(own))
+	return sorted[len(sorted)-min(n, len(sorted)):]
 }
 
 // FreeToTry picks up to want free partitions (owners[i] == "") for a member

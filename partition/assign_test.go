@@ -3,6 +3,7 @@ package partition
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -230,4 +231,21 @@ func cycle(n int, names ...string) []string {
 		out[i] = names[i%len(names)]
 	}
 	return out
+}
+
+func TestToHandOver(t *testing.T) {
+	for _, tc := range []struct {
+		own  []int
+		n    int
+		want []int
+	}{
+		{[]int{5, 1, 9, 3}, 2, []int{5, 9}},
+		{[]int{5, 1, 9, 3}, 1, []int{9}},
+		{[]int{2}, 3, []int{2}},
+		{nil, 1, []int{}},
+	} {
+		if got := ToHandOver(tc.own, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("ToHandOver(%v, %d) = %v, want %v", tc.own, tc.n, got, tc.want)
+		}
+	}
 }

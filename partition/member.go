@@ -11,10 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -43,6 +45,12 @@ type Config struct {
 	// ReleaseOnShutdown clears every Lease this pod holds when Run's context
 	// ends, so that the others take its partitions at once.
 	ReleaseOnShutdown bool
+	// DrainTimeout is how long a partition this pod is to hand over (it owns
+	// more than its fair share) is shown as draining before it is released
+	// anyway: the app finishes, checkpoints and releases it itself (POST
+	// /partitions/<i>/release) within that time. 0 releases at once. A
+	// crash or a shutdown never waits for it.
+	DrainTimeout time.Duration
 	// Client and WatchClient as in election.Config (see
 	// election.NewClientsets).
 	Client, WatchClient kubernetes.Interface
@@ -55,6 +63,9 @@ type Config struct {
 // Validate checks the group's own rules; the electors check the rest.
 func (c Config) Validate() error {
 	var errs []error
+	if c.DrainTimeout < 0 || c.DrainTimeout > MaxDrainTimeout {
+		errs = append(errs, fmt.Errorf("drain timeout must be within 0..%v, got %v", MaxDrainTimeout, c.DrainTimeout))
+	}
 	if c.Partitions < 1 || c.Partitions > MaxPartitions {
 		errs = append(errs, fmt.Errorf("partitions must be within 1..%d, got %d", MaxPartitions, c.Partitions))
 	}
@@ -73,6 +84,8 @@ type Member struct {
 	partitions []*election.Elector
 	metrics    *metrics
 	logger     klog.Logger
+	// checkpointLimits rate-limit each partition's checkpoints.
+	checkpointLimits []*rate.Limiter
 	// offset is where this pod starts looking for free partitions, so
 	// that members that all need some do not all race for the same ones.
 	offset int
@@ -89,7 +102,12 @@ type Member struct {
 	// that processing moves one partition at a time.
 	handover      int
 	handoverSince time.Time
-	releasing     bool
+	// releasing counts the releases of handovers on their way.
+	releasing int
+	// draining are the partitions this pod will hand over, each once the
+	// app has released it or, at the latest, at drainDeadline.
+	draining      map[int]bool
+	drainDeadline time.Time
 	// membersChanged is when this pod last saw the set of members change;
 	// settled is whether it has seen a full and fair assignment since.
 	members        []string
@@ -115,6 +133,7 @@ func New(cfg Config) (*Member, error) {
 		clock:    clk,
 		wake:     make(chan struct{}, 1),
 		handover: -1,
+		draining: map[int]bool{},
 		changed:  make(chan struct{}),
 		owned:    map[int]int64{},
 		logger:   klog.Background(),
@@ -153,7 +172,9 @@ func New(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	m.partitions = make([]*election.Elector, cfg.Partitions)
+	m.checkpointLimits = make([]*rate.Limiter, cfg.Partitions)
 	for i := range m.partitions {
+		m.checkpointLimits[i] = newCheckpointLimiter(cfg.RetryPeriod)
 		if m.partitions[i], err = elector(PartitionLease(cfg.Name, i), KindPartition, gate{m}); err != nil {
 			return nil, err
 		}
@@ -240,14 +261,80 @@ func (m *Member) reconcile(ctx context.Context) {
 	if m.handover >= 0 && (m.taken(v, m.handover) || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
 		m.handover = -1
 	}
-	if len(v.mine) <= v.target || m.handover >= 0 || m.releasing {
+	if len(m.draining) > 0 {
+		m.continueDrainLocked(ctx, v, now)
+		return
+	}
+	if len(v.mine) <= v.target || m.handover >= 0 || m.releasing > 0 {
+		return
+	}
+	if m.cfg.DrainTimeout > 0 {
+		// Ask the app first: it finishes, checkpoints and releases each
+		// surplus partition. They drain together, so that a rebalance
+		// waits for one drain timeout at most, however many move.
+		surplus := ToHandOver(v.mine, len(v.mine)-v.target)
+		for _, p := range surplus {
+			m.draining[p] = true
+		}
+		m.drainDeadline = now.Add(m.cfg.DrainTimeout)
+		m.clock.AfterFunc(m.cfg.DrainTimeout, m.poke)
+		klog.FromContext(ctx).Info("Draining partitions above the fair share; the app may release each before the drain deadline", "partitions", surplus, "owned", len(v.mine), "target", v.target, "members", len(v.members), "drainDeadline", m.drainDeadline)
+		m.publishLocked(v)
 		return
 	}
 	p, ok := ToRelease(v.mine)
 	if !ok {
 		return
 	}
-	m.handover, m.handoverSince, m.releasing = p, now, true
+	m.handOverLocked(ctx, v, p, now)
+}
+
+// continueDrainLocked follows the partitions being drained: one lost
+// meanwhile (its claim lapsed) has nothing left to hand over; when the
+// pod is no longer above its share (a member left) it keeps the rest; at
+// the drain deadline it hands over those the app has not released.
+func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time) {
+	logger := klog.FromContext(ctx)
+	changed := false
+	for p := range m.draining {
+		if !slices.Contains(v.mine, p) {
+			delete(m.draining, p)
+			changed = true
+		}
+	}
+	// Still to hand over: the surplus, less what is on its way already.
+	keep := len(m.draining) - max(0, len(v.mine)-v.target)
+	for _, p := range slices.Sorted(maps.Keys(m.draining)) {
+		if keep <= 0 {
+			break
+		}
+		logger.Info("Partition no longer to be handed over; keeps it", "partition", p, "owned", len(v.mine), "target", v.target)
+		delete(m.draining, p)
+		keep--
+		changed = true
+	}
+	if len(m.draining) > 0 && !now.Before(m.drainDeadline) {
+		late := slices.Sorted(maps.Keys(m.draining))
+		logger.Info("The app did not release the draining partitions within the drain timeout; handing them over", "partitions", late, "drainTimeout", m.cfg.DrainTimeout)
+		clear(m.draining)
+		for _, p := range late {
+			m.handOverLocked(ctx, v, p, now)
+		}
+		changed = true
+	}
+	if len(m.draining) == 0 {
+		m.drainDeadline = time.Time{}
+	}
+	if changed {
+		m.publishLocked(v)
+	}
+}
+
+// handOverLocked releases partition p to fix an imbalance; the next is
+// handed over only once p has been taken.
+func (m *Member) handOverLocked(ctx context.Context, v view, p int, now time.Time) {
+	m.handover, m.handoverSince = p, now
+	m.releasing++
 	m.metrics.rebalances.Inc()
 	go func() {
 		logger := klog.FromContext(ctx)
@@ -256,7 +343,7 @@ func (m *Member) reconcile(ctx context.Context) {
 			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
 		}
 		m.mu.Lock()
-		m.releasing = false
+		m.releasing--
 		m.mu.Unlock()
 		m.poke()
 	}()

@@ -194,16 +194,25 @@ func startMember(t *testing.T, n int, leases ...runtime.Object) *memberTest {
 // before the Member starts.
 func startMemberOn(t *testing.T, n int, prepare func(*fake.Clientset), leases ...runtime.Object) *memberTest {
 	t.Helper()
+	return startMemberWith(t, n, func(*Config) {}, prepare, leases...)
+}
+
+// startMemberWith is startMemberOn with configure run on the Member's
+// Config.
+func startMemberWith(t *testing.T, n int, configure func(*Config), prepare func(*fake.Clientset), leases ...runtime.Object) *memberTest {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	clk := asyncClock{clocktesting.NewFakeClock(t0)}
 	client := newFakeAPI(t, clk, testIdentity, leases...)
 	prepare(client)
-	m, err := New(Config{
+	cfg := Config{
 		Namespace: testNamespace, Name: testGroup, Identity: testIdentity, Partitions: n,
 		LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod,
 		Client: client, Clock: clk,
-	})
+	}
+	configure(&cfg)
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +427,7 @@ func (mt *memberTest) checkHandingOver(partition int, want []int) {
 	if err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
 		mt.m.mu.Lock()
 		defer mt.m.mu.Unlock()
-		return !mt.m.releasing, nil
+		return mt.m.releasing == 0, nil
 	}); err != nil {
 		mt.t.Fatalf("waiting for the release of partition %d to return: %v", partition, err)
 	}

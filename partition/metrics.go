@@ -1,6 +1,10 @@
 package partition
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the group's Prometheus collectors. The gauges are computed
 // when scraped from the same time-bounded view the API reports. The caller
@@ -11,9 +15,38 @@ import "github.com/prometheus/client_golang/prometheus"
 // leader_election_master_status{name} has one series per Lease this pod
 // runs an elector on.
 type metrics struct {
-	rebalances prometheus.Counter
-	assignment prometheus.Histogram
-	collectors []prometheus.Collector
+	rebalances         prometheus.Counter
+	assignment         prometheus.Histogram
+	checkpoints        *prometheus.CounterVec
+	checkpointDuration prometheus.Histogram
+	collectors         []prometheus.Collector
+}
+
+// Results of a checkpoint request, the values of
+// leader_elector_partition_checkpoints_total's result label.
+const (
+	checkpointStored      = "stored"
+	checkpointRefused     = "refused"
+	checkpointRateLimited = "rate-limited"
+	checkpointInvalid     = "invalid"
+	checkpointFailed      = "failed"
+)
+
+// observeCheckpoint counts one checkpoint request by its result.
+func (mt *metrics) observeCheckpoint(err error) {
+	var limited *RateLimitedError
+	result := checkpointFailed
+	switch {
+	case err == nil:
+		result = checkpointStored
+	case errors.As(err, &limited):
+		result = checkpointRateLimited
+	case errors.Is(err, ErrNotOwned), errors.Is(err, ErrCheckpointRefused):
+		result = checkpointRefused
+	case errors.Is(err, ErrOutOfRange), errors.Is(err, ErrCheckpointTooLarge), errors.Is(err, ErrCheckpointNotText):
+		result = checkpointInvalid
+	}
+	mt.checkpoints.WithLabelValues(result).Inc()
 }
 
 func newMetrics(m *Member) *metrics {
@@ -30,9 +63,23 @@ func newMetrics(m *Member) *metrics {
 			Buckets: []float64{.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300},
 		}),
 	}
+	mt.checkpoints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leader_elector_partition_checkpoints_total",
+		Help: "PUT /partitions/<i>/checkpoint requests, by result: stored, refused (not owned, claim expired, term changed), rate-limited, invalid, failed (the API server).",
+	}, []string{"result"})
+	for _, r := range []string{checkpointStored, checkpointRefused, checkpointRateLimited, checkpointInvalid, checkpointFailed} {
+		mt.checkpoints.WithLabelValues(r)
+	}
+	mt.checkpointDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "leader_elector_partition_checkpoint_duration_seconds",
+		Help:    "Duration of the Lease writes of stored checkpoints (one update request each).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
 	mt.collectors = []prometheus.Collector{
 		mt.rebalances,
 		mt.assignment,
+		mt.checkpoints,
+		mt.checkpointDuration,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "leader_elector_partition_owned",
 			Help: "Partitions this pod owns (time-bounded, as in GET /partitions).",

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"time"
 )
 
 // Labels on every Lease of a partition group, so that one watch with a label
@@ -19,6 +20,10 @@ const (
 
 // MaxPartitions is the most partitions a group may have.
 const MaxPartitions = 1024
+
+// MaxDrainTimeout is the longest drain timeout: a rebalance waits for it
+// once per partition that moves.
+const MaxDrainTimeout = 10 * time.Minute
 
 // MaxGroupNameLength keeps the group name a valid label value (63
 // characters), which also keeps every Lease name of the group short.

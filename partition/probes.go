@@ -56,7 +56,9 @@ func (m *Member) Healthy() error {
 
 // Release hands partition i back: this pod stops claiming it, clears its
 // Lease and stays away from it for one lease duration, so a member below its
-// fair share takes it (if none is, it stays free for that time).
+// fair share takes it (if none is, it stays free for that time). A draining
+// partition is handed over as the rebalance wanted: without the sit-out
+// (the gate keeps this pod off it).
 func (m *Member) Release(ctx context.Context, i int) (State, error) {
 	if i < 0 || i >= len(m.partitions) {
 		return m.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", ErrOutOfRange, i, len(m.partitions)-1)
@@ -64,7 +66,25 @@ func (m *Member) Release(ctx context.Context, i int) (State, error) {
 	if !m.partitions[i].Snapshot().IsLeader {
 		return m.Snapshot(), fmt.Errorf("%w: %d", ErrNotOwned, i)
 	}
-	if _, err := m.partitions[i].Release(ctx); err != nil {
+	release := m.partitions[i].Release
+	m.mu.Lock()
+	if m.draining[i] {
+		m.logger.Info("The app released a draining partition; handing it over", "partition", i)
+		delete(m.draining, i)
+		m.handover, m.handoverSince = i, m.clock.Now()
+		m.releasing++
+		m.metrics.rebalances.Inc()
+		release = func(ctx context.Context) (election.State, error) {
+			defer func() {
+				m.mu.Lock()
+				m.releasing--
+				m.mu.Unlock()
+			}()
+			return m.partitions[i].ReleaseFor(ctx, 0)
+		}
+	}
+	m.mu.Unlock()
+	if _, err := release(ctx); err != nil {
 		if errors.Is(err, election.ErrNotLeader) {
 			err = fmt.Errorf("%w: %d", ErrNotOwned, i)
 		}

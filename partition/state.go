@@ -2,6 +2,8 @@ package partition
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -27,7 +29,7 @@ type State struct {
 	// FairShareMin and FairShareMax are ⌊N/M⌋ and ⌈N/M⌉.
 	FairShareMin, FairShareMax int
 	// Revision increases by one on every change of Members or of the owned
-	// partitions and their fencing tokens.
+	// partitions, their fencing tokens and whether they are draining.
 	Revision uint64
 }
 
@@ -40,6 +42,16 @@ type Owned struct {
 	// Since is when this pod's claim began; ValidUntil is when it ends
 	// unless renewed.
 	Since, ValidUntil time.Time
+	// Draining: this pod is to hand the partition over (it owns more than
+	// its fair share); the app should finish, checkpoint and release it
+	// before DrainDeadline, when the pod releases it anyway. It stays owned,
+	// and renewed, until then.
+	Draining      bool
+	DrainDeadline time.Time
+	// Checkpoint is the last checkpoint stored with the partition, by this
+	// pod or an earlier owner; nil if none. A change of it alone does not
+	// change the Revision.
+	Checkpoint *Checkpoint
 }
 
 // Snapshot returns the current state.
@@ -72,7 +84,11 @@ func (m *Member) stateLocked(v view) State {
 	}
 	for _, i := range v.mine {
 		st := v.states[i]
-		s.Owned = append(s.Owned, Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil})
+		o := Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil, Checkpoint: m.checkpoint(i)}
+		if m.draining[i] {
+			o.Draining, o.DrainDeadline = true, m.drainDeadline
+		}
+		s.Owned = append(s.Owned, o)
 	}
 	return s
 }
@@ -96,7 +112,7 @@ func (m *Member) publishLocked(v view) {
 		m.settled = true
 		m.metrics.assignment.Observe(now.Sub(m.membersChanged).Seconds())
 	}
-	key := publishedKey(v)
+	key := publishedKey(v) + fmt.Sprintf("|draining %v until %d", slices.Sorted(maps.Keys(m.draining)), m.drainDeadline.UnixNano())
 	if key == m.published {
 		return
 	}

@@ -71,6 +71,7 @@ type ControlPlane struct {
 	opts            Options
 	pki             *pki
 	etcdURL         string
+	etcdPeerURL     string
 	apiPort         int
 	admin           *rest.Config
 	adminClient     kubernetes.Interface
@@ -189,24 +190,12 @@ func (c *ControlPlane) startEtcd(ctx context.Context) error {
 		}
 		client := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
-		args := []string{
-			"--name=leader-elector-test",
-			"--data-dir=" + filepath.Join(c.opts.WorkDir, "etcd"),
-			"--listen-client-urls=" + client,
-			"--advertise-client-urls=" + client,
-			"--listen-peer-urls=" + peer,
-			"--initial-advertise-peer-urls=" + peer,
-			"--initial-cluster=leader-elector-test=" + peer,
-			// The data is thrown away with WorkDir; fsync only costs time.
-			"--unsafe-no-fsync",
-			"--log-level=warn",
-		}
-		p, serr := StartProcess("etcd", filepath.Join(c.opts.BinDir, "etcd"), args, c.EtcdLogPath())
+		p, serr := StartProcess("etcd", filepath.Join(c.opts.BinDir, "etcd"), c.etcdArgs(client, peer), c.EtcdLogPath())
 		if serr != nil {
 			return serr
 		}
 		c.mu.Lock()
-		c.etcd, c.etcdURL = p, client
+		c.etcd, c.etcdURL, c.etcdPeerURL = p, client, peer
 		c.mu.Unlock()
 		err = c.waitFor(ctx, p, "etcd", func(ctx context.Context) error { return etcdHealthy(ctx, client) })
 		if err == nil || !portTaken(p) {
@@ -215,6 +204,45 @@ func (c *ControlPlane) startEtcd(ctx context.Context) error {
 		c.logf("etcd lost a port race, retrying on other ports")
 	}
 	return err
+}
+
+func (c *ControlPlane) etcdArgs(client, peer string) []string {
+	return []string{
+		"--name=leader-elector-test",
+		"--data-dir=" + filepath.Join(c.opts.WorkDir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=leader-elector-test=" + peer,
+		// The data is thrown away with WorkDir; fsync only costs time (a
+		// killed etcd loses nothing: the page cache outlives the process).
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}
+}
+
+// RestartEtcd SIGKILLs etcd and starts it again on the same ports with the
+// same data, as a crashed member is restarted, and waits until it is
+// healthy: meanwhile the apiserver's requests fail, and its watches start
+// again from etcd after.
+func (c *ControlPlane) RestartEtcd(ctx context.Context) error {
+	c.mu.Lock()
+	old, client, peer := c.etcd, c.etcdURL, c.etcdPeerURL
+	stopped := c.stopped
+	c.mu.Unlock()
+	if stopped || old == nil {
+		return errors.New("etcd is not running")
+	}
+	old.Kill()
+	p, err := StartProcess("etcd", filepath.Join(c.opts.BinDir, "etcd"), c.etcdArgs(client, peer), c.EtcdLogPath())
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.etcd = p
+	c.mu.Unlock()
+	return c.waitFor(ctx, p, "etcd", func(ctx context.Context) error { return etcdHealthy(ctx, client) })
 }
 
 // etcdHealthy asks etcd's /health, which reports false until it has a leader.

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +55,11 @@ func newPartitionGroup(t *testing.T, opts candidateOptions) *partitionGroup {
 		opts.lease = leaseName(t)
 	}
 	opts.extraArgs = append(opts.extraArgs, fmt.Sprintf("--partitions=%d", partitionCount))
+	// The members have no app to release a draining partition; the tests
+	// of the handover itself (drain_test.go) give their own drain timeout.
+	if !slices.ContainsFunc(opts.extraArgs, func(a string) bool { return strings.HasPrefix(a, "--drain-timeout=") }) {
+		opts.extraArgs = append(opts.extraArgs, "--drain-timeout=0s")
+	}
 	opts.startedPath = "/partitions"
 	g := &partitionGroup{t: t, lease: opts.lease, opts: opts, stopped: map[*candidate]bool{}}
 	startPartitionMonitor(t, g.all)

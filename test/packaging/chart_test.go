@@ -260,6 +260,27 @@ func TestChartSidecar(t *testing.T) {
 			t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
 		}
 	})
+	// partitions.drainTimeoutSeconds: --drain-timeout in partition mode only.
+	t.Run("drain timeout", func(t *testing.T) {
+		for _, tc := range []struct {
+			set  []string
+			want string
+		}{
+			{[]string{"--set", "partitions.count=4"}, "10s"},
+			{[]string{"--set", "partitions.count=4", "--set", "partitions.drainTimeoutSeconds=0"}, "0s"},
+			{[]string{"--set", "partitions.count=4", "--set-json", "partitions.drainTimeoutSeconds=2.5"}, "2.5s"},
+			{nil, ""},
+		} {
+			_, d := demo(t, tc.set...)
+			sc, _, _ := Sidecar(&d.Spec.Template.Spec)
+			if v, ok := FlagValue(sc.Args, "drain-timeout"); v != tc.want || ok != (tc.want != "") {
+				t.Errorf("%v: --drain-timeout = %q (%v), want %q", tc.set, v, ok, tc.want)
+			}
+			if !binaryVerdict(t, sc.Args) {
+				t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
+			}
+		}
+	})
 	// election.advertisePort: the flag, and $POD_IP from the downward API
 	// for its host; leader-elector accepts them with a pod IP.
 	t.Run("advertise port", func(t *testing.T) {
@@ -432,6 +453,18 @@ func TestChartGuards(t *testing.T) {
 				fmt.Sprintf("election={\"leaseDurationSeconds\":%s,\"renewDeadlineSeconds\":%s,\"retryPeriodSeconds\":%s}", tm.lease, tm.renew, tm.retry))...)
 			chartAccepts := err == nil
 			binaryAccepts := binaryVerdict(t, []string{"--lease-name=x", "--lease-duration=" + tm.lease + "s", "--renew-deadline=" + tm.renew + "s", "--retry-period=" + tm.retry + "s"})
+			if chartAccepts != binaryAccepts {
+				t.Errorf("the chart accepts: %v (%v); leader-elector accepts: %v", chartAccepts, err, binaryAccepts)
+			}
+		})
+	}
+
+	// The drain timeout's range.
+	for _, v := range []string{"-1", "0", "0.5", "600", "600.5", "601"} {
+		t.Run("drain timeout "+v, func(t *testing.T) {
+			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage("--set", "partitions.count=4", "--set", "demo.enabled=true", "--set-json", "partitions.drainTimeoutSeconds="+v)...)
+			chartAccepts := err == nil
+			binaryAccepts := binaryVerdict(t, []string{"--lease-name=x", "--partitions=4", "--drain-timeout=" + v + "s"})
 			if chartAccepts != binaryAccepts {
 				t.Errorf("the chart accepts: %v (%v); leader-elector accepts: %v", chartAccepts, err, binaryAccepts)
 			}

@@ -191,6 +191,7 @@ ServiceAccount's token.
     - --probe-address=:{{ .Values.sidecar.probePort }}
     {{- if gt (int .Values.partitions.count) 0 }}
     - --partitions={{ .Values.partitions.count }}
+    - --drain-timeout={{ include "leader-elector.seconds" .Values.partitions.drainTimeoutSeconds }}
     {{- else }}
     - --events={{ .Values.election.events }}
     {{- end }}

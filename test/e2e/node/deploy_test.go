@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,8 +38,11 @@ type deployment struct {
 	// readiness, only the leader is Ready) or a routing mode
 	// ("endpointslice", "label": every pod is Ready as a candidate, the
 	// leader publishes itself).
-	route  string
-	client kubernetes.Interface
+	route string
+	// partitions is the group's partition count (--partitions), 0 when
+	// the sidecar elects one leader; lease is then the group's name.
+	partitions int
+	client     kubernetes.Interface
 }
 
 // routed reports whether the leader publishes itself (every pod is Ready).
@@ -132,11 +136,19 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 			leases = append(leases, u)
 		}
 	}
-	if err := leases.OneInto("Lease", &lease); err != nil {
-		t.Fatal(err)
-	}
 	sidecar, _, err := packaging.Sidecar(&d.Spec.Template.Spec)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// A partition group ships no Lease: its members create one per
+	// partition, named after --lease-name.
+	partitions := 0
+	if v, ok := packaging.FlagValue(sidecar.Args, "partitions"); ok && len(leases) == 0 {
+		if partitions, err = strconv.Atoi(v); err != nil {
+			t.Fatal(err)
+		}
+		lease.Name, _ = packaging.FlagValue(sidecar.Args, "lease-name")
+	} else if err := leases.OneInto("Lease", &lease); err != nil {
 		t.Fatal(err)
 	}
 	dep := &deployment{
@@ -147,6 +159,7 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 		lease:      lease.Name,
 		leaseDur:   15 * time.Second, // the sidecar's default
 		route:      "none",
+		partitions: partitions,
 		client:     theNode.Client(),
 	}
 	if v, ok := packaging.FlagValue(sidecar.Args, "route"); ok {

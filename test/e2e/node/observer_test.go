@@ -16,7 +16,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 )
 
 // observer records, while a fault runs, what a user of the Service sees:
@@ -67,96 +69,95 @@ func (d *deployment) observe(t *testing.T) *observer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slicesList, err := d.client.DiscoveryV1().EndpointSlices(d.namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + d.service})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaseList, err := d.client.CoordinationV1().Leases(d.namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", d.lease).String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	o.endpoints = append(o.endpoints, endpointsAt{now, readyIn(slicesList.Items)})
-	for i := range leaseList.Items {
-		o.leases = append(o.leases, leaseRecord(now, &leaseList.Items[i]))
-	}
+	// Informers, not bare watches: they resume after the API server closes
+	// a watch and list again when it cannot resume (410 after an etcd
+	// restart), so the record has no silent hole when the soak restarts
+	// the control plane.
+	var slices cache.Store
+	slices, slicesInformer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				opts.LabelSelector = discoveryv1.LabelServiceName + "=" + d.service
+				return d.client.DiscoveryV1().EndpointSlices(d.namespace).List(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				opts.LabelSelector = discoveryv1.LabelServiceName + "=" + d.service
+				return d.client.DiscoveryV1().EndpointSlices(d.namespace).Watch(ctx, opts)
+			},
+		},
+		ObjectType: &discoveryv1.EndpointSlice{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.sliceChanged(slices, obj) },
+			UpdateFunc: func(_, obj any) { o.sliceChanged(slices, obj) },
+			DeleteFunc: func(any) { o.sliceChanged(slices, nil) },
+		},
+	})
+	byName := fields.OneTermEqualSelector("metadata.name", d.lease).String()
+	_, leaseInformer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				opts.FieldSelector = byName
+				return d.client.CoordinationV1().Leases(d.namespace).List(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				opts.FieldSelector = byName
+				return d.client.CoordinationV1().Leases(d.namespace).Watch(ctx, opts)
+			},
+		},
+		ObjectType: &coordinationv1.Lease{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.leaseChanged(obj) },
+			UpdateFunc: func(_, obj any) { o.leaseChanged(obj) },
+		},
+	})
 	o.wg.Add(3)
-	go o.watchSlices(ctx, slicesList)
-	go o.watchLease(ctx, leaseList.ResourceVersion)
+	go func() { defer o.wg.Done(); slicesInformer.RunWithContext(ctx) }()
+	go func() { defer o.wg.Done(); leaseInformer.RunWithContext(ctx) }()
+	if !cache.WaitForCacheSync(ctx.Done(), slicesInformer.HasSynced, leaseInformer.HasSynced) {
+		t.Fatal("the observer's informers did not sync")
+	}
+	o.mu.Lock()
+	if len(o.endpoints) == 0 { // no slice yet
+		o.endpoints = append(o.endpoints, endpointsAt{time.Now(), nil})
+	}
+	o.mu.Unlock()
 	go o.poll(ctx, url)
 	return o
 }
 
-func (o *observer) watchSlices(ctx context.Context, list *discoveryv1.EndpointSliceList) {
-	defer o.wg.Done()
-	current := map[string]discoveryv1.EndpointSlice{}
-	for _, s := range list.Items {
-		current[s.Name] = s
-	}
-	w, err := o.d.client.DiscoveryV1().EndpointSlices(o.d.namespace).Watch(ctx, metav1.ListOptions{
-		LabelSelector: discoveryv1.LabelServiceName + "=" + o.d.service, ResourceVersion: list.ResourceVersion,
-	})
-	if err != nil {
-		o.fail(err)
-		return
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		s, ok := ev.Object.(*discoveryv1.EndpointSlice)
-		if !ok {
-			if ctx.Err() == nil {
-				o.fail(fmt.Errorf("endpointslice watch: %v", ev.Object))
-			}
-			return
-		}
+// sliceChanged records the ready endpoints of every slice in the store
+// when they changed, and checks the fencing token of the slice written.
+func (o *observer) sliceChanged(store cache.Store, obj any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if s, ok := obj.(*discoveryv1.EndpointSlice); ok {
 		if tok, ok := s.Annotations[fencingTokenAnnotation]; ok {
 			if n, err := strconv.ParseInt(tok, 10, 64); err != nil || n < o.sliceToken {
-				o.fail(fmt.Errorf("EndpointSlice %s written with fencing token %q after token %d", s.Name, tok, o.sliceToken))
+				o.errs = append(o.errs, fmt.Errorf("EndpointSlice %s written with fencing token %q after token %d", s.Name, tok, o.sliceToken))
 			} else {
 				o.sliceToken = n
 			}
 		}
-		if ev.Type == watch.Deleted {
-			delete(current, s.Name)
-		} else {
-			current[s.Name] = *s
-		}
-		var all []discoveryv1.EndpointSlice
-		for _, s := range current {
-			all = append(all, s)
-		}
-		ready := readyIn(all)
-		slices.Sort(ready)
-		o.mu.Lock()
-		if last := o.endpoints[len(o.endpoints)-1].ready; !slices.Equal(last, ready) {
-			o.endpoints = append(o.endpoints, endpointsAt{time.Now(), ready})
-		}
-		o.mu.Unlock()
+	}
+	var all []discoveryv1.EndpointSlice
+	for _, x := range store.List() {
+		all = append(all, *x.(*discoveryv1.EndpointSlice))
+	}
+	ready := readyIn(all)
+	slices.Sort(ready)
+	if n := len(o.endpoints); n == 0 || !slices.Equal(o.endpoints[n-1].ready, ready) {
+		o.endpoints = append(o.endpoints, endpointsAt{time.Now(), ready})
 	}
 }
 
-func (o *observer) watchLease(ctx context.Context, rv string) {
-	defer o.wg.Done()
-	w, err := o.d.client.CoordinationV1().Leases(o.d.namespace).Watch(ctx, metav1.ListOptions{
-		FieldSelector: fields.OneTermEqualSelector("metadata.name", o.d.lease).String(), ResourceVersion: rv,
-	})
-	if err != nil {
-		o.fail(err)
+func (o *observer) leaseChanged(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok {
 		return
 	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		l, ok := ev.Object.(*coordinationv1.Lease)
-		if !ok {
-			if ctx.Err() == nil {
-				o.fail(fmt.Errorf("lease watch: %v", ev.Object))
-			}
-			return
-		}
-		o.mu.Lock()
-		o.leases = append(o.leases, leaseRecord(time.Now(), l))
-		o.mu.Unlock()
-	}
+	o.mu.Lock()
+	o.leases = append(o.leases, leaseRecord(time.Now(), l))
+	o.mu.Unlock()
 }
 
 func leaseRecord(at time.Time, l *coordinationv1.Lease) leaseAt {

@@ -1,0 +1,94 @@
+package partition
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+// TestMemberDrainsBeforeHandingOver: with a drain timeout, the partitions
+// above the fair share are first shown as draining, together, with their
+// deadline, and stay owned and renewed; a drain ends when they are no
+// longer surplus (the member that joined leaves); the app's release of one
+// hands it over at once; those the app does not release are handed over
+// at the deadline.
+func TestMemberDrainsBeforeHandingOver(t *testing.T) {
+	const drainTimeout = 10 * time.Second
+	mt := startMemberWith(t, 4, func(c *Config) { c.DrainTimeout = drainTimeout }, func(*fake.Clientset) {},
+		partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
+	mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 4 })
+
+	mt.join("pod-b")
+	mt.waitFor("partitions 2 and 3 draining", func(s State) bool { return reflect.DeepEqual(draining(s), []int{2, 3}) })
+	mt.leave("pod-b")
+	mt.waitFor("the drain to end", func(s State) bool { return s.Members == 1 && len(draining(s)) == 0 && len(s.Owned) == 4 })
+
+	joined := mt.clock.Now()
+	mt.join("pod-b")
+	s := mt.waitFor("partitions 2 and 3 draining", func(s State) bool { return reflect.DeepEqual(draining(s), []int{2, 3}) })
+	for _, o := range s.Owned[2:] {
+		if !o.DrainDeadline.Equal(joined.Add(drainTimeout)) {
+			t.Errorf("partition %d: drain deadline %v, want %v", o.Partition, o.DrainDeadline, joined.Add(drainTimeout))
+		}
+	}
+	before := s.Revision
+	// Draining is not releasing: they stay owned and renewed, and the gate
+	// takes nothing.
+	mt.advance(drainTimeout/2, "pod-b")
+	mt.settle()
+	s = mt.m.Snapshot()
+	if len(s.Owned) != 4 || mt.holder(PartitionLease(testGroup, 3)) != testIdentity || mt.holder(PartitionLease(testGroup, 2)) != testIdentity {
+		t.Fatalf("half way through the drain: %+v", s)
+	}
+	if mt.gateAdmits() {
+		t.Errorf("gate admits while draining above the share")
+	}
+
+	// The app releases partition 3: handed over at once, without a sit-out;
+	// partition 2 still drains.
+	if _, err := mt.m.Release(mt.ctx, 3); err != nil {
+		t.Fatalf("Release(3): %v", err)
+	}
+	mt.waitForLease("partition 3 released", PartitionLease(testGroup, 3), func(l *coordinationv1.Lease) bool {
+		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+	})
+	mt.take(3, "pod-b")
+	mt.settle()
+	if s := mt.m.Snapshot(); !reflect.DeepEqual(draining(s), []int{2}) || s.Revision <= before {
+		t.Errorf("after the app's release: draining %v, revision %d (was %d); want [2]", draining(s), s.Revision, before)
+	}
+
+	// Nobody releases partition 2: handed over at the deadline.
+	mt.advance(joined.Add(drainTimeout).Sub(mt.clock.Now())-time.Second, "pod-b")
+	mt.settle()
+	if mt.holder(PartitionLease(testGroup, 2)) != testIdentity {
+		t.Fatalf("partition 2 handed over before its drain deadline")
+	}
+	mt.advance(time.Second, "pod-b")
+	mt.waitForLease("partition 2 handed over at the deadline", PartitionLease(testGroup, 2), func(l *coordinationv1.Lease) bool {
+		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+	})
+	mt.take(2, "pod-b")
+	s = mt.waitFor("pod-a at its share", func(s State) bool { return len(s.Owned) == 2 && len(draining(s)) == 0 })
+	if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0, 1}) {
+		t.Errorf("owns %v, want [0 1]", got)
+	}
+	if n := mt.rebalances(); n != 2 {
+		t.Errorf("rebalances = %v, want 2", n)
+	}
+}
+
+// draining are the partitions s shows as draining (each with a deadline).
+func draining(s State) []int {
+	var out []int
+	for _, o := range s.Owned {
+		if o.Draining && !o.DrainDeadline.IsZero() {
+			out = append(out, o.Partition)
+		}
+	}
+	return out
+}

@@ -1,0 +1,943 @@
+//go:build integration
+
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/test/invariant"
+	"github.com/leader-elector/leader-elector/test/packaging"
+)
+
+// The soak (TestSoak, `make soak`) deploys the chart's demo in each mode
+// and injects faults at random, overlapping, from a recorded seed, while it
+// checks the invariants from outside the pods. Its settings come from the
+// environment so that `make soak DURATION=2h SEED=…` can set them; the
+// defaults are the short run every `make e2e-cluster` (and so CI) makes.
+const (
+	soakDurationEnv = "LEADER_ELECTOR_SOAK_DURATION"
+	soakSeedEnv     = "LEADER_ELECTOR_SOAK_SEED"
+	soakModesEnv    = "LEADER_ELECTOR_SOAK_MODES"
+	soakReportEnv   = "LEADER_ELECTOR_SOAK_REPORT"
+	soakCommitEnv   = "LEADER_ELECTOR_SOAK_COMMIT"
+	soakGapEnv      = "LEADER_ELECTOR_SOAK_MEAN_GAP"
+	soakParallelEnv = "LEADER_ELECTOR_SOAK_CONCURRENCY"
+
+	soakDefaultDuration = 5 * time.Minute
+	soakDefaultModes    = "readiness,endpointslice,label,partitions"
+	// soakLease is the chart's election.leaseDurationSeconds in the soak:
+	// short, so that a run sees many takeovers.
+	soakLease = 4 * time.Second
+	// soakDefaultGap is the mean time between two fault injections (an
+	// exponential distribution: faults overlap now and then).
+	soakDefaultGap = 3 * time.Second
+	// soakDefaultConcurrency bounds the faults active at once.
+	soakDefaultConcurrency = 2
+)
+
+// soakModes are the chart values of each mode the soak runs.
+var soakModes = map[string][]string{
+	"readiness":     nil,
+	"endpointslice": {"routing.mode=endpointslice", "election.readiness=candidate"},
+	"label":         {"routing.mode=label", "election.readiness=candidate"},
+	// Eight partitions over three pods: every pod owns two or three.
+	"partitions": {"partitions.count=8"},
+}
+
+type soakConfig struct {
+	duration time.Duration
+	gap      time.Duration
+	parallel int
+	seed     uint64
+	modes    []string
+	report   string
+	commit   string
+}
+
+// readSoakConfig reads the soak's settings; anything malformed fails the
+// test (never a silent default).
+func readSoakConfig(t *testing.T) soakConfig {
+	t.Helper()
+	c := soakConfig{duration: soakDefaultDuration, gap: soakDefaultGap, parallel: soakDefaultConcurrency, seed: uint64(time.Now().UnixNano()), report: os.Getenv(soakReportEnv), commit: os.Getenv(soakCommitEnv)}
+	if v := os.Getenv(soakDurationEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute {
+			t.Fatalf("%s=%q: want a duration of at least 1m", soakDurationEnv, v)
+		}
+		c.duration = d
+	}
+	if v := os.Getenv(soakGapEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			t.Fatalf("%s=%q: want a duration within 100ms..1m", soakGapEnv, v)
+		}
+		c.gap = d
+	}
+	if v := os.Getenv(soakParallelEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 5 {
+			t.Fatalf("%s=%q: want 1..5", soakParallelEnv, v)
+		}
+		c.parallel = n
+	}
+	if v := os.Getenv(soakSeedEnv); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want an unsigned integer", soakSeedEnv, v)
+		}
+		c.seed = s
+	}
+	modes := os.Getenv(soakModesEnv)
+	if modes == "" {
+		modes = soakDefaultModes
+	}
+	for _, m := range strings.Split(modes, ",") {
+		if _, ok := soakModes[m]; !ok {
+			t.Fatalf("%s: unknown mode %q (known: %s)", soakModesEnv, m, soakDefaultModes)
+		}
+		c.modes = append(c.modes, m)
+	}
+	if c.commit == "" {
+		c.commit = "unknown"
+	}
+	return c
+}
+
+// TestSoak runs the chart's demo in each mode for its share of the soak's
+// duration while faults are injected at random — sidecar SIGKILL, SIGSTOP
+// of the sidecar alone, freeze of the whole pod, pod deletion, rollout
+// restart, API server freeze (slow answers) and kill (every watch closed),
+// etcd killed and restarted,
+// a pod cut off from the API server (its packets dropped or rejected) and
+// a pod's traffic to the API server degraded (random loss) — and checks,
+// throughout, from outside the pods:
+//   - no two pods' claims (their sidecars' /leader answers, read from
+//     inside each pod's network namespace) overlap, no claim is reported
+//     past its validUntil, and fencing tokens never go back (test/invariant);
+//   - the Lease's term (leaseTransitions) never goes back;
+//   - after every fault heals, one pod leads, is the Service's only ready
+//     endpoint and answers, within the fault's recovery bound (faults that
+//     start before the deployment has recovered from earlier ones are
+//     judged together, from their last heal, by the largest bound).
+//
+// The Service cannot be answered by two claimants at once unless two
+// claims overlap, which the first check rules out; the Service's answers
+// and the EndpointSlices are recorded for the routing gaps.
+//
+// Not injected: latency and jitter (this kernel has no netem qdisc; random
+// loss stands in for a bad link).
+//
+// The report (faults by type, recovery and takeover distributions, routing
+// gaps, violations, bound misses) is logged and written to
+// $LEADER_ELECTOR_SOAK_REPORT when set.
+func TestSoak(t *testing.T) {
+	cfg := readSoakConfig(t)
+	t.Logf("soak: seed %d (replay with %s=%d), %v over modes %v", cfg.seed, soakSeedEnv, cfg.seed, cfg.duration, cfg.modes)
+	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5eed))
+	per := cfg.duration / time.Duration(len(cfg.modes))
+	var results []*soakRun
+	for _, mode := range cfg.modes {
+		r := &soakRun{mode: mode, gap: cfg.gap, parallel: cfg.parallel, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+		results = append(results, r)
+		t.Run(mode, func(t *testing.T) { r.run(t, per) })
+	}
+	report := soakReport(cfg, results)
+	t.Log("\n" + report)
+	if cfg.report != "" {
+		if err := os.WriteFile(cfg.report, []byte(report), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// soakRun is one mode's part of the soak.
+type soakRun struct {
+	mode     string
+	gap      time.Duration
+	parallel int
+	rng      *rand.Rand
+	d        *deployment
+
+	mu       sync.Mutex
+	faults   []*faultRecord
+	active   int
+	cpActive bool // a control-plane fault is active
+	settles  []settleSample
+
+	claims     *invariant.Checker
+	parts      *invariant.Partitions // partition mode: the claims per partition
+	claimsRep  invariant.Report
+	obs        observation
+	pollers    map[types.UID]*claimPoller
+	apiPort    int
+	duration   time.Duration
+	violations []string
+	misses     []string
+	episodeOf  map[*faultRecord]*episode // see recovery
+}
+
+type faultRecord struct {
+	kind          string
+	target        string // pod, or "" for control-plane faults
+	onLeader      bool
+	start, healed time.Time
+	termAtStart   int32
+	err           error
+}
+
+type settleSample struct {
+	at      time.Time
+	settled bool
+}
+
+// recoveryBound is how long after a fault heals the deployment must have
+// one serving leader again: the old claim runs out (a lease duration after
+// its last renewal, which may have been just before the heal), a retry
+// period, the kubelet's readiness probe and the EndpointSlice controller,
+// and for pods that were replaced (deletion, rollout) their start. The
+// bound is generous on purpose: it catches a deployment that does not
+// recover, not a slow one (the takeover figures show the speed).
+func recoveryBound(kind string) time.Duration {
+	switch kind {
+	case "pod-delete", "rollout-restart":
+		return 2*soakLease + 40*time.Second
+	case "apiserver-kill", "etcd-restart":
+		// Measured up to 34 s after an etcd restart: the API server,
+		// the kubelet and the controllers reconnect with back-off first.
+		return 2*soakLease + 60*time.Second
+	default:
+		return 2*soakLease + 15*time.Second
+	}
+}
+
+// soakFaults are the faults the soak injects, each with its weight.
+var soakFaults = []struct {
+	kind   string
+	weight int
+	cp     bool // control-plane fault: at most one at a time
+}{
+	{"sidecar-kill", 3, false},
+	{"sidecar-stop", 3, false},
+	{"pod-freeze", 3, false},
+	{"pod-delete", 2, false},
+	{"rollout-restart", 1, false},
+	{"apiserver-freeze", 2, true},
+	{"apiserver-kill", 1, true},
+	{"etcd-restart", 1, true},
+	{"partition-drop", 2, false},
+	{"partition-reject", 2, false},
+	{"degraded-loss", 2, false},
+}
+
+func soakFaultOnControlPlane(kind string) bool {
+	for _, f := range soakFaults {
+		if f.kind == kind {
+			return f.cp
+		}
+	}
+	return false
+}
+
+func (r *soakRun) pickFault() (string, bool) {
+	total := 0
+	for _, f := range soakFaults {
+		total += f.weight
+	}
+	n := r.rng.IntN(total)
+	for _, f := range soakFaults {
+		if n < f.weight {
+			return f.kind, f.cp
+		}
+		n -= f.weight
+	}
+	panic("unreachable")
+}
+
+func (r *soakRun) run(t *testing.T, duration time.Duration) {
+	r.duration = duration
+	r.d = deployChart(t, append([]string{"demo.replicas=3",
+		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1"}, soakModes[r.mode]...)...)
+	if r.d.partitions > 0 {
+		r.waitPartitionsSettled(t)
+	} else {
+		r.d.faultReadyLeader(t)
+	}
+	u, err := url.Parse(theNode.ControlPlane().Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.apiPort, err = strconv.Atoi(u.Port()); err != nil {
+		t.Fatal(err)
+	}
+
+	r.claims = invariant.New(true)
+	r.parts = invariant.NewPartitions()
+	r.pollers = map[types.UID]*claimPoller{}
+	// The observer watches the Service and the one Lease; a partition
+	// group is judged by its members' claims and its Leases.
+	var o *observer
+	if r.d.partitions == 0 {
+		o = r.d.observe(t)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Go(func() { r.trackPods(ctx) })
+	bg.Go(func() { r.sampleSettled(ctx) })
+
+	var faults sync.WaitGroup
+	end := time.Now().Add(duration)
+	for time.Now().Before(end) {
+		gap := time.Duration(r.rng.ExpFloat64() * float64(r.gap))
+		time.Sleep(min(gap, time.Until(end)))
+		if time.Now().After(end) {
+			break
+		}
+		kind, cp := r.pickFault()
+		hold := soakLease/2 + time.Duration(r.rng.Int64N(int64(2*soakLease)))
+		leaderBias := r.rng.IntN(4) != 0 // three faults in four hit the leader
+		r.mu.Lock()
+		if r.active >= r.parallel || (cp && r.cpActive) {
+			r.mu.Unlock()
+			continue
+		}
+		r.active++
+		if cp {
+			r.cpActive = true
+		}
+		r.mu.Unlock()
+		faults.Go(func() {
+			f := r.inject(kind, hold, leaderBias)
+			r.mu.Lock()
+			r.active--
+			if cp {
+				r.cpActive = false
+			}
+			if f != nil {
+				r.faults = append(r.faults, f)
+			}
+			r.mu.Unlock()
+		})
+	}
+	faults.Wait()
+	// The last faults' recovery, within their bounds, before the checks.
+	if r.d.partitions > 0 {
+		r.waitPartitionsSettled(t)
+	} else {
+		leader := r.d.waitSettled(t, recoveryBound("pod-delete"))
+		r.d.waitServed(t, leader)
+	}
+	// The sampler may not have seen what the wait just did.
+	r.mu.Lock()
+	r.settles = append(r.settles, settleSample{time.Now(), true})
+	r.mu.Unlock()
+	stop()
+	bg.Wait()
+	for _, p := range r.pollers {
+		p.stop()
+	}
+	if o != nil {
+		r.obs = o.end(t)
+	}
+	r.check(t)
+}
+
+// inject runs one fault for hold (instantaneous faults return at once) and
+// records it. A fault that could not be injected (its pod vanished
+// meanwhile) is recorded with its error and left out of the figures.
+func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultRecord {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := &faultRecord{kind: kind}
+	l, err := r.d.client.CoordinationV1().Leases(r.d.namespace).Get(ctx, r.d.lease, metav1.GetOptions{})
+	if err == nil && l.Spec.LeaseTransitions != nil {
+		f.termAtStart = *l.Spec.LeaseTransitions
+	}
+	holder := ""
+	if err == nil && l.Spec.HolderIdentity != nil {
+		holder = *l.Spec.HolderIdentity
+	}
+	cp := theNode.ControlPlane()
+	var pod *corev1.Pod
+	if !soakFaultOnControlPlane(kind) {
+		if pod, err = r.pickPod(ctx, holder, onLeader); err != nil {
+			return nil // no running pod to hit right now
+		}
+		f.target, f.onLeader = pod.Name, pod.Name == holder
+	}
+	f.start = time.Now()
+	switch kind {
+	case "sidecar-kill":
+		_, f.err = theNode.KillContainer(ctx, containerIDOf(pod, packaging.SidecarName))
+	case "sidecar-stop":
+		f.err = signalContainer(ctx, pod, packaging.SidecarName, syscall.SIGSTOP)
+		if f.err == nil {
+			time.Sleep(hold)
+			f.err = signalContainer(context.Background(), pod, packaging.SidecarName, syscall.SIGCONT)
+		}
+	case "pod-freeze":
+		if f.err = theNode.FreezePod(string(pod.UID)); f.err == nil {
+			time.Sleep(hold)
+			f.err = theNode.ThawPod(string(pod.UID))
+		}
+	case "pod-delete":
+		f.err = r.d.client.CoreV1().Pods(r.d.namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+	case "rollout-restart":
+		patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":%q}}}}}`, f.start.Format(time.RFC3339Nano))
+		_, f.err = r.d.client.AppsV1().Deployments(r.d.namespace).Patch(ctx, r.d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+		f.target = ""
+	case "apiserver-freeze":
+		if f.err = cp.FreezeAPIServer(); f.err == nil {
+			time.Sleep(hold)
+			f.err = cp.ThawAPIServer()
+		}
+	case "apiserver-kill":
+		if f.err = cp.KillAPIServer(); f.err == nil {
+			time.Sleep(hold / 2)
+			f.err = cp.StartAPIServer(context.Background())
+		}
+	case "etcd-restart":
+		f.err = cp.RestartEtcd(context.Background())
+	case "partition-drop", "partition-reject", "degraded-loss":
+		rule := []string{"INPUT", "-s", pod.Status.PodIP, "-p", "tcp", "--dport", strconv.Itoa(r.apiPort)}
+		switch kind {
+		case "partition-drop":
+			rule = append(rule, "-j", "DROP")
+		case "partition-reject":
+			rule = append(rule, "-j", "REJECT", "--reject-with", "tcp-reset")
+		default:
+			// iptables' statistic match: the kernel here has no netem
+			// qdisc for latency, but random loss degrades TCP as a bad
+			// link does (retransmissions, stalls).
+			rule = append(rule, "-m", "statistic", "--mode", "random", "--probability", "0.3", "-j", "DROP")
+		}
+		if f.err = iptables(append([]string{"-I"}, rule...)...); f.err == nil {
+			time.Sleep(hold)
+			f.err = iptables(append([]string{"-D"}, rule...)...)
+		}
+	default:
+		panic("unknown fault " + kind)
+	}
+	f.healed = time.Now()
+	return f
+}
+
+// pickPod picks the fault's target among the running pods: the holder when
+// onLeader (if it runs), else one at random.
+func (r *soakRun) pickPod(ctx context.Context, holder string, onLeader bool) (*corev1.Pod, error) {
+	pods, err := r.d.pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var running []corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Status.PodIP != "" && containerIDOf(&p, packaging.SidecarName) != "" && containerIDOf(&p, "app") != "" {
+			if onLeader && p.Name == holder {
+				return &p, nil
+			}
+			running = append(running, p)
+		}
+	}
+	if len(running) == 0 {
+		return nil, fmt.Errorf("no running pod")
+	}
+	r.mu.Lock()
+	p := running[r.rng.IntN(len(running))]
+	r.mu.Unlock()
+	return &p, nil
+}
+
+func containerIDOf(pod *corev1.Pod, name string) string {
+	for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+		if cs.Name == name && cs.State.Running != nil {
+			return cs.ContainerID
+		}
+	}
+	return ""
+}
+
+func signalContainer(ctx context.Context, pod *corev1.Pod, container string, sig syscall.Signal) error {
+	pid, err := theNode.ContainerPID(ctx, containerIDOf(pod, container))
+	if err != nil {
+		return err
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// iptables changes the rules of the test's network namespace, where the
+// API server listens and the pods' traffic to it arrives (after kube-proxy's
+// DNAT of the kubernetes Service).
+func iptables(args ...string) error {
+	out, err := exec.Command("iptables", append([]string{"-w"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// trackPods keeps one claim poller per running pod.
+func (r *soakRun) trackPods(ctx context.Context) {
+	for ctx.Err() == nil {
+		listCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		pods, err := r.d.pods(listCtx)
+		cancel()
+		if err == nil {
+			for i := range pods {
+				p := &pods[i]
+				if _, ok := r.pollers[p.UID]; ok || p.Status.PodIP == "" {
+					continue
+				}
+				id := containerIDOf(p, "app")
+				if id == "" {
+					continue
+				}
+				pidCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				pid, err := theNode.ContainerPID(pidCtx, id)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if cp, err := startClaimPoller(p.Name, pid, r.recordAnswer); err == nil {
+					r.pollers[p.UID] = cp
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// sampleSettled records, every 200 ms, whether one pod leads, is the
+// Service's only ready endpoint and is Ready (see leaderState.settled).
+func (r *soakRun) sampleSettled(ctx context.Context) {
+	for ctx.Err() == nil {
+		stateCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var ok bool
+		var err error
+		if r.d.partitions > 0 {
+			ok, err = r.partitionsSettled(stateCtx)
+		} else {
+			var s leaderState
+			s, err = r.d.state(stateCtx)
+			_, ok = s.settled(r.d.routed())
+		}
+		cancel()
+		r.mu.Lock()
+		r.settles = append(r.settles, settleSample{time.Now(), err == nil && ok})
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// recordAnswer asks one pod's sidecar for its claims — GET /leader, or GET
+// /partitions in partition mode — and feeds the answer to the invariant
+// checker.
+func (r *soakRun) recordAnswer(ctx context.Context, pod string, client *http.Client) {
+	sent := time.Now()
+	if r.d.partitions > 0 {
+		var p api.Partitions
+		if err := getJSON(ctx, client, "/partitions", &p); err == nil {
+			r.parts.Record(pod, sent, p.Owned)
+		}
+		return
+	}
+	// A sidecar that has just (re)started answers token 0 until it has
+	// read the Lease: the token is each process's view (docs/api.md), so
+	// those answers are not held to the rule that a pod's token never goes
+	// back. Claims always carry one.
+	var l api.Leader
+	if err := getJSON(ctx, client, "/leader", &l); err == nil && (l.IsLeader || l.FencingToken != 0) {
+		r.claims.Record(invariant.LeaderAnswer(pod, sent, l))
+	}
+}
+
+// partitionsSettled reports whether every partition of the group is owned,
+// on its Lease, by a live member (one whose membership Lease is current),
+// and every live member owns its fair share.
+func (r *soakRun) partitionsSettled(ctx context.Context) (bool, error) {
+	list, err := r.d.client.CoordinationV1().Leases(r.d.namespace).List(ctx, metav1.ListOptions{LabelSelector: partition.GroupLabel + "=" + r.d.lease})
+	if err != nil {
+		return false, err
+	}
+	now := time.Now()
+	current := func(l *coordinationv1.Lease) (string, bool) {
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" || l.Spec.RenewTime == nil {
+			return "", false
+		}
+		return *l.Spec.HolderIdentity, l.Spec.RenewTime.Add(soakLease).After(now)
+	}
+	members := map[string]int{}
+	for i := range list.Items {
+		if holder, ok := current(&list.Items[i]); ok && list.Items[i].Labels[partition.KindLabel] == partition.KindMember {
+			members[holder] = 0
+		}
+	}
+	owned := 0
+	for i := range list.Items {
+		l := &list.Items[i]
+		if holder, ok := current(l); ok && l.Labels[partition.KindLabel] == partition.KindPartition {
+			if _, member := members[holder]; member {
+				members[holder]++
+				owned++
+			}
+		}
+	}
+	if owned != r.d.partitions || len(members) == 0 {
+		return false, nil
+	}
+	lo, hi := partition.FairShare(r.d.partitions, len(members))
+	for _, n := range members {
+		if n < lo || n > hi {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (r *soakRun) waitPartitionsSettled(t *testing.T) {
+	t.Helper()
+	var lastErr error
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, recoveryBound("pod-delete"), true, func(ctx context.Context) (bool, error) {
+		ok, err := r.partitionsSettled(ctx)
+		lastErr = err
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("partition group %s: not every partition owned by a live member with a fair share after %v (last error: %v)", r.d.lease, recoveryBound("pod-delete"), lastErr)
+	}
+}
+
+// claimPoller asks one pod's sidecar for its claims every 100 ms on its
+// localhost, from inside the pod's network namespace, as the app does.
+type claimPoller struct {
+	pod    string
+	netns  *os.File
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startClaimPoller(pod string, pid int, ask func(ctx context.Context, pod string, client *http.Client)) (*claimPoller, error) {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &claimPoller{pod: pod, netns: ns, cancel: cancel, done: make(chan struct{})}
+	client := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetns(ctx, ns, network, addr)
+		},
+	}}
+	go func() {
+		defer close(p.done)
+		for ctx.Err() == nil {
+			ask(ctx, pod, client)
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return p, nil
+}
+
+func (p *claimPoller) stop() {
+	p.cancel()
+	<-p.done
+	_ = p.netns.Close()
+}
+
+// getJSON asks the sidecar's API on the pod's localhost (the chart's
+// sidecar.httpPort).
+func getJSON(ctx context.Context, client *http.Client, path string, into any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:4040"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(into)
+}
+
+// dialInNetns dials addr from inside the network namespace ns. A socket
+// belongs to the namespace of the thread that creates it, so the dial runs
+// on a thread of its own that enters ns and is never returned to the Go
+// scheduler (the goroutine ends locked: the runtime discards the thread).
+func dialInNetns(ctx context.Context, ns *os.File, network, addr string) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, fmt.Errorf("setns: %w", err)}
+			return
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, network, addr)
+		ch <- result{conn, err}
+	}()
+	res := <-ch
+	return res.conn, res.err
+}
+
+// end stops the observation without the single-fault tests' routing checks
+// (the soak judges routing by claims, see check).
+func (o *observer) end(t *testing.T) observation {
+	t.Helper()
+	o.cancel()
+	o.wg.Wait()
+	for _, err := range o.errs {
+		t.Errorf("observer: %v", err)
+	}
+	return observation{endpoints: o.endpoints, answers: o.answers, leases: o.leases}
+}
+
+// check judges the run: the invariants, and every fault's recovery.
+func (r *soakRun) check(t *testing.T) {
+	r.claimsRep = r.claims.Check()
+	if r.d.partitions > 0 {
+		r.claimsRep = r.parts.Check(r.d.partitions)
+	}
+	r.violations = append(r.violations, r.claimsRep.Violations...)
+	if r.claimsRep.More > 0 {
+		r.violations = append(r.violations, fmt.Sprintf("… and %d more claim violations", r.claimsRep.More))
+	}
+	if r.claimsRep.Claims == 0 {
+		t.Errorf("%s: the claim pollers saw no claim at all (%d answers): the check could not fail", r.mode, r.claimsRep.Observations)
+	}
+	var prev int32 = -1
+	for _, l := range r.obs.leases {
+		if l.transitions < prev {
+			r.violations = append(r.violations, fmt.Sprintf("the Lease's term went back from %d to %d at %s", prev, l.transitions, l.at.Format("15:04:05.000")))
+		}
+		prev = max(prev, l.transitions)
+	}
+	for _, e := range r.episodes() {
+		if !e.recovered || e.recoveredAt.Sub(e.healed) > e.bound {
+			var what []string
+			for _, f := range e.faults {
+				what = append(what, fmt.Sprintf("%s on %s at %s (healed %s)", f.kind, orAll(f.target), f.start.Format("15:04:05.000"), f.healed.Format("15:04:05.000")))
+			}
+			r.misses = append(r.misses, fmt.Sprintf("%s: no serving leader within %v of the last heal", strings.Join(what, ", "), e.bound))
+		}
+	}
+	for _, v := range r.violations {
+		t.Errorf("%s: VIOLATION %s", r.mode, v)
+	}
+	for _, m := range r.misses {
+		t.Errorf("%s: recovery bound missed: %s", r.mode, m)
+	}
+}
+
+func orAll(target string) string {
+	if target == "" {
+		return "all"
+	}
+	return target
+}
+
+// episode is a run of faults judged together: a fault that starts before
+// the deployment has recovered from the faults before it (all healed and a
+// settled sample since) joins their episode, since what the deployment
+// recovers from is then their combination. Its bound is the largest of its
+// faults' bounds, counted from its last heal.
+type episode struct {
+	faults      []*faultRecord
+	healed      time.Time
+	bound       time.Duration
+	recovered   bool
+	recoveredAt time.Time
+}
+
+func (r *soakRun) episodes() []*episode {
+	var faults []*faultRecord
+	for _, f := range r.faults {
+		if f.err == nil {
+			faults = append(faults, f)
+		}
+	}
+	sort.Slice(faults, func(i, j int) bool { return faults[i].start.Before(faults[j].start) })
+	var out []*episode
+	var e *episode
+	for _, f := range faults {
+		if e == nil || (e.recovered && !f.start.Before(e.recoveredAt)) {
+			e = &episode{}
+			out = append(out, e)
+		}
+		e.faults = append(e.faults, f)
+		if f.healed.After(e.healed) {
+			e.healed = f.healed
+		}
+		e.bound = max(e.bound, recoveryBound(f.kind))
+		e.recoveredAt, e.recovered = r.settledAfter(e.healed)
+	}
+	return out
+}
+
+// settledAfter is the first settled sample at or after t (the samples are
+// in time order).
+func (r *soakRun) settledAfter(t time.Time) (time.Time, bool) {
+	i := sort.Search(len(r.settles), func(i int) bool { return !r.settles[i].at.Before(t) })
+	for _, s := range r.settles[i:] {
+		if s.settled {
+			return s.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// recovery is the time from a fault's heal to the recovery of its episode
+// (see episodes): what the deployment took to serve again after it.
+func (r *soakRun) recovery(f *faultRecord) (time.Duration, bool) {
+	if r.episodeOf == nil {
+		r.episodeOf = map[*faultRecord]*episode{}
+		for _, e := range r.episodes() {
+			for _, g := range e.faults {
+				r.episodeOf[g] = e
+			}
+		}
+	}
+	if e := r.episodeOf[f]; e != nil && e.recovered {
+		return e.recoveredAt.Sub(f.healed), true
+	}
+	return 0, false
+}
+
+// takeover is, for a fault on the leader, the time from its start to the
+// first new term on the Lease.
+func (r *soakRun) takeover(f *faultRecord) (time.Duration, bool) {
+	if !f.onLeader {
+		return 0, false
+	}
+	next, ok := r.obs.firstLeaseAfter(f.start, func(l leaseAt) bool { return l.transitions > f.termAtStart && l.holder != "" })
+	if !ok {
+		return 0, false
+	}
+	return next.at.Sub(f.start), true
+}
+
+// routingGaps are the intervals with no ready endpoint.
+func (r *soakRun) routingGaps() []time.Duration {
+	var gaps []time.Duration
+	var since time.Time
+	for _, e := range r.obs.endpoints {
+		switch {
+		case len(e.ready) == 0 && since.IsZero():
+			since = e.at
+		case len(e.ready) > 0 && !since.IsZero():
+			gaps = append(gaps, e.at.Sub(since))
+			since = time.Time{}
+		}
+	}
+	return gaps
+}
+
+// soakReport renders the run as markdown: the file the docs link to.
+func soakReport(cfg soakConfig, runs []*soakRun) string {
+	var b strings.Builder
+	total, violations, misses := 0, 0, 0
+	for _, r := range runs {
+		for _, f := range r.faults {
+			if f.err == nil {
+				total++
+			}
+		}
+		violations += len(r.violations)
+		misses += len(r.misses)
+	}
+	fmt.Fprintf(&b, "# Soak report\n\n")
+	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v SEED=%d MODES=%s GAP=%v CONCURRENCY=%d`)\n", cfg.commit, cfg.seed, cfg.duration, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel)
+	fmt.Fprintf(&b, "- duration %v over %d modes; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; 3 replicas\n", cfg.duration, len(cfg.modes), cfg.gap, cfg.parallel, soakLease)
+	fmt.Fprintf(&b, "- **%d faults injected, %d violations, %d recovery-bound misses**\n\n", total, violations, misses)
+	for _, r := range runs {
+		fmt.Fprintf(&b, "## %s (%v)\n\n", r.mode, r.duration)
+		fmt.Fprintf(&b, "%d answers from the sidecars checked, %d claims; %d Lease changes; %d Service answers.\n\n", r.claimsRep.Observations, r.claimsRep.Claims, len(r.obs.leases), len(r.obs.answers))
+		fmt.Fprintf(&b, "| fault | injected | failed to inject | takeover p50 / p99 / max (on the leader) | recovery after heal p50 / p99 / max | bound |\n|---|---|---|---|---|---|\n")
+		byKind := map[string][]*faultRecord{}
+		for _, f := range r.faults {
+			byKind[f.kind] = append(byKind[f.kind], f)
+		}
+		for _, sf := range soakFaults {
+			fs := byKind[sf.kind]
+			var ok, failed int
+			var takeovers, recoveries []time.Duration
+			for _, f := range fs {
+				if f.err != nil {
+					failed++
+					continue
+				}
+				ok++
+				if d, found := r.takeover(f); found {
+					takeovers = append(takeovers, d)
+				}
+				if d, found := r.recovery(f); found {
+					recoveries = append(recoveries, d)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %v |\n", sf.kind, ok, failed, percentiles(takeovers), percentiles(recoveries), recoveryBound(sf.kind))
+		}
+		fmt.Fprintf(&b, "\nNo ready endpoint: %s.\n\n", percentiles(r.routingGaps()))
+		for _, v := range r.violations {
+			fmt.Fprintf(&b, "- VIOLATION: %s\n", v)
+		}
+		for _, m := range r.misses {
+			fmt.Fprintf(&b, "- bound missed: %s\n", m)
+		}
+		for _, f := range r.faults {
+			if f.err != nil {
+				fmt.Fprintf(&b, "- not injected: %s on %s: %v\n", f.kind, orAll(f.target), f.err)
+			}
+		}
+	}
+	return b.String()
+}
+
+// percentiles prints p50 / p99 / max (n) of ds.
+func percentiles(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "—"
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))].Round(time.Millisecond) }
+	return fmt.Sprintf("%v / %v / %v (n=%d)", at(0.5), at(0.99), s[len(s)-1].Round(time.Millisecond), len(s))
+}
