@@ -20,8 +20,12 @@ INTEGRATION_TAG := integration
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-build: ## build bin/leader-elector (static)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/leader-elector .
+# The flags are the Dockerfile's (the shipped image's binary); GOOS and
+# GOARCH from the environment cross-build it, as test/e2e's arm64 test does.
+BUILD_OUTPUT ?= bin/leader-elector
+
+build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=arm64 to cross-build)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD_OUTPUT) .
 
 test: lint unit e2e ## everything CI runs: lint, unit, e2e on a real control plane, benchmarks (smoke), packaging, e2e on a real node
 
@@ -320,6 +324,35 @@ rules-test: monitoring-deps ## promtool check rules and promtool test rules on d
 	@command -v promtool >/dev/null || { echo "rules-test: promtool not found; run make monitoring-deps (Debian's prometheus package)" >&2; exit 1; }
 	promtool check rules deploy/prometheus/leader-elector-rules.yaml
 	cd deploy/prometheus && promtool test rules leader-elector-rules.test.yaml
+
+# arm64: test/e2e's TestArm64Binary cross-builds the binary as `make build`
+# does and runs it under qemu-user (Debian's qemu-user-static, called by
+# name, so no binfmt_misc registration is needed) against the real API
+# server; test/image runs the arm64 image's binary the same way.
+.PHONY: qemu-deps
+e2e: qemu-deps
+image-test: qemu-deps
+
+qemu-deps: ## install qemu-aarch64-static (Debian's qemu-user-static, to run the arm64 build) with apt-get if missing (needs root)
+	@command -v qemu-aarch64-static >/dev/null || { \
+		echo "qemu-deps: qemu-aarch64-static missing; installing Debian's qemu-user-static with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null; } \
+			|| { echo "qemu-deps: could not install qemu-user-static (apt-get as root); install it and retry" >&2; exit 1; }; \
+		command -v qemu-aarch64-static >/dev/null || { echo "qemu-deps: qemu-aarch64-static still missing after apt-get install" >&2; exit 1; }; \
+	}
+
+# The e2e suite on several Kubernetes releases (hack/e2e-matrix.sh): each
+# release's kube-apiserver, kube-controller-manager and kubectl built from the
+# Go module proxy into a cache directory of its own (test/tools/kube-version.sh;
+# the pinned release is build.sh's). Not part of `make test`: a cold build
+# costs several minutes per release. Run it before each release; the oldest
+# release listed is the oldest supported (docs/deploy.md, "Supported
+# Kubernetes versions"), and the results go in docs/development.md.
+.PHONY: e2e-matrix
+KUBE_VERSIONS ?= v1.30.14 v1.34.4 v1.37.2
+
+e2e-matrix: monitoring-deps packaging-tools qemu-deps ## the e2e suite against each of KUBE_VERSIONS (built from the Go module proxy, cached); per release pass/fail and the handover and takeover figures
+	bash hack/e2e-matrix.sh $(KUBE_VERSIONS)
 
 # The chaos soak (test/e2e/node TestSoak) on the real node: random,
 # overlapping faults from a recorded seed while the invariants are checked.

@@ -83,6 +83,8 @@ func reportStartup(ctx context.Context, cfg Config, client kubernetes.Interface)
 		"apiOutageSurvivedUpTo", e.RenewDeadline,
 		"route", cfg.Routing.Mode,
 	)
+	// In the background: a slow answer must not delay the election.
+	go reportServerVersion(ctx, client.Discovery())
 	if cfg.Readiness != httpapi.ReadyWhenLeader {
 		return
 	}

@@ -407,7 +407,7 @@ func TestChartGuards(t *testing.T) {
 		{"existing ServiceAccount without a name", []string{"--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
 		{"too many partitions", []string{"--set", "partitions.count=2000"}, "partitions/count"},
 		{"partition group name too long for a label", []string{"--set", "partitions.count=4", "--set", "demo.enabled=true", "--set", "lease.name=" + strings.Repeat("a", 64)}, "partitions.count needs a lease name of at most 63 characters"},
-		{"native sidecar before 1.29", []string{"--kube-version", "1.28.9"}, "sidecar.native needs Kubernetes 1.29 or later"},
+		{"Kubernetes 1.29, older than supported", []string{"--kube-version", "1.29.15", "--set", "sidecar.native=false"}, "supports Kubernetes 1.30 or later"},
 		{"unknown campaign", []string{"--set", "election.campaign=never"}, "election/campaign"},
 		{"manual campaign with partitions", []string{"--set", "election.campaign=manual", "--set", "partitions.count=4"}, "election.campaign=manual is for leader election"},
 		{"observer with partitions", []string{"--set", "election.candidate=false", "--set", "partitions.count=4", "--set", "election.readiness=candidate"}, "election.candidate=false is for leader election"},
@@ -428,8 +428,11 @@ func TestChartGuards(t *testing.T) {
 			}
 		})
 	}
-	t.Run("classic sidecar before 1.29 renders", func(t *testing.T) {
-		if _, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage("--kube-version", "1.28.9", "--set", "sidecar.native=false", "--set", "demo.enabled=true")...); err != nil {
+	t.Run("the oldest supported release renders, with either sidecar", func(t *testing.T) {
+		if _, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage("--kube-version", "1.30.0", "--set", "demo.enabled=true")...); err != nil {
+			t.Error(err)
+		}
+		if _, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage("--kube-version", "1.30.0", "--set", "sidecar.native=false", "--set", "demo.enabled=true")...); err != nil {
 			t.Error(err)
 		}
 	})

@@ -69,7 +69,7 @@ func TestChartKubeVersion(t *testing.T) {
 		t.Fatalf("helm template without --kube-version rendered %v, %v", objs.Kinds(), err)
 	}
 	_, err = Run(ctx, "helm", "template", "r", ChartDir(), "--set", "image.repository=registry.example.com/leader-elector", "--kube-version", "1.20.0")
-	if err == nil || !strings.Contains(err.Error(), "needs Kubernetes 1.25 or later, and helm renders for v1.20.0") || !strings.Contains(err.Error(), "pass --kube-version") {
+	if err == nil || !strings.Contains(err.Error(), "supports Kubernetes 1.30 or later (the oldest release its tests run), and helm renders for v1.20.0") || !strings.Contains(err.Error(), "pass --kube-version") {
 		t.Errorf("helm template for Kubernetes 1.20: %v, want a message naming --kube-version", err)
 	}
 }

@@ -46,9 +46,19 @@ func TestdataDir(name string) string { return inRepo("test", "packaging", "testd
 // ManifestsDir is a directory under manifests/ (base, example, …).
 func ManifestsDir(name string) string { return inRepo("manifests", name) }
 
+// KubeVersionEnv names the release the e2e tests run against when it is not
+// the pinned one: `make e2e-matrix` sets it with the tools directory, so that
+// charts are rendered for the API server they are applied to, as `helm
+// install` renders for its cluster.
+const KubeVersionEnv = "LEADER_ELECTOR_KUBE_VERSION"
+
 // KubeVersion is the version of the kube-apiserver the e2e tests run
-// (pinned in test/tools/kube/go.mod); charts are rendered for it.
+// ($LEADER_ELECTOR_KUBE_VERSION, else the one pinned in
+// test/tools/kube/go.mod); charts are rendered for it.
 func KubeVersion() (string, error) {
+	if v := os.Getenv(KubeVersionEnv); v != "" {
+		return v, nil
+	}
 	path := inRepo("test", "tools", "kube", "go.mod")
 	f, err := os.Open(path)
 	if err != nil {

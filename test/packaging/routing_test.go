@@ -246,7 +246,7 @@ func TestChartRoutingGuards(t *testing.T) {
 		{"label mode with a Lease name too long for a label", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "lease.name=" + strings.Repeat("a", 64)}, "at most 63 characters"},
 		{"label mode with a reserved leader label", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.leaderLabel=pod-template-hash"}, "is reserved"},
 		{"label mode with a leader label under kubernetes.io/", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.leaderLabel=app.kubernetes.io/leader"}, "is reserved"},
-		{"an admission policy on Kubernetes 1.29", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "sidecar.native=false", "--kube-version", "1.29.0"}, "routing.admissionPolicy needs Kubernetes 1.30"},
+		{"an admission policy on Kubernetes 1.29", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "sidecar.native=false", "--kube-version", "1.29.0"}, "supports Kubernetes 1.30 or later"},
 		{"an IPv5 EndpointSlice", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "routing.addressType=IPv5"}, "routing/addressType"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
