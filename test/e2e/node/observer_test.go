@@ -202,12 +202,6 @@ func (o *observer) poll(ctx context.Context, url string) {
 	}
 }
 
-func (o *observer) fail(err error) {
-	o.mu.Lock()
-	o.errs = append(o.errs, err)
-	o.mu.Unlock()
-}
-
 // stop ends the observation and checks the routing invariant: never more
 // than one ready endpoint, the answering pod changes at most maxSwitches
 // times, and a fencing token on the EndpointSlices never goes back.
