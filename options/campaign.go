@@ -35,7 +35,7 @@ func (c *campaignOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Campaign, "campaign", c.Campaign, "When this pod tries to take the Lease: \"auto\" (always, except for a lease duration after POST /release) or \"manual\" (only when the app asks with POST /acquire).")
 	fs.IntVar(&c.AcquireRetries, "acquire-retries", c.AcquireRetries, fmt.Sprintf("How many attempts POST /acquire makes at the Lease, unless its query says (1..%d).", httpapi.MaxAcquireRetries))
 	fs.DurationVar(&c.AcquireRetryDelay, "acquire-retry-delay", c.AcquireRetryDelay, fmt.Sprintf("Time between the attempts of POST /acquire, unless its query says (0s..%v).", httpapi.MaxAcquireRetryDelay))
-	fs.BoolVar(&c.Candidate, "candidate", c.Candidate, "Take part in the election; false makes this pod an observer, which never writes the Lease (it needs only get and watch) and answers who leads.")
+	fs.BoolVar(&c.Candidate, "candidate", c.Candidate, "Take part in the election; false makes this pod an observer, which never writes the Lease (it needs only get, list and watch) and answers who leads.")
 }
 
 // completeCampaign: an observer never leads, so unless --readiness was

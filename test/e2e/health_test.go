@@ -8,14 +8,19 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
 // Health gating's timings in these tests: a probe every 500 ms, three
@@ -294,4 +299,90 @@ func TestHealthNeverHealthy(t *testing.T) {
 	// Healthy: it campaigns at once (the Lease is free).
 	app.healthy.Store(true)
 	g.waitLeader(2 * leaseDuration)
+}
+
+// TestHealthGatingShippedRBAC: candidates with health gating, bound only by
+// manifests/base with the health-gating component (built by kustomize as
+// users build it), and with watches that start with a list (the default
+// against 1.30, 1.31 and 1.33, see noStreamingLists): they elect a leader,
+// each publishes its app's health in the candidates Lease and follows the
+// others' there, and neither is refused anything — the Role's Lease rule,
+// `list` included, covers the candidates Lease too.
+func TestHealthGatingShippedRBAC(t *testing.T) {
+	ctx := context.Background()
+	const namespace = "rbac-health"
+	// kustomize takes only relative paths: the overlay sits next to a copy
+	// of manifests/.
+	root := t.TempDir()
+	if err := os.CopyFS(filepath.Join(root, "manifests"), os.DirFS(filepath.Join(repoRoot, "manifests"))); err != nil {
+		t.Fatal(err)
+	}
+	overlay := filepath.Join(root, "overlay")
+	if err := os.Mkdir(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kustomization := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + namespace +
+		"\nresources: [../manifests/base]\ncomponents: [../manifests/components/health-gating]\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := packaging.KustomizeBuild(ctx, overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := controlPlane.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	applyServerSide(t, objs)
+	var sa corev1.ServiceAccount
+	if err := objs.OneInto("ServiceAccount", &sa); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := controlPlane.ServiceAccountKubeconfig(ctx, namespace, sa.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = "leader-elector" // the base's; the component ships <lease>-candidates
+
+	g := &group{t: t, lease: lease}
+	g.monitor = startMonitor(t, g.members)
+	for i := range 2 {
+		app := newAppHealth(t, true)
+		g.add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{
+			lease: lease, namespace: namespace, kubeconfig: kubeconfig, extraArgs: app.args(), env: noStreamingLists,
+		}))
+	}
+	g.waitLeader(30 * time.Second)
+	// Every entry healthy and written at least three times (unhealthy at
+	// start, healthy, refreshed), each write an update of the whole Lease
+	// based on the version this candidate had read, the other's entry in it.
+	var entries string
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 4*leaseDuration, true, func(context.Context) (bool, error) {
+		l, err := controlPlane.AdminClient().CoordinationV1().Leases(namespace).Get(ctx, lease+"-candidates", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		entries = l.Annotations["leader-elector.io/candidates"]
+		var got map[string]struct {
+			Healthy bool  `json:"healthy"`
+			Seq     int64 `json:"seq"`
+		}
+		if entries == "" || json.Unmarshal([]byte(entries), &got) != nil {
+			return false, nil
+		}
+		for _, c := range g.members() {
+			if e, ok := got[c.name]; !ok || !e.Healthy || e.Seq < 3 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the candidates' entries with the shipped RBAC: %s (%v)", entries, err)
+	}
+	for _, c := range g.members() {
+		if log := c.log(); strings.Contains(log, "forbidden") || strings.Contains(log, "Failed to watch") {
+			t.Errorf("%s was refused something with the shipped health-gating RBAC:\n%s", c.name, log)
+		}
+	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // TestObserver: a --candidate=false sidecar, running with the shipped
-// observer Role (get and watch on the one Lease), follows who leads through
+// observer Role (get, list and watch on the one Lease), follows who leads through
 // a handover and a crash, answers POST /acquire with 409 and POST /release
 // with released:false, is ready (readiness candidate), and never sends a
 // write: the API server's audit log shows none from its ServiceAccount.
@@ -50,7 +50,7 @@ func TestObserver(t *testing.T) {
 	lease := "leader-elector" // the name the shipped rules give
 	for _, r := range rules {
 		for _, v := range r.Verbs {
-			if v != "get" && v != "watch" {
+			if v != "get" && v != "list" && v != "watch" {
 				t.Errorf("the observer Role allows %q", v)
 			}
 		}

@@ -171,6 +171,7 @@ func TestShippedRBAC(t *testing.T) {
 	}, []string{"", lease, "another-lease"})
 	wantAccess := []access{
 		{namespace, "coordination.k8s.io", "leases", lease, "get"},
+		{namespace, "coordination.k8s.io", "leases", lease, "list"},
 		{namespace, "coordination.k8s.io", "leases", lease, "watch"},
 		{namespace, "coordination.k8s.io", "leases", lease, "update"},
 		// Event names are generated: create is allowed under any name.
@@ -183,6 +184,68 @@ func TestShippedRBAC(t *testing.T) {
 	}
 	if _, err := sa.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("listing namespaces (cluster-scoped) with the sidecar's token: %v, want forbidden", err)
+	}
+	checkListOnlyByName(t, sa, namespace, lease)
+}
+
+// checkListOnlyByName: the shipped `list` on the Lease (by resourceNames)
+// reveals nothing `get` does not. The API server authorizes a list whose
+// field selector requires metadata.name=<name> as a request for that name,
+// so the Lease's own list is allowed; every other list of Leases — all of
+// them, another name, by label, in another namespace — is refused.
+func checkListOnlyByName(t *testing.T, sa kubernetes.Interface, namespace, lease string) {
+	t.Helper()
+	ctx := context.Background()
+	byName := fields.OneTermEqualSelector("metadata.name", lease).String()
+	list, err := sa.CoordinationV1().Leases(namespace).List(ctx, metav1.ListOptions{FieldSelector: byName})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Name != lease {
+		t.Errorf("listing the Lease by name with the shipped RBAC: %v, %v; want it alone", list, err)
+	}
+	for _, refused := range []struct {
+		namespace string
+		opts      metav1.ListOptions
+	}{
+		{namespace, metav1.ListOptions{}},
+		{namespace, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", "another-lease").String()}},
+		{namespace, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=leader-elector"}},
+		{namespace, metav1.ListOptions{FieldSelector: "metadata.namespace=" + namespace}},
+		{"default", metav1.ListOptions{FieldSelector: byName}},
+	} {
+		if _, err := sa.CoordinationV1().Leases(refused.namespace).List(ctx, refused.opts); !apierrors.IsForbidden(err) {
+			t.Errorf("listing Leases in %s with %+v with the shipped RBAC: %v, want forbidden", refused.namespace, refused.opts, err)
+		}
+	}
+}
+
+// noStreamingLists is the environment of a sidecar whose reflectors start
+// each watch with a list, as they must against an API server that does not
+// serve streaming lists (its WatchList feature is off by default in 1.30,
+// 1.31 and 1.33). client-go reads its feature gates from KUBE_FEATURE_*
+// variables unless the binary replaces them (client-go/features), and the
+// sidecar does not; against the pinned release, which streams, this is how
+// the e2e suite makes the request an older release would need.
+var noStreamingLists = []string{"KUBE_FEATURE_WatchListClient=false"}
+
+// TestShippedRBACWithoutStreamingLists: with the shipped Role, candidates
+// whose Lease watch starts with a list (the default against 1.30, 1.31 and
+// 1.33) elect a leader and hand over on POST /release, and are refused
+// nothing: the list of the Lease by name is allowed. Without `list` in the
+// Role the same candidates are refused (TestEveryShippedVerbIsNeeded).
+func TestShippedRBACWithoutStreamingLists(t *testing.T) {
+	const namespace = "rbac-listing"
+	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
+	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig, env: noStreamingLists})
+	leader := g.waitLeader(30 * time.Second)
+	leader.release(t)
+	start := time.Now()
+	next := g.waitLeader(leaseDuration, leader)
+	t.Logf("%s took the released Lease from %s after %v", next.name, leader.name, time.Since(start).Round(time.Millisecond))
+	// A refused list shows as "forbidden" within a retry period of the
+	// start (see the case "without list"); both have run for longer.
+	for _, c := range g.members() {
+		if log := c.log(); strings.Contains(log, "forbidden") || strings.Contains(log, "Failed to watch") {
+			t.Errorf("%s was refused something with the shipped RBAC and listing watches:\n%s", c.name, log)
+		}
 	}
 }
 
@@ -217,11 +280,15 @@ func leaseEvents(t *testing.T, namespace, lease string) []string {
 	return messages
 }
 
-// TestEveryShippedVerbIsNeeded: reading needs get or watch (watch makes
-// idle candidates free, get is the fallback while the watch is not synced);
-// a Role missing both, or update, leaves the candidate unable to lead, and
-// so does a namespace without the shipped Lease (the Role may not create
-// it). Each candidate reports the refusal and keeps running.
+// TestEveryShippedVerbIsNeeded: reading needs get, watch or list (watch
+// makes idle candidates free, get is the fallback while the watch is not
+// synced, and the informer's list, by name, reads the Lease too); the watch
+// needs list where the API server does not stream its initial list (1.30,
+// 1.31, 1.33; here the candidate is made to list, see noStreamingLists),
+// else it is refused and the candidate polls. A Role missing all three, or
+// update, leaves the candidate unable to lead, and so does a namespace
+// without the shipped Lease (the Role may not create it). Each candidate
+// reports the refusal and keeps running.
 func TestEveryShippedVerbIsNeeded(t *testing.T) {
 	_, role, _, _ := shippedRBAC(t)
 	if len(role.Rules) != 2 || !slices.Equal(role.Rules[1].Resources, []string{"events"}) {
@@ -230,7 +297,7 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 	leaseRule, eventsRule := role.Rules[0], role.Rules[1]
 	// Whether the candidate can still lead without the verb ("lease": with
 	// the shipped Role but without the shipped Lease).
-	leadsWithout := map[string]bool{"get": true, "watch": true, "get+watch": false, "update": false, "lease": false}
+	leadsWithout := map[string]bool{"get": true, "list": true, "watch": true, "get+watch": true, "get+list+watch": false, "update": false, "lease": false}
 	for _, verb := range leaseRule.Verbs {
 		if _, known := leadsWithout[verb]; !known {
 			t.Fatalf("the shipped Role has verb %q that this test does not know", verb)
@@ -271,7 +338,7 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 			t.Error("exited without the Events rule")
 		}
 	})
-	for _, verb := range []string{"get", "watch", "get+watch", "update", "lease"} {
+	for _, verb := range []string{"get", "list", "watch", "get+watch", "get+list+watch", "update", "lease"} {
 		leads := leadsWithout[verb]
 		t.Run("without "+verb, func(t *testing.T) {
 			namespace := "rbac-no-" + strings.ReplaceAll(verb, "+", "-")
@@ -284,7 +351,14 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 			// The shipped Lease exists (without a holder) unless the case
 			// is its absence, so taking it needs an update.
 			kubeconfig, lease := applyRBAC(t, namespace, rules, verb == "lease")
-			c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
+			o := candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig}
+			refusal := "forbidden"
+			if verb == "list" {
+				// Only a watch that starts with a list needs it.
+				o.env = noStreamingLists
+				refusal = `cannot list resource \"leases\"`
+			}
+			c := startCandidate(t, "crippled", o)
 			if verb == "get" {
 				// With the watch working, get is not even tried.
 				g := &group{t: t, lease: lease, candidates: []*candidate{c}}
@@ -292,10 +366,10 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 				return
 			}
 			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				return strings.Contains(c.log(), "forbidden"), nil
+				return strings.Contains(c.log(), refusal), nil
 			})
 			if err != nil {
-				t.Fatalf("no 'forbidden' in the log without %q:\n%s", verb, c.log())
+				t.Fatalf("no %q in the log without %q:\n%s", refusal, verb, c.log())
 			}
 			if leads {
 				g := &group{t: t, lease: lease, candidates: []*candidate{c}}

@@ -407,6 +407,7 @@ func TestRouteRBAC(t *testing.T) {
 			_, _, kubeconfig, lease := routedExample(t, tc.dir, tc.namespace)
 			want := append([]access{
 				{tc.namespace, "coordination.k8s.io", "leases", lease, "get"},
+				{tc.namespace, "coordination.k8s.io", "leases", lease, "list"},
 				{tc.namespace, "coordination.k8s.io", "leases", lease, "watch"},
 				{tc.namespace, "coordination.k8s.io", "leases", lease, "update"},
 			}, tc.extra(tc.namespace, lease)...)

@@ -68,7 +68,7 @@ func sidecarRules(t *testing.T, lease string) []rbacv1.PolicyRule {
 }
 
 // leaseRule is the one rule a sidecar needs, on the named Lease, with the
-// verbs of manifests/base (get, watch, update).
+// verbs of manifests/base (get, list, watch, update).
 func leaseRule(t *testing.T, lease string) rbacv1.PolicyRule {
 	t.Helper()
 	rule := baseRole(t).Rules[0]
@@ -145,11 +145,11 @@ func TestChartRBAC(t *testing.T) {
 			subject: full, leaseName: full,
 		},
 		{
-			name:  "election.candidate=false: observers get and watch the candidates' Lease, nothing else",
+			name:  "election.candidate=false: observers get, list and watch the candidates' Lease, nothing else",
 			set:   []string{"--set", "election.candidate=false", "--set", "election.readiness=candidate", "--set", "lease.create=false", "--set", "lease.name=my-app"},
 			kinds: []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full},
 			rules: func(t *testing.T) []rbacv1.PolicyRule {
-				return []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"my-app"}, Verbs: []string{"get", "watch"}}}
+				return []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"my-app"}, Verbs: []string{"get", "list", "watch"}}}
 			},
 			subject: full,
 		},
