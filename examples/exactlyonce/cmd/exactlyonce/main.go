@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -33,7 +34,15 @@ func main() {
 	sink := fs.String("sink", "", "the URL of the fenced sink (required)")
 	every := fs.Int("checkpoint-every", 10, "checkpoint after this many applied items (1-1000000)")
 	poll := fs.Duration("poll", 20*time.Millisecond, "how often the end of a stream is read again (1ms-10s)")
+	// One line for a bad flag, as for a bad value; the usage only on -h.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fs.PrintDefaults()
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "exactlyonce:", err)
 		os.Exit(2)
 	}
 	if err := validate(fs, *sidecar, *source, *sink, *every, *poll); err != nil {
