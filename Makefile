@@ -113,6 +113,16 @@ bench-smoke: tools ## benchmarks, short run with small counts and timings, to pr
 size: ## per-package size table of the stripped binary, beside the client-go baseline (docs/performance.md)
 	$(GO) run ./hack/binsize
 
+# Scale (issue 19): the same benchmark with 3, 50 and 200 candidates on one
+# Lease and 1 000 SSE clients on one sidecar, one table per size in
+# bench-scale-<n>.out. Long (about 40 minutes on 2 cores); not in CI.
+.PHONY: bench-scale
+SCALE_CANDIDATES ?= 3 50 200
+bench-scale: tools ## benchmarks at scale: 3, 50 and 200 candidates, 1000 SSE clients (~40 min); tables in bench-scale-<n>.out
+	for n in $(SCALE_CANDIDATES); do \
+		$(GO) run ./bench --candidates $$n --handovers 20 --crashes 3 --sse-clients 1000 --poll-interval 20ms --output bench-scale-$$n.out || exit 1; \
+	done
+
 # Partition mode (--partitions): time to a full and fair assignment after a
 # join and after a crash, and idle API requests per member.
 .PHONY: bench-partitions bench-partitions-smoke

@@ -138,14 +138,23 @@ func (g *partitionGroup) waitFair(what string, since time.Time) time.Duration {
 // fairNow asks every member once and says whether the assignment is full
 // and fair, and if not, why.
 func fairNow(members []*candidate) (bool, string) {
+	return fairNowN(members, partitionCount)
+}
+
+// fairNowN is fairNow for a group of n partitions; every member must also
+// be configured with n.
+func fairNowN(members []*candidate, n int) (bool, string) {
 	m := len(members)
-	lo, hi := partitionCount/m, (partitionCount+m-1)/m
+	lo, hi := n/m, (n+m-1)/m
 	owner := map[int]string{}
 	var counts []string
 	for _, c := range members {
 		s, err := c.partitions()
 		if err != nil {
 			return false, fmt.Sprintf("%s: %v", c.name, err)
+		}
+		if s.Partitions != n {
+			return false, fmt.Sprintf("%s has %d partitions, want %d", c.name, s.Partitions, n)
 		}
 		if s.Members != m || !s.Member {
 			return false, fmt.Sprintf("%s sees %d members (member: %t), want %d", c.name, s.Members, s.Member, m)
@@ -161,8 +170,8 @@ func fairNow(members []*candidate) (bool, string) {
 		}
 		counts = append(counts, fmt.Sprintf("%s:%d", c.name, len(s.Owned)))
 	}
-	if len(owner) != partitionCount {
-		return false, fmt.Sprintf("%d of %d partitions owned (%s)", len(owner), partitionCount, strings.Join(counts, " "))
+	if len(owner) != n {
+		return false, fmt.Sprintf("%d of %d partitions owned (%s)", len(owner), n, strings.Join(counts, " "))
 	}
 	return true, ""
 }
@@ -262,6 +271,12 @@ func checkMembershipLeases(t *testing.T, namespace, group string, want ...*candi
 // (invariant.Partitions): no partition claimed by two members at once, none
 // past its validUntil, every partition's fencing token only growing.
 func startPartitionMonitor(t *testing.T, members func() []*candidate) {
+	startPartitionMonitorN(t, members, partitionCount)
+}
+
+// startPartitionMonitorN is startPartitionMonitor for a group in which
+// partitions 0..n-1 must all have been owned at some point.
+func startPartitionMonitorN(t *testing.T, members func() []*candidate, n int) {
 	var (
 		checker = invariant.NewPartitions()
 		stop    = make(chan struct{})
@@ -309,7 +324,7 @@ func startPartitionMonitor(t *testing.T, members func() []*candidate) {
 	t.Cleanup(func() {
 		close(stop)
 		wg.Wait()
-		report := checker.Check(partitionCount)
+		report := checker.Check(n)
 		for _, v := range report.Violations {
 			t.Errorf("safety: %s", v)
 		}

@@ -345,17 +345,21 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 		})
 	}
 	faults.Wait()
-	// The last faults' recovery, within their bounds, before the checks.
-	if r.d.partitions > 0 {
-		r.waitPartitionsSettled(t)
-	} else {
-		leader := r.d.waitSettled(t, recoveryBound("pod-delete"))
-		r.d.waitServed(t, leader)
+	// The last faults' recovery: the sampler goes on until the deployment
+	// has settled again or the largest bound has passed, and the episodes
+	// judge it. A deployment that does not recover is a bound miss, and
+	// the invariants are checked all the same.
+	var largest time.Duration
+	for _, f := range soakFaults {
+		largest = max(largest, recoveryBound(f.kind))
 	}
-	// The sampler may not have seen what the wait just did.
-	r.mu.Lock()
-	r.settles = append(r.settles, settleSample{time.Now(), true})
-	r.mu.Unlock()
+	healed := time.Now()
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, largest, true, func(context.Context) (bool, error) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		n := len(r.settles)
+		return n > 0 && r.settles[n-1].settled && r.settles[n-1].at.After(healed), nil
+	})
 	stop()
 	bg.Wait()
 	for _, p := range r.pollers {
