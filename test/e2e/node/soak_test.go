@@ -511,6 +511,19 @@ func (r *soakRun) trackPods(ctx context.Context) {
 		pods, err := r.d.pods(listCtx)
 		cancel()
 		if err == nil {
+			// A gone pod's poller stops: each of its dials would take an
+			// OS thread of its own (dialInNetns), every 100 ms, for the
+			// rest of a long run.
+			live := map[types.UID]bool{}
+			for i := range pods {
+				live[pods[i].UID] = true
+			}
+			for uid, p := range r.pollers {
+				if !live[uid] {
+					p.stop()
+					delete(r.pollers, uid)
+				}
+			}
 			for i := range pods {
 				p := &pods[i]
 				if _, ok := r.pollers[p.UID]; ok || p.Status.PodIP == "" {
