@@ -296,6 +296,7 @@ e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real
 	bash test/registry/registry.sh >/dev/null && $(CYCLONEDX_GOMOD) version >/dev/null && \
 	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(GO) test -tags $(INTEGRATION_TAG) -c -o _output/node.test ./test/e2e/node && \
+	LEADER_ELECTOR_SOAK_REPORT="$${LEADER_ELECTOR_SOAK_REPORT:-$(SOAK_REPORT)}" LEADER_ELECTOR_SOAK_COMMIT="$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
 	LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
 		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout $(NODE_TIMEOUT) $(if $(RUN),-test.run '$(RUN)') 2>&1 \
 		| tee e2e-cluster.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
@@ -375,5 +376,5 @@ SOAK_REPORT ?= $(CURDIR)/soak-report.md
 soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2); report in soak-report.md (needs root)
 	LEADER_ELECTOR_SOAK_DURATION=$(DURATION) $(if $(SEED),LEADER_ELECTOR_SOAK_SEED=$(SEED)) $(if $(MODES),LEADER_ELECTOR_SOAK_MODES=$(MODES)) \
 	$(if $(GAP),LEADER_ELECTOR_SOAK_MEAN_GAP=$(GAP)) $(if $(CONCURRENCY),LEADER_ELECTOR_SOAK_CONCURRENCY=$(CONCURRENCY)) \
-	LEADER_ELECTOR_SOAK_REPORT=$(SOAK_REPORT) LEADER_ELECTOR_SOAK_COMMIT="$$(git rev-parse --short HEAD)" \
+	LEADER_ELECTOR_SOAK_REPORT=$(SOAK_REPORT) \
 	$(MAKE) e2e-cluster RUN='^TestSoak$$' NODE_TIMEOUT=24h
