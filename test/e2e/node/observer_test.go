@@ -245,17 +245,27 @@ func (r observation) answeringPods() []string {
 // endpointGap is the longest time the Service had no ready endpoint.
 func (r observation) endpointGap() time.Duration {
 	var longest time.Duration
+	for _, g := range r.endpointGaps() {
+		longest = max(longest, g)
+	}
+	return longest
+}
+
+// endpointGaps are the intervals in which the Service had no ready
+// endpoint.
+func (r observation) endpointGaps() []time.Duration {
+	var gaps []time.Duration
 	var since time.Time
 	for _, e := range r.endpoints {
 		switch {
 		case len(e.ready) == 0 && since.IsZero():
 			since = e.at
 		case len(e.ready) > 0 && !since.IsZero():
-			longest = max(longest, e.at.Sub(since))
+			gaps = append(gaps, e.at.Sub(since))
 			since = time.Time{}
 		}
 	}
-	return longest
+	return gaps
 }
 
 // answerGap is the longest time between two answered requests.

@@ -872,22 +872,6 @@ func (r *soakRun) takeover(f *faultRecord) (time.Duration, bool) {
 	return next.at.Sub(f.start), true
 }
 
-// routingGaps are the intervals with no ready endpoint.
-func (r *soakRun) routingGaps() []time.Duration {
-	var gaps []time.Duration
-	var since time.Time
-	for _, e := range r.obs.endpoints {
-		switch {
-		case len(e.ready) == 0 && since.IsZero():
-			since = e.at
-		case len(e.ready) > 0 && !since.IsZero():
-			gaps = append(gaps, e.at.Sub(since))
-			since = time.Time{}
-		}
-	}
-	return gaps
-}
-
 // soakReport renders the run as markdown: the file the docs link to.
 func soakReport(cfg soakConfig, runs []*soakRun) string {
 	var b strings.Builder
@@ -932,7 +916,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 			}
 			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %v |\n", sf.kind, ok, failed, percentiles(takeovers), percentiles(recoveries), recoveryBound(sf.kind))
 		}
-		fmt.Fprintf(&b, "\nNo ready endpoint: %s.\n\n", percentiles(r.routingGaps()))
+		fmt.Fprintf(&b, "\nNo ready endpoint: %s.\n\n", percentiles(r.obs.endpointGaps()))
 		for _, v := range r.violations {
 			fmt.Fprintf(&b, "- VIOLATION: %s\n", v)
 		}
