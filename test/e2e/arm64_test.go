@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"debug/elf"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,12 +15,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-)
 
-// Qemu is the qemu-user emulator the arm64 checks run the arm64 build with:
-// Debian's qemu-user-static (make qemu-deps). It is called by name, so the
-// machine needs no binfmt_misc registration.
-const qemuAarch64 = "qemu-aarch64-static"
+	"github.com/leader-elector/leader-elector/test/harness"
+)
 
 // TestArm64Binary runs the arm64 build of the sidecar, cross-built as the
 // shipped build does (`make build`: the Dockerfile's flags, CGO off), under
@@ -30,10 +26,6 @@ const qemuAarch64 = "qemu-aarch64-static"
 // A broken arm64 build (one that does not start, elect or release) fails
 // here rather than on a user's arm64 node.
 func TestArm64Binary(t *testing.T) {
-	qemu, err := exec.LookPath(qemuAarch64)
-	if err != nil {
-		t.Fatalf("%s not found (%v): run make qemu-deps (Debian's qemu-user-static)", qemuAarch64, err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
@@ -61,17 +53,8 @@ func TestArm64Binary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(ctx, qemu, bin, "--version").CombinedOutput()
-	if want := fmt.Sprintf("leader-elector %s\n", strings.TrimSpace(string(version))); err != nil || string(out) != want {
-		t.Fatalf("%s %s --version = %q, %v; want %q and exit 0", qemuAarch64, filepath.Base(bin), out, err, want)
-	}
-
-	// The harness runs one program: a wrapper that execs qemu, so that the
-	// process the test signals is qemu, which passes the signal on to the
-	// emulated sidecar.
-	wrapper := filepath.Join(dir, "leader-elector-arm64.sh")
-	script := fmt.Sprintf("#!/bin/sh\nexec %q %q \"$@\"\n", qemu, bin)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+	wrapper, err := harness.Arm64Program(ctx, bin, strings.TrimSpace(string(version)))
+	if err != nil {
 		t.Fatal(err)
 	}
 

@@ -4,9 +4,7 @@ package image
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -25,11 +23,6 @@ import (
 // image runs in containerd (TestElectsInContainer); without this, nothing
 // would ever execute what an arm64 node pulls.
 func TestArm64ImageBinary(t *testing.T) {
-	const qemuAarch64 = "qemu-aarch64-static"
-	qemu, err := exec.LookPath(qemuAarch64)
-	if err != nil {
-		t.Fatalf("%s not found (%v): run make qemu-deps (Debian's qemu-user-static)", qemuAarch64, err)
-	}
 	var img *platformImage
 	for _, i := range images {
 		if i.platform == "linux/arm64" {
@@ -46,15 +39,8 @@ func TestArm64ImageBinary(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, qemu, bin, "--version").CombinedOutput()
-	if want := fmt.Sprintf("leader-elector %s\n", wantVersion); err != nil || string(out) != want {
-		t.Fatalf("%s /leader-elector --version = %q, %v; want %q and exit 0", qemuAarch64, out, err, want)
-	}
-
-	// The harness runs one program: a wrapper that execs qemu, so that the
-	// signal the test sends reaches qemu, which passes it to the sidecar.
-	wrapper := filepath.Join(dir, "leader-elector.sh")
-	if err := os.WriteFile(wrapper, fmt.Appendf(nil, "#!/bin/sh\nexec %q %q \"$@\"\n", qemu, bin), 0o755); err != nil {
+	wrapper, err := harness.Arm64Program(ctx, bin, wantVersion)
+	if err != nil {
 		t.Fatal(err)
 	}
 	const lease = "arm64-image"
@@ -94,5 +80,5 @@ func TestArm64ImageBinary(t *testing.T) {
 	if !strings.Contains(c.Log(), "Released lease") {
 		t.Errorf("the arm64 binary did not log its release")
 	}
-	t.Logf("checked under %s: the arm64 image's /leader-elector printed %q, led %s %v after start, released it and exited 0 on SIGTERM", qemuAarch64, strings.TrimSpace(string(out)), lease, elected.Round(time.Millisecond))
+	t.Logf("checked under %s: the arm64 image's /leader-elector printed its version %s, led %s %v after start, released it and exited 0 on SIGTERM", harness.QemuAarch64, wantVersion, lease, elected.Round(time.Millisecond))
 }
