@@ -197,6 +197,9 @@ type Elector struct {
 	lock     *observingLock
 	cache    *leaseCache
 	campaign *campaign
+	// backoff spaces out this candidate's takeover attempts after races
+	// it lost (a large group's thundering herd).
+	backoff *raceBackoff
 	// writing is held by the lock for the whole of every Lease write.
 	writing sync.Mutex
 	healthz *leaderelection.HealthzAdaptor
@@ -245,6 +248,7 @@ func New(cfg Config) (*Elector, error) {
 		metrics:  newMetrics(t),
 		healthz:  leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
 		campaign: newCampaign(cfg.Campaign),
+		backoff:  newRaceBackoff(clk, cfg.RetryPeriod, cfg.LeaseDuration),
 	}
 	watches := cfg.WatchClient
 	if watches == nil {
@@ -276,6 +280,7 @@ func New(cfg Config) (*Elector, error) {
 		onLapse:  e.stopRound,
 		gate:     cfg.Gate,
 		campaign: e.campaign,
+		backoff:  e.backoff,
 		ownLease: cfg.OwnLease,
 		writing:  &e.writing,
 		readServerClock: func() error {
@@ -366,19 +371,30 @@ func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason R
 // onLeaseChange is called with every version of the Lease the watch
 // delivers (nil: deleted).
 func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
+	// A Lease this candidate was about to take (at once, or after its
+	// back-off), now held by another, is a race lost: whether its write
+	// was refused or it saw the winner before it wrote. Counted once per
+	// race, on the version that shows the winner.
+	wasTakeable := e.tracker.takeable() && e.lock.admits()
 	if lease == nil {
 		e.tracker.observeDeleted()
 	} else {
 		e.tracker.observeRead(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)))
 	}
+	if wasTakeable && lease != nil && ptr.Deref(lease.Spec.HolderIdentity, "") != "" && e.tracker.contended() {
+		e.backoff.lost()
+	}
 	e.scheduleAttempt()
 }
 
 // scheduleAttempt arms the attempt timer for the next moment this candidate
-// may take the Lease. client-go's elector only tries every retry period;
-// starting a new round makes it try at once.
+// may take the Lease, after its back-off if it has lost races (raceBackoff;
+// until then the lock shows the Lease to client-go as held). client-go's
+// elector only tries every retry period; starting a new round makes it try
+// at once.
 func (e *Elector) scheduleAttempt() {
 	at, ok := e.tracker.nextAttempt()
+	at = at.Add(e.backoff.wait())
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.attempt != nil {

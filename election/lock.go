@@ -70,6 +70,10 @@ type observingLock struct {
 	// so does campaign (nil: always).
 	gate     Gate
 	campaign *campaign
+	// backoff, if set, delays this candidate's takeovers after races it
+	// lost: until its wait has passed, a Lease that may be taken is shown
+	// to client-go as held (see Get).
+	backoff *raceBackoff
 	// ownLease: the Lease is named after this candidate and nobody else
 	// contends it (a partition membership Lease), so a missing Lease is
 	// created already held.
@@ -118,6 +122,11 @@ const previousIncarnationSuffix = " (previous incarnation)"
 // admit a new term on a Lease that is free or expired.
 const notAdmittedHolder = "(not admitted by the gate)"
 
+// backingOffHolder is the holder client-go is shown while this candidate
+// waits out its back-off after a lost race (raceBackoff) on a Lease that
+// may be taken.
+const backingOffHolder = "(backing off after a lost race)"
+
 // unknownHolder is the holder client-go is shown while a Lease without a
 // holder's history may still be claimed by whoever held it before.
 const unknownHolder = "(unknown holder of a replaced lease)"
@@ -157,6 +166,8 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 		return l.show(shown, unknownHolder)
 	case free && !holding && !l.admits():
 		return l.show(shown, notAdmittedHolder)
+	case free && !holding && l.backingOff():
+		return l.show(shown, backingOffHolder)
 	case rec.HolderIdentity != "" && !holding && l.tracker.holderExpired():
 		// Expired by this pod's own full-precision observation: shown as
 		// free so that client-go tries at once instead of measuring the
@@ -172,6 +183,18 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 		return nil, nil, fmt.Errorf("encode election record: %w", err)
 	}
 	return &shown, raw, nil
+}
+
+// backingOff reports whether this candidate is still waiting out its
+// back-off (raceBackoff) before it tries a Lease that may be taken; the
+// elector's attempt timer starts a new round when the wait ends.
+func (l *observingLock) backingOff() bool {
+	wait := l.backoff.wait()
+	if wait == 0 {
+		return false
+	}
+	at, ok := l.tracker.nextAttempt()
+	return ok && l.tracker.clock.Now().Before(at.Add(wait))
 }
 
 // admits reports whether the campaign and the gate, if any, would admit a
@@ -348,6 +371,7 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	if ler.HolderIdentity == l.inner.Identity() {
 		l.ownToken = int64(ler.LeaderTransitions)
 		l.tracker.observeWrite(start, recordOf(&ler))
+		l.backoff.won()
 	}
 	return nil
 }

@@ -536,10 +536,13 @@ func (t *tracker) mayAcquire() bool {
 func (t *tracker) contended() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.contendedLocked(t.clock.Now())
+}
+
+func (t *tracker) contendedLocked(now time.Time) bool {
 	if !t.haveObserved || t.holding {
 		return false
 	}
-	now := t.clock.Now()
 	if t.observed.historyless() {
 		return now.Sub(t.observedAt) < t.leaseDuration
 	}
@@ -547,6 +550,16 @@ func (t *tracker) contended() bool {
 		return false
 	}
 	return !t.holderExpiredLocked(now)
+}
+
+// takeable reports whether this candidate, as it last observed the Lease,
+// would take it now or once its back-off ends: it has seen the Lease, does
+// not hold it, claims, and no live holder (known or unknown) has it. A
+// takeable Lease then seen held by another is a race lost (raceBackoff).
+func (t *tracker) takeable() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.haveObserved && !t.holding && t.claiming && !t.contendedLocked(t.clock.Now())
 }
 
 // holderUnknown reports whether the Lease, as last observed, has no holder's
@@ -573,9 +586,11 @@ func (t *tracker) holdingLease() bool {
 	return t.holding
 }
 
-// nextAttempt returns when this candidate should next try to take the
-// Lease: at once if no one holds it, at the moment the holder's lease runs
-// out otherwise. ok is false while this pod holds the Lease, is not
+// nextAttempt returns when this candidate may next try to take the Lease:
+// when it was seen released if no one holds it (that is, at once), at the
+// moment the holder's lease runs out otherwise. The moment stays the same
+// while the Lease does, so that a back-off added to it (raceBackoff) is not
+// pushed back by every look at the Lease. ok is false while this pod holds the Lease, is not
 // claiming, or has not seen the Lease yet.
 func (t *tracker) nextAttempt() (at time.Time, ok bool) {
 	t.mu.Lock()
@@ -587,7 +602,7 @@ func (t *tracker) nextAttempt() (at time.Time, ok bool) {
 		return t.observedAt.Add(t.leaseDuration), true
 	}
 	if t.observed.holder == "" {
-		return t.clock.Now(), true
+		return t.observedAt, true
 	}
 	return t.observedAt.Add(t.observedDurationLocked()), true
 }

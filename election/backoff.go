@@ -1,0 +1,147 @@
+package election
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// raceBackoff decides how long this candidate waits, once the Lease may be
+// taken (released, or its holder's lease ran out), before it tries.
+//
+// Every follower learns of a release from its watch at the same moment, and
+// every follower reaches a crashed holder's expiry at the same moment: if all
+// try at once, the API server answers one takeover and N-1 conflicts, which
+// at 200 candidates on 2 cores costs most of a second before the winner is
+// known (docs/performance.md, "Scale"). A candidate does not know how many
+// others there are, but it learns that there are some each time it loses a
+// race: it was ready to take the Lease and someone else took it (its write
+// was refused, or the watch showed the new holder before it wrote). So a
+// loser waits a random delay before its next takeover attempt, in a window
+// that doubles with each race lost in a row ("full jitter" exponential
+// back-off): in a large group most losers soon wait, and the few that try
+// at once find the Lease free; in a small group a candidate that has not
+// lost tries at once, as before. A fixed jitter for everyone was measured to
+// slow small groups down, which is why there is no delay before a first
+// loss.
+//
+// Winning resets the count, and so does a long time without a lost race:
+// a group that shrank gets back to immediate attempts. What is learnt is
+// kept between races, so the first race of a group that has just started
+// (or been quiet for that long) is still a herd; the ones after it are not.
+//
+// It only moves WHEN a takeover is tried: every write stays conditional on
+// the Lease's resourceVersion and no expiry check is skipped. The delay is
+// at most raceBackoffMax(retryPeriod), half a retry period, so the bound on
+// a crash takeover (lease duration + 2.2 retry periods, client-go's own
+// retry) still holds even for a candidate that tries last.
+//
+// Hand-written: client-go's wait.Backoff steps a fixed sequence and has no
+// notion of forgetting after a quiet time, and the delay must be drawn once
+// per race (kept until the next loss), not per call.
+type raceBackoff struct {
+	clock clock.PassiveClock
+	// base is the window after the first loss; max is the largest window;
+	// forget is how long without a lost race resets the count.
+	base, max, forget time.Duration
+	// random returns a number in [0, 1); tests make it deterministic.
+	random func() float64
+
+	mu sync.Mutex
+	// losses counts the races lost in a row; lastLoss is when the last
+	// was.
+	losses   int
+	lastLoss time.Time
+	// delay is the wait drawn at the last loss, for the next race.
+	delay time.Duration
+}
+
+// raceBackoffBase is the window after a first lost race: about the time a
+// conditional write and the watch event of its result take on a loaded API
+// server, so that the next race's few contenders are usually spread wider
+// than one write.
+const raceBackoffBase = 25 * time.Millisecond
+
+// raceBackoffForgetLeases is how many lease durations without a lost race
+// reset the count: long enough to carry what a race taught across the
+// handovers of a rollout and across consecutive crash takeovers (each at
+// least a lease duration apart), short enough that a group that shrank is
+// back to immediate attempts within minutes (5 at the default timings).
+const raceBackoffForgetLeases = 20
+
+// raceBackoffMax is the largest window: half a retry period.
+func raceBackoffMax(retryPeriod time.Duration) time.Duration { return retryPeriod / 2 }
+
+func newRaceBackoff(clk clock.PassiveClock, retryPeriod, leaseDuration time.Duration) *raceBackoff {
+	maxWindow := raceBackoffMax(retryPeriod)
+	return &raceBackoff{
+		clock:  clk,
+		base:   min(raceBackoffBase, maxWindow),
+		max:    maxWindow,
+		forget: raceBackoffForgetLeases * leaseDuration,
+		random: rand.Float64,
+	}
+}
+
+// lost records a race lost: the Lease was ready to be taken by this
+// candidate and another took it. It draws the wait for the next race.
+func (b *raceBackoff) lost() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	if b.forgottenLocked(now) {
+		b.losses = 0
+	}
+	b.losses++
+	b.lastLoss = now
+	window := b.base
+	for i := 1; i < b.losses && window < b.max; i++ {
+		window *= 2
+	}
+	window = min(window, b.max)
+	b.delay = time.Duration(b.random() * float64(window))
+}
+
+// won records that this candidate holds the Lease: its next race, if any,
+// is tried at once.
+func (b *raceBackoff) won() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.losses = 0
+	b.delay = 0
+}
+
+// wait is how long after the Lease may be taken this candidate tries it.
+func (b *raceBackoff) wait() time.Duration {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.forgottenLocked(b.clock.Now()) {
+		return 0
+	}
+	return b.delay
+}
+
+// lostInARow is the number of races lost in a row (for tests and logs).
+func (b *raceBackoff) lostInARow() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.forgottenLocked(b.clock.Now()) {
+		return 0
+	}
+	return b.losses
+}
+
+func (b *raceBackoff) forgottenLocked(now time.Time) bool {
+	return b.losses > 0 && now.Sub(b.lastLoss) >= b.forget
+}

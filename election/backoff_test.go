@@ -1,0 +1,338 @@
+package election
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+)
+
+// half is the back-off's random draw in these tests: the middle of the
+// window.
+func half() float64 { return 0.5 }
+
+// TestRaceBackoffPolicy: no wait before a lost race; after k losses in a
+// row a draw from a window of 25 ms × 2^(k-1), at most half a retry
+// period; a win, or a long quiet time, starts over.
+func TestRaceBackoffPolicy(t *testing.T) {
+	clk := newTestClock()
+	b := newRaceBackoff(clk, 2*time.Second, 15*time.Second)
+	b.random = half
+	if w := b.wait(); w != 0 {
+		t.Fatalf("wait before any loss = %v, want 0 (a small group's followers try at once)", w)
+	}
+	for k, want := range []time.Duration{
+		12500 * time.Microsecond, // window 25 ms
+		25 * time.Millisecond,    // 50 ms
+		50 * time.Millisecond,    // 100 ms
+		100 * time.Millisecond,   // 200 ms
+		200 * time.Millisecond,   // 400 ms
+		400 * time.Millisecond,   // 800 ms
+		500 * time.Millisecond,   // 1.6 s, capped at 1 s
+		500 * time.Millisecond,
+	} {
+		b.lost()
+		if got := b.wait(); got != want {
+			t.Errorf("after %d losses: wait = %v, want %v", k+1, got, want)
+		}
+	}
+	// Many more losses: the window stays at the cap (no overflow).
+	b.random = func() float64 { return 0.999999 }
+	for range 200 {
+		b.lost()
+	}
+	if got, limit := b.wait(), time.Second; got >= limit || got < 999*time.Millisecond {
+		t.Errorf("after 208 losses: wait = %v, want just under %v", got, limit)
+	}
+
+	b.won()
+	if got := b.wait(); got != 0 || b.lostInARow() != 0 {
+		t.Errorf("after a win: wait = %v, losses = %d; want 0, 0", got, b.lostInARow())
+	}
+
+	// A long quiet time forgets the losses: 20 lease durations.
+	b.random = half
+	b.lost()
+	b.lost()
+	clk.Step(300*time.Second - time.Nanosecond)
+	if got := b.wait(); got != 25*time.Millisecond {
+		t.Errorf("just before the losses are forgotten: wait = %v, want 25ms", got)
+	}
+	clk.Step(time.Nanosecond)
+	if got := b.wait(); got != 0 || b.lostInARow() != 0 {
+		t.Errorf("after 5 quiet minutes: wait = %v, losses = %d; want 0, 0", got, b.lostInARow())
+	}
+	b.lost()
+	if got := b.wait(); got != 12500*time.Microsecond {
+		t.Errorf("first loss after forgetting: wait = %v, want 12.5ms (the first window again)", got)
+	}
+
+	// Short timings: the first window is never above the cap.
+	short := newRaceBackoff(clk, 20*time.Millisecond, time.Second)
+	short.random = half
+	short.lost()
+	if got := short.wait(); got != 5*time.Millisecond {
+		t.Errorf("retry period 20ms, one loss: wait = %v, want 5ms (half of the 10 ms cap)", got)
+	}
+
+	var none *raceBackoff
+	none.lost()
+	none.won()
+	if none.wait() != 0 {
+		t.Error("a nil back-off waits")
+	}
+}
+
+// leaseVersion is the test Lease naming holder at resourceVersion rv,
+// renewed at renew.
+func leaseVersion(holder, rv string, renew time.Time) *coordinationv1.Lease {
+	l := newLease(holder, 4, renew)
+	l.ResourceVersion = rv
+	if holder == "" {
+		l.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	}
+	return l
+}
+
+// settlingClock is a fake clock whose AfterFunc runs each function on a
+// goroutine of its own (as Config.Clock requires) and whose settle waits
+// for every function that a Step has fired to return: a test can then check
+// that a timer has not fired yet.
+type settlingClock struct {
+	*clocktesting.FakeClock
+	running *sync.WaitGroup
+}
+
+func (c settlingClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.FakeClock.AfterFunc(d, func() {
+		c.running.Add(1)
+		go func() {
+			defer c.running.Done()
+			f()
+		}()
+	})
+}
+
+// step moves the clock on and waits for what it fired.
+func (c settlingClock) step(d time.Duration) {
+	c.Step(d)
+	c.running.Wait()
+}
+
+// newBackoffElector returns an elector on a fake clock whose cache has
+// synced on no Lease, with the back-off's draw at the middle of its window.
+func newBackoffElector(t *testing.T, campaign Campaign, objs ...runtime.Object) (*Elector, settlingClock, *fake.Clientset) {
+	t.Helper()
+	client := newFakeClient(t, []string{"get", "update"}, objs...)
+	clk := settlingClock{FakeClock: clocktesting.NewFakeClock(t0), running: &sync.WaitGroup{}}
+	cfg := testConfig(client)
+	cfg.Clock = clk
+	cfg.Campaign = campaign
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(e.tracker.stop)
+	e.backoff.random = half
+	e.cache.markSynced()
+	return e, clk, client
+}
+
+// TestElectorCountsLostRaces: a Lease this candidate was about to take
+// (released, or its holder's lease ran out), then seen held by another, is
+// one race lost; nothing else is.
+func TestElectorCountsLostRaces(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		campaign Campaign
+		steps    func(e *Elector, clk settlingClock)
+		want     int
+	}{
+		{
+			name: "released, then taken by another",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("pod-b", "2", t0))
+				e.cache.offer(leaseVersion("", "3", t0))
+				e.cache.offer(leaseVersion("pod-c", "4", t0))
+			},
+			want: 1,
+		},
+		{
+			name: "two releases lost in a row",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("", "3", t0))
+				e.cache.offer(leaseVersion("pod-c", "4", t0))
+				e.cache.offer(leaseVersion("", "5", t0))
+				e.cache.offer(leaseVersion("pod-d", "6", t0))
+			},
+			want: 2,
+		},
+		{
+			name: "expired, then taken by another",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("pod-b", "2", t0))
+				clk.Step(15 * time.Second)
+				e.cache.offer(leaseVersion("pod-c", "3", clk.Now()))
+			},
+			want: 1,
+		},
+		{
+			name: "renewed by its live holder",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("pod-b", "2", t0))
+				clk.Step(2 * time.Second)
+				e.cache.offer(leaseVersion("pod-b", "3", clk.Now()))
+			},
+		},
+		{
+			name: "handed from one holder to another while held",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("pod-b", "2", t0))
+				e.cache.offer(leaseVersion("pod-c", "3", t0))
+			},
+		},
+		{
+			name: "released, then deleted",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("", "2", t0))
+				e.cache.observeDeleted()
+			},
+		},
+		{
+			name: "sitting out after its own release",
+			steps: func(e *Elector, clk settlingClock) {
+				e.tracker.setClaiming(false, ReasonReleased)
+				e.cache.offer(leaseVersion("", "2", t0))
+				e.cache.offer(leaseVersion("pod-c", "3", t0))
+			},
+		},
+		{
+			name:     "manual campaign that nobody asked to campaign",
+			campaign: CampaignManual,
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("", "2", t0))
+				e.cache.offer(leaseVersion("pod-c", "3", t0))
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, clk, _ := newBackoffElector(t, tc.campaign)
+			tc.steps(e, clk)
+			if got := e.backoff.lostInARow(); got != tc.want {
+				t.Errorf("races lost = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestElectorWaitsOutBackoff: after a lost race, the next takeover waits
+// for the drawn delay (12.5 ms here): until then client-go is shown the
+// Lease as held and the attempt timer has not fired; then it is shown
+// free and a round is started. A candidate that lost no race tries at once.
+func TestElectorWaitsOutBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		lostRace bool
+		wantWait time.Duration
+	}{
+		{name: "no race lost: at once"},
+		{name: "one race lost: after the drawn delay", lostRace: true, wantWait: 12500 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			e, clk, _ := newBackoffElector(t, CampaignAuto)
+			var rounds atomic.Int32
+			e.mu.Lock()
+			e.running = true
+			e.cancelRun = func() { rounds.Add(1) }
+			e.mu.Unlock()
+			if tc.lostRace {
+				e.cache.offer(leaseVersion("", "2", t0))
+				e.cache.offer(leaseVersion("pod-b", "3", t0))
+			}
+			// Released: the attempt timer is armed a millisecond after
+			// the wait, so that the moment has certainly passed.
+			e.cache.offer(leaseVersion("", "4", clk.Now()))
+			shown := func() string {
+				t.Helper()
+				rec, _, err := e.lock.Get(ctx)
+				if err != nil {
+					t.Fatalf("Get: %v", err)
+				}
+				return rec.HolderIdentity
+			}
+			if tc.wantWait > 0 {
+				if h := shown(); h != backingOffHolder {
+					t.Errorf("during the back-off client-go is shown holder %q, want %q", h, backingOffHolder)
+				}
+				clk.step(tc.wantWait - time.Nanosecond)
+				if h := shown(); h != backingOffHolder {
+					t.Errorf("just before the back-off ends client-go is shown holder %q, want %q", h, backingOffHolder)
+				}
+				clk.step(time.Nanosecond)
+			}
+			if h := shown(); h != "" {
+				t.Errorf("once the back-off has ended client-go is shown holder %q, want none", h)
+			}
+			clk.step(time.Millisecond - time.Nanosecond)
+			if n := rounds.Load(); n != 0 {
+				t.Fatalf("%d rounds started before the attempt was due", n)
+			}
+			clk.step(time.Nanosecond)
+			if n := rounds.Load(); n != 1 {
+				t.Fatalf("%d rounds started when the attempt was due, want 1", n)
+			}
+		})
+	}
+}
+
+// TestLockWinResetsBackoff: a successful takeover write starts the back-off
+// over, so the winner's next race is tried at once.
+func TestLockWinResetsBackoff(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l := newTestLock(t, []string{"get", "update"}, newLease("", 3, t0))
+	l.backoff = newRaceBackoff(l.clock, 2*time.Second, 15*time.Second)
+	l.backoff.lost()
+	getOrFail(t, ctx, l)
+	if err := l.Update(ctx, ownRecord(4, l.clock.Now())); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if n := l.backoff.lostInARow(); n != 0 {
+		t.Errorf("races lost after a win = %d, want 0", n)
+	}
+}
+
+// TestLockNoTakeoverWriteOnceTaken: a candidate about to take a released
+// Lease (client-go has read it free) that then sees, through the watch,
+// another holder take it sends no write at all: the API server is spared
+// a write that could only conflict.
+func TestLockNoTakeoverWriteOnceTaken(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	released := leaseVersion("", "1", t0)
+	e, clk, client := newBackoffElector(t, CampaignAuto, released)
+	e.cache.offer(released)
+	rec, _, err := e.lock.Get(ctx)
+	if err != nil || rec.HolderIdentity != "" {
+		t.Fatalf("Get = %+v, %v; want the released Lease", rec, err)
+	}
+	taken := leaseVersion("pod-b", "2", clk.Now())
+	if err := client.Tracker().Update(leasesGVR, taken, testNamespace); err != nil {
+		t.Fatal(err)
+	}
+	e.cache.offer(taken)
+	if err := e.lock.Update(ctx, ownRecord(5, clk.Now())); !errors.Is(err, errNotExpired) {
+		t.Errorf("Update = %v, want %v", err, errNotExpired)
+	}
+	if n := countActions(client, "update"); n != 0 {
+		t.Errorf("%d updates sent, want none", n)
+	}
+}
