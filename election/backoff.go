@@ -18,7 +18,9 @@ import (
 // known (docs/performance.md, "Scale"). A candidate does not know how many
 // others there are, but it learns that there are some each time it loses a
 // race: it was ready to take the Lease and someone else took it (its write
-// was refused, or the watch showed the new holder before it wrote). So a
+// was refused, or the watch showed the new holder just before it wrote; one
+// still waiting out its delay when the winner appears has lost nothing).
+// So a
 // loser waits a random delay before its next takeover attempt, in a window
 // that doubles with each race lost in a row ("full jitter" exponential
 // back-off): in a large group most losers soon wait, and the few that try

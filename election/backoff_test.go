@@ -171,10 +171,25 @@ func TestElectorCountsLostRaces(t *testing.T) {
 			steps: func(e *Elector, clk settlingClock) {
 				e.cache.offer(leaseVersion("", "3", t0))
 				e.cache.offer(leaseVersion("pod-c", "4", t0))
-				e.cache.offer(leaseVersion("", "5", t0))
-				e.cache.offer(leaseVersion("pod-d", "6", t0))
+				// The back-off (12.5 ms) has ended when the next winner
+				// appears.
+				e.cache.offer(leaseVersion("", "5", clk.Now()))
+				clk.step(12500 * time.Microsecond)
+				e.cache.offer(leaseVersion("pod-d", "6", clk.Now()))
 			},
 			want: 2,
+		},
+		{
+			// The back-off kept it out of the second race: nothing lost.
+			name: "taken by another while still backing off",
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("", "3", t0))
+				e.cache.offer(leaseVersion("pod-c", "4", t0))
+				e.cache.offer(leaseVersion("", "5", clk.Now()))
+				clk.step(12500*time.Microsecond - time.Nanosecond)
+				e.cache.offer(leaseVersion("pod-d", "6", clk.Now()))
+			},
+			want: 1,
 		},
 		{
 			name: "expired, then taken by another",
