@@ -99,7 +99,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.logf("kubelet %s", kv)
+	n.logf("kubelet v%s", kv)
 	if err := writeJSON(n.dir("kubelet", "config.json"), n.kubeletConfig(kv)); err != nil {
 		return err
 	}
