@@ -311,8 +311,8 @@ func (m *Member) reconcile(ctx context.Context) {
 	for _, p := range retire {
 		m.retireLocked(ctx, v, p)
 	}
-	if len(excess) > 0 {
-		m.handOverLocked(ctx, v, excess[len(excess)-1], now)
+	if p, ok := ToRelease(excess); ok {
+		m.handOverLocked(ctx, v, p, now)
 	}
 }
 
