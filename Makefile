@@ -290,16 +290,45 @@ NODE_IMAGES_DIR    := _output/node-images
 # namespace, which reaches no network: the registry, the SBOM tool and the
 # build stage image are made here first (the image build's module cache is
 # warm from image-test-archive).
+# NODE_KUBE_VERSION: the Kubernetes release of the node's components and
+# control plane; empty for the pinned one (build.sh), else built by
+# kube-version.sh (make e2e-cluster-version sets it).
+NODE_KUBE_VERSION ?=
+NODE_OUT          ?= e2e-cluster.out
+
 e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real node: kubelet, containerd, kube-proxy in a network namespace (needs root)
-	bindir="$$(KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh)" && \
+	bindir="$$(KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/$(if $(NODE_KUBE_VERSION),kube-version.sh $(NODE_KUBE_VERSION),build.sh))" && \
+	$(if $(NODE_KUBE_VERSION),for c in kube-apiserver kubelet kube-proxy; do got="$$("$$bindir/$$c" --version)"; [ "$$got" = "Kubernetes $(NODE_KUBE_VERSION)" ] || { echo "e2e-cluster: $$bindir/$$c says '$$got' instead of 'Kubernetes $(NODE_KUBE_VERSION)'" >&2; exit 1; }; done &&) \
 	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS) && \
 	bash test/registry/registry.sh >/dev/null && $(CYCLONEDX_GOMOD) version >/dev/null && \
 	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	$(GO) test -tags $(INTEGRATION_TAG) -c -o _output/node.test ./test/e2e/node && \
 	LEADER_ELECTOR_SOAK_REPORT="$${LEADER_ELECTOR_SOAK_REPORT:-$(SOAK_REPORT)}" LEADER_ELECTOR_SOAK_COMMIT="$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-	LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
+	LEADER_ELECTOR_KUBE_VERSION="$(NODE_KUBE_VERSION)" LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
 		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout $(NODE_TIMEOUT) $(if $(RUN),-test.run '$(RUN)') 2>&1 \
-		| tee e2e-cluster.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
+		| tee $(NODE_OUT) | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
+
+# The node suite on an older release (kubelet, kube-proxy, scheduler,
+# controller-manager and API server all of KUBE_VERSION, built by
+# test/tools/kube-version.sh and cached): by default the tests that cover
+# the routing modes and the native sidecar's stop order (TestExample deletes
+# the leader pod and checks it), e.g. `make e2e-cluster-version
+# KUBE_VERSION=v1.30.14`; RUN=<regexp> selects others. The log is
+# e2e-cluster-<release>.out. Outside `make test`: a cold build of a release
+# takes minutes. It is the e2e-cluster recipe with another release's
+# binaries, not a mode of e2e-matrix, so the one recipe (image, registry,
+# run.sh, the root and the node lock it needs) serves both.
+.PHONY: e2e-cluster-version
+NODE_VERSION_RUN := ^(TestExample|TestRouteEndpointSlice|TestRouteLabel|TestChart)$$
+ifneq ($(filter e2e-cluster-version,$(MAKECMDGOALS)),)
+ifeq ($(KUBE_VERSION),)
+$(error e2e-cluster-version: name the Kubernetes release, e.g. make e2e-cluster-version KUBE_VERSION=v1.30.14)
+endif
+endif
+e2e-cluster-version: NODE_KUBE_VERSION = $(KUBE_VERSION)
+e2e-cluster-version: NODE_OUT = e2e-cluster-$(KUBE_VERSION).out
+e2e-cluster-version: RUN ?= $(NODE_VERSION_RUN)
+e2e-cluster-version: e2e-cluster ## the node suite's routing and native-sidecar tests on another Kubernetes release (KUBE_VERSION=v1.30.14)
 
 node-deps: image-deps ## install containerd, runc, the CNI plugins, iptables, conntrack and a static busybox with apt-get if any is missing (needs root)
 	@missing=""; for c in containerd ctr runc conntrack iptables ip nsenter /usr/lib/cni/bridge /usr/lib/cni/host-local; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \

@@ -107,12 +107,19 @@ type Change struct {
 // /partitions/<i>/release, and the data of the "partitions" events of GET
 // /events in partition mode.
 type Partitions struct {
-	Lease      Lease     `json:"lease"`
-	Identity   string    `json:"identity"`
-	Partitions int       `json:"partitions"`
-	Members    int       `json:"members"`
-	Member     bool      `json:"member"`
-	FairShare  FairShare `json:"fairShare"`
+	Lease    Lease  `json:"lease"`
+	Identity string `json:"identity"`
+	// Partitions is this pod's N (--partitions).
+	Partitions int `json:"partitions"`
+	// EffectivePartitions is the N the group works with: the smallest N
+	// among the live members, at most Partitions. It differs from
+	// Partitions only while a rolling update changes N; partitions at or
+	// above it are not taken, and one this pod owns there is draining.
+	EffectivePartitions int  `json:"effectivePartitions"`
+	Members             int  `json:"members"`
+	Member              bool `json:"member"`
+	// FairShare is of EffectivePartitions.
+	FairShare FairShare `json:"fairShare"`
 	// Owned is never null: an empty list when nothing is owned.
 	Owned    []OwnedPartition `json:"owned"`
 	Revision uint64           `json:"revision"`

@@ -39,7 +39,7 @@ func TestClientDecodesAnswers(t *testing.T) {
 		t.Errorf("decoded %+v", l)
 	}
 
-	c, req = fakeSidecar(t, 200, "application/json", `{"partitions":4,"owned":[{"partition":1,"fencingToken":5,"since":"2026-11-29T08:00:00.000000Z","validUntil":"2026-11-29T08:00:10.000000Z"}]}`)
+	c, req = fakeSidecar(t, 200, "application/json", `{"partitions":4,"effectivePartitions":2,"owned":[{"partition":1,"fencingToken":5,"since":"2026-11-29T08:00:00.000000Z","validUntil":"2026-11-29T08:00:10.000000Z"}]}`)
 	p, err := c.ReleasePartition(ctx, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestClientDecodesAnswers(t *testing.T) {
 	if req.Method != http.MethodPost || req.URL.Path != "/partitions/3/release" || req.URL.RawQuery != "" {
 		t.Errorf("asked %s %s", req.Method, req.URL)
 	}
-	if p.Partitions != 4 || len(p.Owned) != 1 || p.Owned[0].Partition != 1 || p.Owned[0].FencingToken != 5 {
+	if p.Partitions != 4 || p.EffectivePartitions != 2 || len(p.Owned) != 1 || p.Owned[0].Partition != 1 || p.Owned[0].FencingToken != 5 {
 		t.Errorf("decoded %+v", p)
 	}
 }

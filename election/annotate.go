@@ -29,7 +29,8 @@ var (
 // and token is the fencing token of its current term, and only as a
 // conditional update of the version of the Lease that names this pod's term
 // (its resourceVersion), so that the API server refuses it if anyone wrote
-// the Lease since. The write's context ends at the claim's ValidUntil.
+// the Lease since. The write's context ends at the claim's ValidUntil or
+// after a retry period, whichever comes first.
 //
 // It refuses with ErrNotLeader when this pod does not lead, or with one of
 // the errors that wrap ErrNotAnnotated. An error that wraps neither (the API
@@ -72,7 +73,11 @@ func (e *Elector) Annotate(ctx context.Context, token int64, key, value string) 
 		if left <= 0 {
 			return ErrClaimExpired
 		}
-		writeCtx, cancel := context.WithTimeout(ctx, left)
+		// The write holds e.writing, which the renewals wait for: bound it
+		// by a retry period too, so that a slow API server makes the
+		// annotation fail (the caller may try again) rather than keep the
+		// next renewal waiting until the claim has run out.
+		writeCtx, cancel := context.WithTimeout(ctx, min(left, e.cfg.RetryPeriod))
 		updated, err := e.cache.Leases(e.cfg.Namespace).Update(writeCtx, lease, metav1.UpdateOptions{})
 		cancel()
 		if apierrors.IsConflict(err) {

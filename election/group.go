@@ -3,7 +3,8 @@ package election
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,8 @@ type LeaseGroup struct {
 	running   bool
 	fed       map[string]*leaseCache
 	observers map[string]*tracker
+	// labels are the observed Leases' labels, from their newest version.
+	labels map[string]map[string]string
 }
 
 // NewLeaseGroup returns a group for the Leases in namespace that carry all
@@ -58,6 +61,7 @@ func NewLeaseGroup(namespace string, selector map[string]string, watches kuberne
 		onChange:      onChange,
 		fed:           map[string]*leaseCache{},
 		observers:     map[string]*tracker{},
+		labels:        map[string]map[string]string{},
 	}
 }
 
@@ -119,6 +123,7 @@ func (g *LeaseGroup) observe(obj any) {
 			t.onChange = g.onChange
 			g.observers[lease.Name] = t
 		}
+		g.labels[lease.Name] = lease.Labels
 	}
 	g.mu.Unlock()
 	if isFed {
@@ -142,6 +147,7 @@ func (g *LeaseGroup) observeDeleted(obj any) {
 	c, isFed := g.fed[name]
 	t := g.observers[name]
 	delete(g.observers, name)
+	delete(g.labels, name)
 	g.mu.Unlock()
 	switch {
 	case isFed:
@@ -164,26 +170,41 @@ func (g *LeaseGroup) observeDeleted(obj any) {
 // lease duration. Only counting uses the wall clock (clock skew can delay or
 // hasten a rebalance); taking a Lease never does.
 func (g *LeaseGroup) Holders(prefix string) []string {
+	return slices.Sorted(maps.Keys(g.HolderLabels(prefix, "")))
+}
+
+// HolderLabels returns the live holders of the observed Leases whose names
+// start with prefix, as Holders counts them, each with the value of the
+// label key on its Lease ("" if the Lease has no such label). The label is
+// read from the Lease's newest version this pod observed: a holder writes
+// its labels with every renewal (see Config.Labels), so the value is the one
+// of its current term.
+func (g *LeaseGroup) HolderLabels(prefix, key string) map[string]string {
+	type observed struct {
+		t     *tracker
+		value string
+	}
 	g.mu.Lock()
-	trackers := make([]*tracker, 0, len(g.observers))
+	leases := make([]observed, 0, len(g.observers))
 	for name, t := range g.observers {
 		if strings.HasPrefix(name, prefix) {
-			trackers = append(trackers, t)
+			leases = append(leases, observed{t, g.labels[name][key]})
 		}
 	}
 	g.mu.Unlock()
-	seen := map[string]bool{}
-	var holders []string
+	holders := map[string]string{}
 	now := g.clock.Now()
-	for _, t := range trackers {
-		s := t.Snapshot()
+	for _, l := range leases {
+		s := l.t.Snapshot()
 		stale := !s.RenewTime.IsZero() && now.Sub(s.RenewTime) >= time.Duration(s.LeaseDurationSeconds)*time.Second
-		if h := s.Holder; h != "" && !stale && !seen[h] {
-			seen[h] = true
-			holders = append(holders, h)
+		if h := s.Holder; h != "" && !stale {
+			// Two Leases with one holder: keep the smaller value, so that
+			// the answer does not depend on the map's order.
+			if v, seen := holders[h]; !seen || l.value < v {
+				holders[h] = l.value
+			}
 		}
 	}
-	sort.Strings(holders)
 	return holders
 }
 

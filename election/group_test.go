@@ -30,7 +30,11 @@ func TestLeaseGroup(t *testing.T) {
 	// this pod started: it is gone, though this pod has just seen it.
 	dead := labelled("g-m-d", "pod-d")
 	dead.Spec.RenewTime.Time = t0.Add(-15 * time.Second)
-	client := listWatchFake(labelled("g-m-a", "pod-a"), labelled("g-m-b", ""), dead, labelled("g-p0", "pod-a"), other)
+	// The live member publishes a label; the dead one's is not counted.
+	live := labelled("g-m-a", "pod-a")
+	live.Labels["n"] = "8"
+	dead.Labels["n"] = "4"
+	client := listWatchFake(live, labelled("g-m-b", ""), dead, labelled("g-p0", "pod-a"), other)
 
 	clk := newTestClock()
 	changes := make(chan struct{}, 100)
@@ -49,6 +53,12 @@ func TestLeaseGroup(t *testing.T) {
 		return reflect.DeepEqual(group.Holders("g-m-"), []string{"pod-a"}) && e.Snapshot().Holder == "pod-a", nil
 	}); err != nil {
 		t.Fatalf("Holders = %v, elector sees %q; want [pod-a] from the group's watch", group.Holders("g-m-"), e.Snapshot().Holder)
+	}
+	if got := group.HolderLabels("g-m-", "n"); !reflect.DeepEqual(got, map[string]string{"pod-a": "8"}) {
+		t.Errorf("HolderLabels = %v, want pod-a's label only", got)
+	}
+	if got := group.HolderLabels("g-m-", "missing"); !reflect.DeepEqual(got, map[string]string{"pod-a": ""}) {
+		t.Errorf("HolderLabels of a label no Lease has = %v, want pod-a with \"\"", got)
 	}
 	if got := group.Holders("g-p"); len(got) != 0 {
 		t.Errorf("Holders(g-p) = %v: a Lease fed to an elector is not observed separately", got)

@@ -55,14 +55,15 @@ func partitionsJSON(s partition.State) api.Partitions {
 		owned = append(owned, p)
 	}
 	return api.Partitions{
-		Lease:      api.Lease{Namespace: s.Namespace, Name: s.Name},
-		Identity:   s.Identity,
-		Partitions: s.Partitions,
-		Members:    s.Members,
-		Member:     s.Member,
-		FairShare:  api.FairShare{Min: s.FairShareMin, Max: s.FairShareMax},
-		Owned:      owned,
-		Revision:   s.Revision,
+		Lease:               api.Lease{Namespace: s.Namespace, Name: s.Name},
+		Identity:            s.Identity,
+		Partitions:          s.Partitions,
+		EffectivePartitions: s.EffectivePartitions,
+		Members:             s.Members,
+		Member:              s.Member,
+		FairShare:           api.FairShare{Min: s.FairShareMin, Max: s.FairShareMax},
+		Owned:               owned,
+		Revision:            s.Revision,
 	}
 }
 

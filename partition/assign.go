@@ -4,6 +4,7 @@ import (
 	"hash/fnv"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // FairShare returns the least and the most partitions each of m members
@@ -117,4 +118,42 @@ func startOffset(identity string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(identity))
 	return int(h.Sum32() % uint32(n))
+}
+
+// EffectiveN is the partition count the group works with while its pods
+// disagree on N (a rolling update that changes --partitions): the smallest
+// N among this pod's own and those the other live members publish (the
+// values of PartitionsLabel on their membership Leases). The smallest is the
+// only count every member can serve, since a pod runs electors for its own
+// partitions only. A value that is not a number within 1..MaxPartitions (a
+// member of an older version publishes none; anyone who may write the Lease
+// may write the label) says nothing about N and is ignored; that member
+// still counts as a member.
+func EffectiveN(own int, published []string) int {
+	n := own
+	for _, v := range published {
+		if p, err := strconv.Atoi(v); err == nil && p >= 1 && p <= MaxPartitions {
+			n = min(n, p)
+		}
+	}
+	return n
+}
+
+// Surplus returns the partitions of own a member with this target hands
+// over, under the effective N: every one at or above it (the group no longer
+// works on those), and the highest of the others beyond the target, as
+// ToHandOver picks them.
+func Surplus(own []int, effective, target int) []int {
+	var in, out []int
+	for _, p := range slices.Sorted(slices.Values(own)) {
+		if p < effective {
+			in = append(in, p)
+		} else {
+			out = append(out, p)
+		}
+	}
+	if len(in) > target {
+		return append(ToHandOver(in, len(in)-target), out...)
+	}
+	return out
 }

@@ -2,8 +2,10 @@ package partition
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -247,5 +249,138 @@ func TestToHandOver(t *testing.T) {
 		if got := ToHandOver(tc.own, tc.n); !slices.Equal(got, tc.want) {
 			t.Errorf("ToHandOver(%v, %d) = %v, want %v", tc.own, tc.n, got, tc.want)
 		}
+	}
+}
+
+func TestEffectiveN(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		own       int
+		published []string
+		want      int
+	}{
+		{"alone", 16, nil, 16},
+		{"all agree", 16, []string{"16", "16"}, 16},
+		{"a member with a smaller N", 32, []string{"32", "8"}, 8},
+		{"this pod's own N is the smallest", 8, []string{"32", "32"}, 8},
+		{"a member of an older version publishes none", 16, []string{"", "32"}, 16},
+		{"values that are not an N are ignored", 16, []string{"0", "-4", "1025", "8x", " 8", "eight"}, 16},
+		{"the smallest valid one wins", 1024, []string{"1024", "1", "2"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := EffectiveN(tc.own, tc.published); got != tc.want {
+				t.Errorf("EffectiveN(%d, %q) = %d, want %d", tc.own, tc.published, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSurplus(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		own               []int
+		effective, target int
+		want              []int
+	}{
+		{"at the target, all in range", []int{0, 1, 2, 3}, 16, 4, nil},
+		{"above the target: the highest go", []int{3, 0, 2, 1}, 16, 2, []int{2, 3}},
+		{"beyond the effective N: all go, whatever the target", []int{16, 17, 18, 19}, 8, 2, []int{16, 17, 18, 19}},
+		{"both: the excess below, then all beyond", []int{0, 1, 2, 9, 12}, 8, 2, []int{2, 9, 12}},
+		{"below the target in range, some beyond", []int{0, 20}, 8, 4, []int{20}},
+		{"nothing owned", nil, 8, 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Surplus(tc.own, tc.effective, tc.target); !slices.Equal(got, tc.want) {
+				t.Errorf("Surplus(%v, %d, %d) = %v, want %v", tc.own, tc.effective, tc.target, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestMixedCountsConverge plays a group whose members disagree on N (a
+// rolling update of --partitions) with the rules every member follows: each
+// computes the effective N from the others' published N, targets over the
+// partitions below it, takes free ones below it while under its target and
+// hands over its Surplus. The group reaches a full and fair assignment of the
+// effective N, with nothing beyond it owned, so that every member — those
+// with the new N too — owns its share while the old ones still run.
+func TestMixedCountsConverge(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n      map[string]int // each member's own N
+		owners []string       // of max N partitions; "" free
+		want   int            // the effective N
+	}{
+		{"32 → 8: the old pods give up 8..31 and share 0..7", map[string]int{"a": 32, "b": 32, "c": 8, "d": 8}, cycle(32, "a", "b"), 8},
+		{"16 → 32: the group works on 0..15 until the old pods leave", map[string]int{"a": 16, "b": 16, "c": 32, "d": 32}, append(cycle(16, "a", "b"), make([]string, 16)...), 16},
+		{"one new pod at 8 among three at 32", map[string]int{"a": 32, "b": 32, "c": 32, "d": 8}, cycle(32, "a", "b", "c"), 8},
+		{"an old pod that publishes no N counts as a member", map[string]int{"a": 16, "b": 16, "c": 0}, cycle(16, "a", "b", "c"), 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			members := slices.Sorted(maps.Keys(tc.n))
+			owners := append([]string(nil), tc.owners...)
+			effective := func(who string) int {
+				var published []string
+				for _, other := range members {
+					if other != who && tc.n[other] > 0 {
+						published = append(published, strconv.Itoa(tc.n[other]))
+					}
+				}
+				own := tc.n[who]
+				if own == 0 {
+					// An older version: its N is the group's, unpublished.
+					own = tc.want
+				}
+				return EffectiveN(own, published)
+			}
+			for _, who := range members {
+				if got := effective(who); got != tc.want {
+					t.Fatalf("%s: effective N %d, want %d", who, got, tc.want)
+				}
+			}
+			done := func() bool {
+				for _, o := range owners[tc.want:] {
+					if o != "" {
+						return false
+					}
+				}
+				return Fair(tc.want, members, owners[:tc.want])
+			}
+			for step := 0; step < 10*len(owners) && !done(); step++ {
+				changed := false
+				for _, who := range members {
+					e := effective(who)
+					counts := map[string]int{}
+					var mine, inRange []int
+					for i, o := range owners {
+						if i < e {
+							counts[o]++
+						}
+						if o == who {
+							mine = append(mine, i)
+							if i < e {
+								inRange = append(inRange, i)
+							}
+						}
+					}
+					target := Targets(e, members, counts)[who]
+					if surplus := Surplus(mine, e, target); len(surplus) > 0 {
+						owners[surplus[len(surplus)-1]] = ""
+						changed = true
+					} else if len(inRange) < target {
+						if free := FreeToTry(owners[:e], 1, startOffset(who, e)); len(free) == 1 {
+							owners[free[0]] = who
+							changed = true
+						}
+					}
+				}
+				if !changed {
+					t.Fatalf("stuck: %v", owners)
+				}
+			}
+			if !done() {
+				t.Fatalf("no full and fair assignment of %d with nothing beyond: %v", tc.want, owners)
+			}
+		})
 	}
 }

@@ -104,13 +104,18 @@ type Member struct {
 	handoverSince time.Time
 	// releasing counts the releases of handovers on their way.
 	releasing int
+	// retiring are the partitions at or above the effective N whose
+	// releases are on their way.
+	retiring map[int]bool
 	// draining are the partitions this pod will hand over, each once the
 	// app has released it or, at the latest, at drainDeadline.
 	draining      map[int]bool
 	drainDeadline time.Time
-	// membersChanged is when this pod last saw the set of members change;
+	// membersChanged is when this pod last saw the set of members (or the
+	// effective N) change;
 	// settled is whether it has seen a full and fair assignment since.
 	members        []string
+	effective      int
 	membersChanged time.Time
 	settled        bool
 	published      string
@@ -134,6 +139,7 @@ func New(cfg Config) (*Member, error) {
 		wake:     make(chan struct{}, 1),
 		handover: -1,
 		draining: map[int]bool{},
+		retiring: map[int]bool{},
 		changed:  make(chan struct{}),
 		owned:    map[int]int64{},
 		logger:   klog.Background(),
@@ -145,6 +151,10 @@ func New(cfg Config) (*Member, error) {
 	}
 	m.group = election.NewLeaseGroup(cfg.Namespace, groupLabels(cfg.Name), watches, clk, m.poke)
 	elector := func(name, kind string, gate election.Gate) (*election.Elector, error) {
+		labels := leaseLabels(cfg.Name, kind)
+		if kind == KindMember {
+			labels = memberLabels(cfg.Name, cfg.Partitions)
+		}
 		// A membership Lease goes with its pod (it is named after it);
 		// partition Leases stay, with their fencing tokens.
 		return election.New(election.Config{
@@ -160,7 +170,7 @@ func New(cfg Config) (*Member, error) {
 			ServerClock:       cfg.ServerClock,
 			Client:            cfg.Client,
 			WatchClient:       watches,
-			Labels:            leaseLabels(cfg.Name, kind),
+			Labels:            labels,
 			Group:             m.group,
 			Gate:              gate,
 			OnChange:          m.poke,
@@ -175,7 +185,7 @@ func New(cfg Config) (*Member, error) {
 	m.checkpointLimits = make([]*rate.Limiter, cfg.Partitions)
 	for i := range m.partitions {
 		m.checkpointLimits[i] = newCheckpointLimiter(cfg.RetryPeriod)
-		if m.partitions[i], err = elector(PartitionLease(cfg.Name, i), KindPartition, gate{m}); err != nil {
+		if m.partitions[i], err = elector(PartitionLease(cfg.Name, i), KindPartition, gate{m, i}); err != nil {
 			return nil, err
 		}
 	}
@@ -241,9 +251,11 @@ func (m *Member) Run(ctx context.Context) error {
 	return errors.Join(all...)
 }
 
-// reconcile publishes the state and moves this pod towards its fair share:
-// it asks for free partitions while it owns fewer than its target, and hands
-// surplus partitions over one at a time while it owns more.
+// reconcile publishes the state and moves this pod towards its fair share of
+// the effective N: it asks for free partitions while it owns fewer than its
+// target, hands surplus partitions over one at a time while it owns more,
+// and gives up every partition at or above the effective N (the group no
+// longer works on those, so no one waits to take them).
 func (m *Member) reconcile(ctx context.Context) {
 	now := m.clock.Now()
 	v := m.assess()
@@ -253,8 +265,8 @@ func (m *Member) reconcile(ctx context.Context) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if want := v.target - len(v.mine) - m.inflight; want > 0 {
-		for _, i := range FreeToTry(v.owners, want, m.offset) {
+	if want := v.target - len(v.inRange) - m.inflight; want > 0 {
+		for _, i := range FreeToTry(v.owners[:v.effective], want, m.offset%v.effective) {
 			m.partitions[i].TryNow()
 		}
 	}
@@ -265,28 +277,43 @@ func (m *Member) reconcile(ctx context.Context) {
 		m.continueDrainLocked(ctx, v, now)
 		return
 	}
-	if len(v.mine) <= v.target || m.handover >= 0 || m.releasing > 0 {
-		return
+	var excess, retire []int
+	for _, p := range Surplus(v.mine, v.effective, v.target) {
+		switch {
+		case p < v.effective:
+			excess = append(excess, p)
+		case !m.retiring[p]:
+			retire = append(retire, p)
+		}
+	}
+	if m.handover >= 0 || m.releasing > 0 {
+		// Processing moves one partition at a time; partitions beyond
+		// the effective N do not move, they stop.
+		excess = nil
 	}
 	if m.cfg.DrainTimeout > 0 {
 		// Ask the app first: it finishes, checkpoints and releases each
 		// surplus partition. They drain together, so that a rebalance
 		// waits for one drain timeout at most, however many move.
-		surplus := ToHandOver(v.mine, len(v.mine)-v.target)
+		surplus := append(excess, retire...)
+		if len(surplus) == 0 {
+			return
+		}
 		for _, p := range surplus {
 			m.draining[p] = true
 		}
 		m.drainDeadline = now.Add(m.cfg.DrainTimeout)
 		m.clock.AfterFunc(m.cfg.DrainTimeout, m.poke)
-		klog.FromContext(ctx).Info("Draining partitions above the fair share; the app may release each before the drain deadline", "partitions", surplus, "owned", len(v.mine), "target", v.target, "members", len(v.members), "drainDeadline", m.drainDeadline)
+		klog.FromContext(ctx).Info("Draining partitions above the fair share or beyond the group's effective partition count; the app may release each before the drain deadline", "partitions", surplus, "owned", len(v.inRange), "target", v.target, "members", len(v.members), "effectivePartitions", v.effective, "drainDeadline", m.drainDeadline)
 		m.publishLocked(v)
 		return
 	}
-	p, ok := ToRelease(v.mine)
-	if !ok {
-		return
+	for _, p := range retire {
+		m.retireLocked(ctx, v, p)
 	}
-	m.handOverLocked(ctx, v, p, now)
+	if p, ok := ToRelease(excess); ok {
+		m.handOverLocked(ctx, v, p, now)
+	}
 }
 
 // continueDrainLocked follows the partitions being drained: one lost
@@ -303,9 +330,10 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 		}
 	}
 	// Still to hand over: the surplus, less what is on its way already.
-	keep := len(m.draining) - max(0, len(v.mine)-v.target)
+	// A partition beyond the effective N is never kept.
+	keep := len(m.draining) - len(Surplus(v.mine, v.effective, v.target))
 	for _, p := range slices.Sorted(maps.Keys(m.draining)) {
-		if keep <= 0 {
+		if keep <= 0 || p >= v.effective {
 			break
 		}
 		logger.Info("Partition no longer to be handed over; keeps it", "partition", p, "owned", len(v.mine), "target", v.target)
@@ -318,7 +346,11 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 		logger.Info("The app did not release the draining partitions within the drain timeout; handing them over", "partitions", late, "drainTimeout", m.cfg.DrainTimeout)
 		clear(m.draining)
 		for _, p := range late {
-			m.handOverLocked(ctx, v, p, now)
+			if p >= v.effective {
+				m.retireLocked(ctx, v, p)
+			} else {
+				m.handOverLocked(ctx, v, p, now)
+			}
 		}
 		changed = true
 	}
@@ -349,6 +381,25 @@ func (m *Member) handOverLocked(ctx context.Context, v view, p int, now time.Tim
 	}()
 }
 
+// retireLocked releases partition p, at or above the effective N: no member
+// takes it while the effective N stays below it, so the next release does not
+// wait for it to be taken (as a handover's does).
+func (m *Member) retireLocked(ctx context.Context, v view, p int) {
+	m.retiring[p] = true
+	m.metrics.rebalances.Inc()
+	go func() {
+		logger := klog.FromContext(ctx)
+		logger.Info("Giving up a partition beyond the group's effective partition count", "partition", p, "effectivePartitions", v.effective, "partitions", len(m.partitions))
+		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, election.ErrNotLeader) {
+			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
+		}
+		m.mu.Lock()
+		delete(m.retiring, p)
+		m.mu.Unlock()
+		m.poke()
+	}()
+}
+
 // taken reports whether partition p, handed over, has been taken since: by
 // another pod, or by this one again. This pod's own name on a Lease it does
 // not own is its release still on its way (the elector stops claiming before
@@ -364,12 +415,16 @@ type view struct {
 	member bool
 	// members are the live members' identities, sorted.
 	members []string
-	// owners[i] is partition i's owner, "" if none.
+	// effective is the group's effective N (EffectiveN).
+	effective int
+	// owners[i] is partition i's owner, "" if none, for i below this
+	// pod's N.
 	owners []string
-	// mine are the partitions this pod owns, with their states.
-	mine   []int
-	states []election.State
-	// target is this pod's fair share under Targets.
+	// mine are the partitions this pod owns, with their states; inRange
+	// are those of them below the effective N.
+	mine, inRange []int
+	states        []election.State
+	// target is this pod's fair share of the effective N under Targets.
 	target int
 }
 
@@ -381,7 +436,9 @@ func (m *Member) assess() view {
 		states: make([]election.State, len(m.partitions)),
 	}
 	v.member = m.membership.Snapshot().IsLeader
-	v.members = m.group.Holders(memberPrefix(m.cfg.Name))
+	published := m.group.HolderLabels(memberPrefix(m.cfg.Name), PartitionsLabel)
+	v.members = slices.Sorted(maps.Keys(published))
+	v.effective = EffectiveN(len(m.partitions), slices.Collect(maps.Values(published)))
 	if v.member {
 		v.members = insertSorted(v.members, m.cfg.Identity)
 	}
@@ -394,13 +451,17 @@ func (m *Member) assess() view {
 		v.owners[i] = s.Holder
 		if s.IsLeader {
 			v.mine = append(v.mine, i)
+			if i < v.effective {
+				v.inRange = append(v.inRange, i)
+			}
 		}
-		if v.owners[i] != "" {
+		// Every member counts the same partitions: those all of them run.
+		if v.owners[i] != "" && i < v.effective {
 			counts[v.owners[i]]++
 		}
 	}
-	counts[m.cfg.Identity] = len(v.mine)
-	v.target = Targets(len(m.partitions), v.members, counts)[m.cfg.Identity]
+	counts[m.cfg.Identity] = len(v.inRange)
+	v.target = Targets(v.effective, v.members, counts)[m.cfg.Identity]
 	return v
 }
 
@@ -416,19 +477,23 @@ func insertSorted(sorted []string, s string) []string {
 	return append(sorted, s)
 }
 
-// gate keeps the partition electors of this pod to its fair share.
-type gate struct{ m *Member }
+// gate keeps the elector of partition i of this pod to its fair share and
+// below the effective N.
+type gate struct {
+	m *Member
+	i int
+}
 
 func (g gate) Admits() bool {
 	g.m.mu.Lock()
 	defer g.m.mu.Unlock()
-	return g.m.admitsLocked()
+	return g.m.admitsLocked(g.i)
 }
 
 func (g gate) Admit() (func(), bool) {
 	g.m.mu.Lock()
 	defer g.m.mu.Unlock()
-	if !g.m.admitsLocked() {
+	if !g.m.admitsLocked(g.i) {
 		return nil, false
 	}
 	g.m.inflight++
@@ -441,8 +506,9 @@ func (g gate) Admit() (func(), bool) {
 }
 
 // admitsLocked: only a live member below its target, counting the
-// acquisitions on their way, takes a partition.
-func (m *Member) admitsLocked() bool {
+// acquisitions on their way, takes a partition, and only one below the
+// group's effective N.
+func (m *Member) admitsLocked(i int) bool {
 	v := m.assess()
-	return v.member && len(v.mine)+m.inflight < v.target
+	return v.member && i < v.effective && len(v.inRange)+m.inflight < v.target
 }

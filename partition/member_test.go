@@ -464,7 +464,7 @@ func tokenOf(s State, partition int) int64 {
 // test if they disagree.
 func (mt *memberTest) gateAdmits() bool {
 	mt.t.Helper()
-	g := gate{mt.m}
+	g := gate{mt.m, 0}
 	admits := g.Admits()
 	done, ok := g.Admit()
 	if ok {
@@ -774,5 +774,169 @@ func TestMemberReadyWhileSettling(t *testing.T) {
 	mt.waitFor("pod-a to take partition 2", func(s State) bool { return len(s.Owned) == 2 })
 	if err := mt.m.Ready(); err != nil {
 		t.Errorf("Ready at the fair share: %v", err)
+	}
+}
+
+// joinWithN creates the membership Lease of identity publishing n as its
+// partition count, as a member of this version does ("" publishes none, as
+// an older version).
+func (mt *memberTest) joinWithN(identity, n string) {
+	mt.t.Helper()
+	l := memberLease(identity)
+	l.ResourceVersion = ""
+	if n != "" {
+		l.Labels[PartitionsLabel] = n
+	}
+	now := metav1.NewMicroTime(mt.clock.Now())
+	l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+	if _, err := mt.client.CoordinationV1().Leases(testNamespace).Create(mt.ctx, l, metav1.CreateOptions{}); err != nil {
+		mt.t.Fatalf("create membership Lease of %s: %v", identity, err)
+	}
+}
+
+// TestMemberPublishesItsPartitionCount: the membership Lease carries the
+// pod's N, so that members with another N learn it.
+func TestMemberPublishesItsPartitionCount(t *testing.T) {
+	mt := startMember(t, 12)
+	mt.waitForLease("pod-a's membership Lease to carry its N", MemberLease(testGroup, testIdentity), func(l *coordinationv1.Lease) bool {
+		return l.Labels[PartitionsLabel] == "12" && ptr.Deref(l.Spec.HolderIdentity, "") == testIdentity
+	})
+}
+
+// TestMemberMixedPartitionCounts: pod-a, at N=8, owns all 8 partitions; a
+// member at N=4 joins (a rolling update to 4). pod-a works with the
+// effective N=4: it gives up 4..7 at once (nobody is to take them, so it
+// does not wait for each to be taken), hands 2..3 over as any surplus, and
+// never takes a partition at 4 or above, even below its share. When the
+// member at 4 leaves, N is 8 again. A member that publishes no N (an older
+// version) counts as a member but not for N.
+func TestMemberMixedPartitionCounts(t *testing.T) {
+	var leases []runtime.Object
+	for i := range 8 {
+		leases = append(leases, partitionLease(i, "", 3))
+	}
+	mt := startMember(t, 8, leases...)
+	mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 8 && s.EffectivePartitions == 8 })
+
+	mt.joinWithN("pod-old", "")
+	s := mt.waitFor("pod-a to count the member without an N", func(s State) bool { return s.Members == 2 })
+	if s.EffectivePartitions != 8 || s.FairShareMin != 4 {
+		t.Errorf("with a member that publishes no N: effective N %d, fair share %d, want 8 and 4", s.EffectivePartitions, s.FairShareMin)
+	}
+	mt.leave("pod-old")
+	mt.waitFor("pod-a to see pod-old leave", func(s State) bool { return s.Members == 1 })
+
+	mt.joinWithN("pod-b", "4")
+	s = mt.waitFor("pod-a to see pod-b's N", func(s State) bool { return s.Members == 2 && s.EffectivePartitions == 4 })
+	if s.Partitions != 8 || s.FairShareMin != 2 || s.FairShareMax != 2 {
+		t.Errorf("state %+v: want its own 8 partitions and a fair share of 2..2 of the effective 4", s)
+	}
+	// 4..7 go together, without waiting for anyone to take them; of
+	// 0..3 the highest goes first.
+	for i := 3; i < 8; i++ {
+		mt.waitForLease(fmt.Sprintf("pod-a to give up partition %d", i), PartitionLease(testGroup, i), func(l *coordinationv1.Lease) bool {
+			return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+		})
+	}
+	mt.take(3, "pod-b")
+	mt.waitForLease("pod-a to hand partition 2 over", PartitionLease(testGroup, 2), func(l *coordinationv1.Lease) bool {
+		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+	})
+	mt.take(2, "pod-b")
+	s = mt.waitFor("pod-a to own its share of the effective N", func(s State) bool { return len(s.Owned) == 2 })
+	if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0, 1}) {
+		t.Errorf("owns %v, want [0 1]", got)
+	}
+	if err := mt.m.Ready(); err != nil {
+		t.Errorf("Ready: %v", err)
+	}
+
+	// pod-b leaves: the effective N is pod-a's own again.
+	mt.leave("pod-b")
+	mt.advance(testLeaseDuration, "")
+	s = mt.waitFor("pod-a to own all 8 again", func(s State) bool { return s.EffectivePartitions == 8 && len(s.Owned) == 8 })
+	mt.checkStateFollowsLeases(s)
+}
+
+// TestMemberBelowItsShareTakesNothingBeyondTheEffectiveN: pod-b, at N=4,
+// holds 3 of the 4 partitions (more than its share) and keeps renewing;
+// pod-a, at N=8 and below its share of 2, takes the one free partition below
+// 4 and none of the free 4..7: the gate admits a new term below the
+// effective N only.
+func TestMemberBelowItsShareTakesNothingBeyondTheEffectiveN(t *testing.T) {
+	member := memberLease("pod-b")
+	member.Labels[PartitionsLabel] = "4"
+	leases := []runtime.Object{member, partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3)}
+	for i := 3; i < 8; i++ {
+		leases = append(leases, partitionLease(i, "", 3))
+	}
+	mt := startMember(t, 8, leases...)
+	s := mt.waitFor("pod-a to take partition 3", func(s State) bool { return len(s.Owned) == 1 })
+	mt.settle()
+	if s.EffectivePartitions != 4 || s.FairShareMin != 2 {
+		t.Errorf("effective N %d, fair share %d; want 4 and 2", s.EffectivePartitions, s.FairShareMin)
+	}
+	if got := ownedPartitions(mt.m.Snapshot()); !reflect.DeepEqual(got, []int{3}) {
+		t.Errorf("owns %v, want [3]", got)
+	}
+	if !(gate{mt.m, 1}).Admits() {
+		t.Errorf("below its share, the gate refuses partition 1, below the effective N")
+	}
+	for i := 4; i < 8; i++ {
+		if (gate{mt.m, i}).Admits() {
+			t.Errorf("the gate admits partition %d, beyond the effective N 4", i)
+		}
+		if holder := mt.holder(PartitionLease(testGroup, i)); holder != "" {
+			t.Errorf("partition %d, beyond the effective N, held by %q", i, holder)
+		}
+	}
+}
+
+// TestMemberDrainsPartitionsBeyondTheEffectiveN: with a drain timeout, the
+// partitions beyond the effective N are shown draining with the surplus, so
+// the app can checkpoint them; one the app releases is given up at once, the
+// rest at the deadline.
+func TestMemberDrainsPartitionsBeyondTheEffectiveN(t *testing.T) {
+	var leases []runtime.Object
+	for i := range 4 {
+		leases = append(leases, partitionLease(i, "", 3))
+	}
+	mt := startMemberWith(t, 4, func(c *Config) { c.DrainTimeout = 30 * time.Second }, func(*fake.Clientset) {}, leases...)
+	mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 4 })
+
+	mt.joinWithN("pod-b", "2")
+	s := mt.waitFor("pod-a to drain its surplus", func(s State) bool {
+		draining := 0
+		for _, o := range s.Owned {
+			if o.Draining {
+				draining++
+			}
+		}
+		return s.EffectivePartitions == 2 && draining == 3
+	})
+	for _, o := range s.Owned {
+		if want := o.Partition >= 1; o.Draining != want {
+			t.Errorf("partition %d draining %t, want %t", o.Partition, o.Draining, want)
+		}
+	}
+	if _, err := mt.m.Release(mt.ctx, 3); err != nil {
+		t.Fatalf("release draining partition 3: %v", err)
+	}
+	mt.m.mu.Lock()
+	handover := mt.m.handover
+	mt.m.mu.Unlock()
+	if handover == 3 {
+		t.Errorf("partition 3, beyond the effective N, is the handover to wait for")
+	}
+	mt.advance(30*time.Second, "pod-b")
+	mt.waitForLease("pod-a to give up partition 2 at the deadline", PartitionLease(testGroup, 2), func(l *coordinationv1.Lease) bool {
+		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+	})
+	mt.waitForLease("pod-a to hand partition 1 over at the deadline", PartitionLease(testGroup, 1), func(l *coordinationv1.Lease) bool {
+		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+	})
+	s = mt.waitFor("pod-a to own its share", func(s State) bool { return len(s.Owned) == 1 })
+	if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0}) {
+		t.Errorf("owns %v, want [0]", got)
 	}
 }

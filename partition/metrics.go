@@ -53,7 +53,7 @@ func newMetrics(m *Member) *metrics {
 	mt := &metrics{
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leader_elector_partition_rebalances_total",
-			Help: "Partitions this pod handed over because it owned more than its fair share.",
+			Help: "Partitions this pod handed over because it owned more than its fair share or they were beyond the group's effective partition count.",
 		}),
 		// A histogram, not the last value: a slow rebalance between two
 		// scrapes stays visible, and the rate of slow ones can be alerted on.
@@ -92,6 +92,10 @@ func newMetrics(m *Member) *metrics {
 			Name: "leader_elector_partition_configured",
 			Help: "Partitions in the group (--partitions).",
 		}, func() float64 { return float64(len(m.partitions)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "leader_elector_partition_effective",
+			Help: "Partitions the group works with: the smallest --partitions among its live members (as effectivePartitions in GET /partitions).",
+		}, func() float64 { return float64(m.assess().effective) }),
 	}
 	return mt
 }

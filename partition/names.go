@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -16,6 +17,13 @@ const (
 	KindLabel     = "leader-elector.io/kind"
 	KindPartition = "partition"
 	KindMember    = "member"
+	// PartitionsLabel, on a membership Lease, is the member's N
+	// (--partitions), so that pods with different N in one group (a rolling
+	// update that changes N) agree on the effective N (see EffectiveN). It is
+	// a label, not an annotation, because client-go writes a Lease's labels
+	// with its creation and every renewal: no version of a membership Lease
+	// lacks it, and it costs no write of its own.
+	PartitionsLabel = "leader-elector.io/partitions"
 )
 
 // MaxPartitions is the most partitions a group may have.
@@ -49,4 +57,10 @@ func groupLabels(group string) map[string]string {
 
 func leaseLabels(group, kind string) map[string]string {
 	return map[string]string{GroupLabel: group, KindLabel: kind}
+}
+
+func memberLabels(group string, partitions int) map[string]string {
+	l := leaseLabels(group, KindMember)
+	l[PartitionsLabel] = strconv.Itoa(partitions)
+	return l
 }

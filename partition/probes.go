@@ -18,14 +18,22 @@ func (m *Member) settleBound() time.Duration {
 }
 
 // Ready is the readiness of a pod in partition mode: it is a live member and
-// owns at least its fair share ⌊N/M⌋, or the members changed less than
+// owns at least its fair share ⌊N/M⌋ of the effective N, or the members changed less than
 // lease duration + 4 retry periods ago (the group is still settling).
 func (m *Member) Ready() error {
 	s := m.Snapshot()
 	if !s.Member {
 		return errors.New("not a member of the partition group yet (no membership Lease)")
 	}
-	if len(s.Owned) >= s.FairShareMin {
+	// Partitions beyond the effective N are on their way out and do not
+	// count towards the share.
+	owned := 0
+	for _, o := range s.Owned {
+		if o.Partition < s.EffectivePartitions {
+			owned++
+		}
+	}
+	if owned >= s.FairShareMin {
 		return nil
 	}
 	m.mu.Lock()
@@ -34,7 +42,7 @@ func (m *Member) Ready() error {
 	if since < m.settleBound() {
 		return nil
 	}
-	return fmt.Errorf("owns %d partitions, below its fair share of %d (members: %d, partitions: %d)", len(s.Owned), s.FairShareMin, s.Members, s.Partitions)
+	return fmt.Errorf("owns %d partitions, below its fair share of %d (members: %d, effective partitions: %d of its %d)", owned, s.FairShareMin, s.Members, s.EffectivePartitions, s.Partitions)
 }
 
 // Candidate fails until the membership elector runs and has reached the API
@@ -67,11 +75,16 @@ func (m *Member) Release(ctx context.Context, i int) (State, error) {
 		return m.Snapshot(), fmt.Errorf("%w: %d", ErrNotOwned, i)
 	}
 	release := m.partitions[i].Release
+	v := m.assess()
 	m.mu.Lock()
 	if m.draining[i] {
 		m.logger.Info("The app released a draining partition; handing it over", "partition", i)
 		delete(m.draining, i)
-		m.handover, m.handoverSince = i, m.clock.Now()
+		if i < v.effective {
+			// Beyond the effective N no one takes it: the next
+			// handover does not wait for that.
+			m.handover, m.handoverSince = i, m.clock.Now()
+		}
 		m.releasing++
 		m.metrics.rebalances.Inc()
 		release = func(ctx context.Context) (election.State, error) {

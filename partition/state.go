@@ -15,8 +15,14 @@ type State struct {
 	Namespace, Name string
 	// Identity is this pod's identity.
 	Identity string
-	// Partitions is N.
+	// Partitions is N, this pod's --partitions.
 	Partitions int
+	// EffectivePartitions is the N the group works with (EffectiveN): the
+	// smallest N of the live members, at most Partitions. It differs from
+	// Partitions only while the members disagree on N (a rolling update
+	// that changes it); no member takes a partition at or above it, and
+	// one it owns there is draining.
+	EffectivePartitions int
 	// Members counts the live members, this pod included once it holds its
 	// membership Lease.
 	Members int
@@ -26,10 +32,11 @@ type State struct {
 	// time-bounded like leadership: each is claimed only until its
 	// ValidUntil.
 	Owned []Owned
-	// FairShareMin and FairShareMax are ⌊N/M⌋ and ⌈N/M⌉.
+	// FairShareMin and FairShareMax are ⌊N/M⌋ and ⌈N/M⌉ of the effective N.
 	FairShareMin, FairShareMax int
-	// Revision increases by one on every change of Members or of the owned
-	// partitions, their fencing tokens and whether they are draining.
+	// Revision increases by one on every change of Members, of the
+	// effective N or of the owned partitions, their fencing tokens and
+	// whether they are draining.
 	Revision uint64
 }
 
@@ -70,17 +77,18 @@ func (m *Member) Watch() (State, <-chan struct{}) {
 }
 
 func (m *Member) stateLocked(v view) State {
-	lo, hi := FairShare(len(m.partitions), len(v.members))
+	lo, hi := FairShare(v.effective, len(v.members))
 	s := State{
-		Namespace:    m.cfg.Namespace,
-		Name:         m.cfg.Name,
-		Identity:     m.cfg.Identity,
-		Partitions:   len(m.partitions),
-		Members:      len(v.members),
-		Member:       v.member,
-		FairShareMin: lo,
-		FairShareMax: hi,
-		Revision:     m.revision,
+		Namespace:           m.cfg.Namespace,
+		Name:                m.cfg.Name,
+		Identity:            m.cfg.Identity,
+		Partitions:          len(m.partitions),
+		EffectivePartitions: v.effective,
+		Members:             len(v.members),
+		Member:              v.member,
+		FairShareMin:        lo,
+		FairShareMax:        hi,
+		Revision:            m.revision,
 	}
 	for _, i := range v.mine {
 		st := v.states[i]
@@ -103,12 +111,15 @@ func (m *Member) publish(v view) {
 // the owned partitions changed, and keeps the measures of rebalancing.
 func (m *Member) publishLocked(v view) {
 	now := m.clock.Now()
-	if strings.Join(v.members, "\n") != strings.Join(m.members, "\n") {
+	if strings.Join(v.members, "\n") != strings.Join(m.members, "\n") || v.effective != m.effective {
+		// A change of the effective N moves partitions as a change of
+		// members does.
+		m.effective = v.effective
 		m.members = v.members
 		m.membersChanged = now
 		m.settled = false
 	}
-	if !m.settled && Fair(len(m.partitions), v.members, v.owners) {
+	if !m.settled && Fair(v.effective, v.members, v.owners[:v.effective]) {
 		m.settled = true
 		m.metrics.assignment.Observe(now.Sub(m.membersChanged).Seconds())
 	}
@@ -143,7 +154,7 @@ func (m *Member) logChanges(v view) {
 
 func publishedKey(v view) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%t|%s|", v.member, strings.Join(v.members, ","))
+	fmt.Fprintf(&b, "%t|%d|%s|", v.member, v.effective, strings.Join(v.members, ","))
 	for _, i := range v.mine {
 		fmt.Fprintf(&b, "%d:%d:%d,", i, v.states[i].FencingToken, v.states[i].LeaderSince.UnixNano())
 	}

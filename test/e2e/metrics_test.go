@@ -84,13 +84,16 @@ func TestMetricsScrape(t *testing.T) {
 			return s != nil && s.GetGauge().GetValue() == partitionCount
 		})
 		own := map[string]string{"lease": g.lease, "lease_namespace": "default"}
-		for _, name := range []string{"leader_elector_partition_owned", "leader_elector_partition_members", "leader_elector_partition_configured", "leader_elector_partition_rebalances_total", "leader_elector_partition_assignment_duration_seconds"} {
+		for _, name := range []string{"leader_elector_partition_owned", "leader_elector_partition_members", "leader_elector_partition_configured", "leader_elector_partition_effective", "leader_elector_partition_rebalances_total", "leader_elector_partition_assignment_duration_seconds"} {
 			if f := fams[name]; len(f.GetMetric()) != 1 || series(fams, name, own) == nil {
 				t.Errorf("%s: %v, want one series with %v", name, f.GetMetric(), own)
 			}
 		}
 		if s := series(fams, "leader_elector_partition_configured", nil); s.GetGauge().GetValue() != partitionCount {
 			t.Errorf("leader_elector_partition_configured = %v, want %d", s.GetGauge().GetValue(), partitionCount)
+		}
+		if s := series(fams, "leader_elector_partition_effective", nil); s.GetGauge().GetValue() != partitionCount {
+			t.Errorf("leader_elector_partition_effective = %v, want %d", s.GetGauge().GetValue(), partitionCount)
 		}
 		for i := range partitionCount {
 			name := partition.PartitionLease(g.lease, i)

@@ -141,8 +141,9 @@ func fairNow(members []*candidate) (bool, string) {
 	return fairNowN(members, partitionCount)
 }
 
-// fairNowN is fairNow for a group of n partitions; every member must also
-// be configured with n.
+// fairNowN is fairNow for a group of n partitions: every member must work
+// with n (its effective N; its own may be larger while a rolling update
+// changes N) and own nothing at or above it.
 func fairNowN(members []*candidate, n int) (bool, string) {
 	m := len(members)
 	lo, hi := n/m, (n+m-1)/m
@@ -153,8 +154,8 @@ func fairNowN(members []*candidate, n int) (bool, string) {
 		if err != nil {
 			return false, fmt.Sprintf("%s: %v", c.name, err)
 		}
-		if s.Partitions != n {
-			return false, fmt.Sprintf("%s has %d partitions, want %d", c.name, s.Partitions, n)
+		if s.EffectivePartitions != n {
+			return false, fmt.Sprintf("%s works with %d partitions (its own: %d), want %d", c.name, s.EffectivePartitions, s.Partitions, n)
 		}
 		if s.Members != m || !s.Member {
 			return false, fmt.Sprintf("%s sees %d members (member: %t), want %d", c.name, s.Members, s.Member, m)
@@ -163,6 +164,9 @@ func fairNowN(members []*candidate, n int) (bool, string) {
 			return false, fmt.Sprintf("%s owns %d, want %d..%d", c.name, len(s.Owned), lo, hi)
 		}
 		for _, o := range s.Owned {
+			if o.Partition >= n {
+				return false, fmt.Sprintf("%s owns partition %d, beyond %d", c.name, o.Partition, n)
+			}
 			if prev, dup := owner[o.Partition]; dup {
 				return false, fmt.Sprintf("partition %d reported by %s and %s", o.Partition, prev, c.name)
 			}

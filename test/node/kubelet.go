@@ -6,22 +6,56 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
 )
 
+// failCgroupV1Since is the first kubelet release that knows failCgroupV1
+// (KubeletConfiguration, cgroup v1 in maintenance mode); from 1.35 it
+// defaults to true and the kubelet refuses to start on cgroup v1.
+var failCgroupV1Since = version.MustParseGeneric("1.31")
+
+// kubeletVersion is the release of the kubelet at bin, as `kubelet
+// --version` prints it ("Kubernetes v1.30.14"): the node suite runs the
+// pinned kubelet and, through `make e2e-cluster-version`, older ones, and
+// each is given only the configuration fields it knows.
+func kubeletVersion(bin string) (*version.Version, error) {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("node: %s --version: %w", bin, err)
+	}
+	return parseKubeletVersion(string(out))
+}
+
+func parseKubeletVersion(out string) (*version.Version, error) {
+	s, ok := strings.CutPrefix(strings.TrimSpace(out), "Kubernetes ")
+	if !ok {
+		return nil, fmt.Errorf("node: kubelet --version printed %q, want \"Kubernetes vX.Y.Z\"", strings.TrimSpace(out))
+	}
+	v, err := version.ParseSemantic(s)
+	if err != nil {
+		return nil, fmt.Errorf("node: kubelet --version printed %q: %w", strings.TrimSpace(out), err)
+	}
+	return v, nil
+}
+
 // kubeletConfig is the kubelet's configuration for this machine (cgroup v1,
 // no systemd, swap on, a small disk) and for a test: the apiserver fetches
-// logs from it anonymously, inside the namespace only.
-func (n *Node) kubeletConfig() map[string]any {
-	return map[string]any{
+// logs from it anonymously, inside the namespace only. kv is the kubelet's
+// release: a field it does not know is left out rather than sent to a
+// kubelet that would only warn about it and ignore it.
+func (n *Node) kubeletConfig(kv *version.Version) map[string]any {
+	config := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
-		"failCgroupV1":             false,
 		"cgroupDriver":             "cgroupfs",
 		"failSwapOn":               false,
 		"resolvConf":               "",
@@ -49,13 +83,24 @@ func (n *Node) kubeletConfig() map[string]any {
 		"nodeStatusUpdateFrequency": "4s",
 		"syncFrequency":             "10s",
 	}
+	// An older kubelet runs on cgroup v1 without being asked.
+	if kv.AtLeast(failCgroupV1Since) {
+		config["failCgroupV1"] = false
+	}
+	return config
 }
 
 func (n *Node) startKubelet(ctx context.Context) error {
 	if err := os.MkdirAll(n.dir("kubelet", "pod-logs"), 0o755); err != nil {
 		return err
 	}
-	if err := writeJSON(n.dir("kubelet", "config.json"), n.kubeletConfig()); err != nil {
+	bin := filepath.Join(n.opts.BinDir, "kubelet")
+	kv, err := kubeletVersion(bin)
+	if err != nil {
+		return err
+	}
+	n.logf("kubelet v%s", kv)
+	if err := writeJSON(n.dir("kubelet", "config.json"), n.kubeletConfig(kv)); err != nil {
 		return err
 	}
 	p, err := n.start("kubelet",

@@ -29,3 +29,32 @@ func TestRefusesTheMachinesNetworkNamespace(t *testing.T) {
 		})
 	}
 }
+
+// Each kubelet release is given only the configuration fields it knows
+// (make e2e-cluster-version runs an older one): failCgroupV1 from 1.31 on,
+// where the pinned kubelet needs it false to start on cgroup v1.
+func TestKubeletConfigPerVersion(t *testing.T) {
+	n := &Node{opts: Options{WorkDir: t.TempDir()}}
+	for _, tc := range []struct {
+		out      string
+		wantFail bool // failCgroupV1 present (and false)
+	}{
+		{"Kubernetes v1.30.14\n", false},
+		{"Kubernetes v1.31.0", true},
+		{"Kubernetes v1.37.2\n", true},
+	} {
+		kv, err := parseKubeletVersion(tc.out)
+		if err != nil {
+			t.Fatalf("parseKubeletVersion(%q): %v", tc.out, err)
+		}
+		v, ok := n.kubeletConfig(kv)["failCgroupV1"]
+		if ok != tc.wantFail || (ok && v != false) {
+			t.Errorf("kubelet %s: failCgroupV1 = %v (set: %v), want set to false: %v", kv, v, ok, tc.wantFail)
+		}
+	}
+	for _, bad := range []string{"", "v1.30.14", "Kubernetes 1.30", "Kubernetes vX"} {
+		if kv, err := parseKubeletVersion(bad); err == nil {
+			t.Errorf("parseKubeletVersion(%q) = %v, want an error", bad, kv)
+		}
+	}
+}

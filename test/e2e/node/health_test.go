@@ -134,21 +134,28 @@ func grepSeries(text, name string) string {
 // container, through its process's root.
 func (d *deployment) setAppHealthy(t *testing.T, pod *corev1.Pod, healthy bool) {
 	t.Helper()
-	pid, err := theNode.ContainerPID(context.Background(), containerID(t, pod, "app"))
-	if err != nil {
+	if err := setAppHealth(context.Background(), pod, healthy); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func setAppHealth(ctx context.Context, pod *corev1.Pod, healthy bool) error {
+	id := containerIDOf(pod, "app")
+	if id == "" {
+		return fmt.Errorf("%s: no running app container", pod.Name)
+	}
+	pid, err := theNode.ContainerPID(ctx, id)
+	if err != nil {
+		return err
 	}
 	path := filepath.Join("/proc", fmt.Sprint(pid), "root", "tmp", "www", "healthz")
 	if healthy {
-		err = os.WriteFile(path, []byte("ok\n"), 0o644)
-	} else {
-		if err = os.Remove(path); errors.Is(err, fs.ErrNotExist) {
-			err = nil // already unhealthy
-		}
+		return os.WriteFile(path, []byte("ok\n"), 0o644)
 	}
-	if err != nil {
-		t.Fatal(err)
+	if err = os.Remove(path); errors.Is(err, fs.ErrNotExist) {
+		return nil // already unhealthy
 	}
+	return err
 }
 
 // waitCandidatesHealthy waits until every pod's entry in the candidates

@@ -255,17 +255,73 @@ func (r observation) endpointGap() time.Duration {
 // endpoint.
 func (r observation) endpointGaps() []time.Duration {
 	var gaps []time.Duration
+	for _, g := range r.endpointGapSpans() {
+		gaps = append(gaps, g.end.Sub(g.start))
+	}
+	return gaps
+}
+
+type span struct{ start, end time.Time }
+
+func (r observation) endpointGapSpans() []span {
+	var spans []span
 	var since time.Time
 	for _, e := range r.endpoints {
 		switch {
 		case len(e.ready) == 0 && since.IsZero():
 			since = e.at
 		case len(e.ready) > 0 && !since.IsZero():
-			gaps = append(gaps, e.at.Sub(since))
+			spans = append(spans, span{since, e.at})
 			since = time.Time{}
 		}
 	}
-	return gaps
+	return spans
+}
+
+// handoverGap is the longest time the Service had no ready endpoint after
+// the leader let go: a gap that opens while the Lease still names the old
+// leader is counted from the first Lease record that no longer does. Such a
+// gap opens when the old leader's pod is deleted: the EndpointSlice
+// controller drops a terminating pod at once, but the sidecar learns of the
+// deletion only when the kubelet stops the app (which hands leadership over
+// on SIGTERM), and how long the kubelet takes to do that is not the
+// sidecar's to shorten. Only a release counts (the Lease's next record
+// names no holder): a gap that ends in a takeover at expiry, or in which
+// the Lease never changes, counts whole.
+func (r observation) handoverGap() time.Duration {
+	var longest time.Duration
+	for _, g := range r.endpointGapSpans() {
+		from := g.start
+		if released, ok := r.releasedAfter(g.start); ok && released.Before(g.end) {
+			from = latest(from, released)
+		}
+		longest = max(longest, g.end.Sub(from))
+	}
+	return longest
+}
+
+// releasedAfter is when the Lease's holder at t (the holder of the last
+// record at or before t) was seen to let it go: the first later record that
+// names someone else, if it names no one.
+func (r observation) releasedAfter(t time.Time) (time.Time, bool) {
+	holder, known := "", false
+	for _, l := range r.leases {
+		if !l.at.After(t) {
+			holder, known = l.holder, true
+			continue
+		}
+		if known && l.holder != holder {
+			return l.at, holder != "" && l.holder == ""
+		}
+	}
+	return time.Time{}, false
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // answerGap is the longest time between two answered requests.
@@ -304,4 +360,59 @@ func (r observation) String() string {
 		fmt.Fprintf(&b, "  %s lease holder %q transitions %d renewTime %s\n", l.at.Format("15:04:05.000"), l.holder, l.transitions, l.renw.Format("15:04:05.000"))
 	}
 	return b.String()
+}
+
+// TestHandoverGap checks the handover gap's arithmetic on timelines the
+// node recorded: a rolling update where the kubelet stopped the old
+// leader's app 0.98 s after the EndpointSlice controller dropped its pod
+// (only the 146 ms after the release count), one where the release came
+// first (the whole gap counts), and a takeover at expiry (the whole gap
+// counts: no release shortens it).
+func TestHandoverGap(t *testing.T) {
+	at := func(s string) time.Time {
+		ts, err := time.Parse("15:04:05.000", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	for _, c := range []struct {
+		name      string
+		endpoints []endpointsAt
+		leases    []leaseAt
+		want      time.Duration
+	}{{
+		name: "kubelet late",
+		endpoints: []endpointsAt{
+			{at("02:57:13.012"), []string{"old"}}, {at("02:57:13.947"), nil}, {at("02:57:15.071"), []string{"new"}},
+		},
+		leases: []leaseAt{
+			{at: at("02:57:13.013"), holder: "old"}, {at: at("02:57:13.995"), holder: "old"},
+			{at: at("02:57:14.925"), holder: ""}, {at: at("02:57:14.939"), holder: "new"},
+		},
+		want: 146 * time.Millisecond,
+	}, {
+		name: "released first",
+		endpoints: []endpointsAt{
+			{at("02:57:13.012"), []string{"old"}}, {at("02:57:14.950"), nil}, {at("02:57:15.071"), []string{"new"}},
+		},
+		leases: []leaseAt{
+			{at: at("02:57:13.013"), holder: "old"}, {at: at("02:57:14.925"), holder: ""}, {at: at("02:57:14.939"), holder: "new"},
+		},
+		want: 121 * time.Millisecond,
+	}, {
+		name: "taken at expiry",
+		endpoints: []endpointsAt{
+			{at("02:57:13.012"), []string{"old"}}, {at("02:57:13.947"), nil}, {at("02:57:29.100"), []string{"new"}},
+		},
+		leases: []leaseAt{
+			{at: at("02:57:13.013"), holder: "old"}, {at: at("02:57:29.000"), holder: "new"},
+		},
+		want: 15153 * time.Millisecond,
+	}} {
+		r := observation{endpoints: c.endpoints, leases: c.leases}
+		if got := r.handoverGap(); got != c.want {
+			t.Errorf("%s: handoverGap = %v, want %v", c.name, got, c.want)
+		}
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -50,7 +51,7 @@ const (
 	soakParallelEnv = "LEADER_ELECTOR_SOAK_CONCURRENCY"
 
 	soakDefaultDuration = 5 * time.Minute
-	soakDefaultModes    = "readiness,endpointslice,label,partitions"
+	soakDefaultModes    = "readiness,endpointslice,label,partitions,health,supervisor"
 	// soakLease is the chart's election.leaseDurationSeconds in the soak:
 	// short, so that a run sees many takeovers.
 	soakLease = 4 * time.Second
@@ -68,6 +69,12 @@ var soakModes = map[string][]string{
 	"label":         {"routing.mode=label", "election.readiness=candidate"},
 	// Eight partitions over three pods: every pod owns two or three.
 	"partitions": {"partitions.count=8"},
+	// Health-gated candidacy: the app-unhealthy fault makes one pod's app
+	// fail its health check.
+	"health": {"healthGating.enabled=true"},
+	// The demo's work runs under `leader-elector run`: the supervised
+	// children, seen from /proc, must never run at once.
+	"supervisor": {"supervisor.enabled=true", "supervisor.stopGrace=500ms"},
 }
 
 type soakConfig struct {
@@ -135,12 +142,17 @@ func readSoakConfig(t *testing.T) soakConfig {
 // restart, API server freeze (slow answers) and kill (every watch closed),
 // etcd killed and restarted,
 // a pod cut off from the API server (its packets dropped or rejected) and
-// a pod's traffic to the API server degraded (random loss) — and checks,
-// throughout, from outside the pods:
+// a pod's traffic to the API server degraded (random loss; latency and
+// jitter; answers delayed past the renew deadline; connections, and the
+// watches on them, cut every few seconds: faultProxy), and in health
+// mode one pod's app failing its health check — and checks, throughout,
+// from outside the pods:
 //   - no two pods' claims (their sidecars' /leader answers, read from
 //     inside each pod's network namespace) overlap, no claim is reported
 //     past its validUntil, and fencing tokens never go back (test/invariant);
 //   - the Lease's term (leaseTransitions) never goes back;
+//   - in supervisor mode, no two supervised children run at once but for
+//     a frozen pod's child in its residual window after the thaw;
 //   - after every fault heals, one pod leads, is the Service's only ready
 //     endpoint and answers, within the fault's recovery bound (faults that
 //     start before the deployment has recovered from earlier ones are
@@ -149,9 +161,6 @@ func readSoakConfig(t *testing.T) soakConfig {
 // The Service cannot be answered by two claimants at once unless two
 // claims overlap, which the first check rules out; the Service's answers
 // and the EndpointSlices are recorded for the routing gaps.
-//
-// Not injected: latency and jitter (this kernel has no netem qdisc; random
-// loss stands in for a bad link).
 //
 // The report (faults by type, recovery and takeover distributions, routing
 // gaps, violations, bound misses) is logged and written to
@@ -190,21 +199,33 @@ type soakRun struct {
 	cpActive bool // a control-plane fault is active
 	settles  []settleSample
 
-	claims     *invariant.Checker
-	parts      *invariant.Partitions // partition mode: the claims per partition
-	claimsRep  invariant.Report
-	obs        observation
-	pollers    map[types.UID]*claimPoller
-	apiPort    int
+	claims    *invariant.Checker
+	parts     *invariant.Partitions // partition mode: the claims per partition
+	claimsRep invariant.Report
+	obs       observation
+	pollers   map[types.UID]*claimPoller
+	apiPort   int
+	// proxy delays and cuts one pod's API traffic for the network faults
+	// iptables cannot make; svcIP and svcPort are the kubernetes
+	// Service's, where pods send that traffic.
+	proxy      *faultProxy
+	svcIP      string
+	svcPort    int
 	duration   time.Duration
 	violations []string
 	misses     []string
 	episodeOf  map[*faultRecord]*episode // see recovery
+	// children watches the supervised children in supervisor mode.
+	children *nodeChildMonitor
+	// residual are the runs of a thawed pod's child alongside another
+	// child (supervisor mode): the documented residual window.
+	residual []time.Duration
 }
 
 type faultRecord struct {
 	kind          string
 	target        string // pod, or "" for control-plane faults
+	targetUID     types.UID
 	onLeader      bool
 	start, healed time.Time
 	termAtStart   int32
@@ -240,19 +261,36 @@ func recoveryBound(kind string) time.Duration {
 var soakFaults = []struct {
 	kind   string
 	weight int
-	cp     bool // control-plane fault: at most one at a time
+	cp     bool   // control-plane fault: at most one at a time
+	mode   string // the one mode it applies to, or "" for all
 }{
-	{"sidecar-kill", 3, false},
-	{"sidecar-stop", 3, false},
-	{"pod-freeze", 3, false},
-	{"pod-delete", 2, false},
-	{"rollout-restart", 1, false},
-	{"apiserver-freeze", 2, true},
-	{"apiserver-kill", 1, true},
-	{"etcd-restart", 1, true},
-	{"partition-drop", 2, false},
-	{"partition-reject", 2, false},
-	{"degraded-loss", 2, false},
+	{"sidecar-kill", 3, false, ""},
+	{"sidecar-stop", 3, false, ""},
+	{"pod-freeze", 3, false, ""},
+	{"pod-delete", 2, false, ""},
+	{"rollout-restart", 1, false, ""},
+	{"apiserver-freeze", 2, true, ""},
+	{"apiserver-kill", 1, true, ""},
+	{"etcd-restart", 1, true, ""},
+	{"partition-drop", 2, false, ""},
+	{"partition-reject", 2, false, ""},
+	{"degraded-loss", 2, false, ""},
+	{"degraded-latency", 2, false, ""},
+	{"slow-answers", 2, false, ""},
+	{"watch-cut", 2, false, ""},
+	{"app-unhealthy", 4, false, "health"},
+}
+
+// proxyProfiles are the network faults the fault proxy makes, by kind.
+var proxyProfiles = map[string]proxyProfile{
+	// A bad link: 100–400 ms each way, every chunk, jittered.
+	"degraded-latency": {latency: 100 * time.Millisecond, jitter: 300 * time.Millisecond},
+	// An API server that answers late: every answer 1–2 s after its
+	// request, around the renew deadline (2 s): renewals may succeed
+	// at the API server and be reported to the leader too late.
+	"slow-answers": {slow: time.Second, jitter: time.Second},
+	// Connections (and every watch on them) cut after 0.2–3 s each.
+	"watch-cut": {cutAfter: [2]time.Duration{200 * time.Millisecond, 3 * time.Second}},
 }
 
 func soakFaultOnControlPlane(kind string) bool {
@@ -267,10 +305,15 @@ func soakFaultOnControlPlane(kind string) bool {
 func (r *soakRun) pickFault() (string, bool) {
 	total := 0
 	for _, f := range soakFaults {
-		total += f.weight
+		if f.mode == "" || f.mode == r.mode {
+			total += f.weight
+		}
 	}
 	n := r.rng.IntN(total)
 	for _, f := range soakFaults {
+		if f.mode != "" && f.mode != r.mode {
+			continue
+		}
 		if n < f.weight {
 			return f.kind, f.cp
 		}
@@ -295,6 +338,22 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	if r.apiPort, err = strconv.Atoi(u.Port()); err != nil {
 		t.Fatal(err)
 	}
+	svc, err := r.d.client.CoreV1().Services(metav1.NamespaceDefault).Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.svcIP, r.svcPort = svc.Spec.ClusterIP, int(svc.Spec.Ports[0].Port)
+	// The proxy listens where the pods reach the API server (the
+	// kubernetes Service's endpoint, the node's address) and forwards to
+	// the API server's loopback address.
+	eps, err := r.d.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
+	if err != nil || len(eps.Items) == 0 || len(eps.Items[0].Endpoints) == 0 || len(eps.Items[0].Endpoints[0].Addresses) == 0 {
+		t.Fatalf("the kubernetes Service's endpoint: %v (%d slices)", err, len(eps.Items))
+	}
+	if r.proxy, err = startFaultProxy(eps.Items[0].Endpoints[0].Addresses[0], u.Host, r.rng.Uint64()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.proxy.close()
 
 	r.claims = invariant.New(true)
 	r.parts = invariant.NewPartitions()
@@ -304,6 +363,9 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	var o *observer
 	if r.d.partitions == 0 {
 		o = r.d.observe(t)
+	}
+	if r.mode == "supervisor" {
+		r.children = startNodeChildMonitor(t)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -392,7 +454,7 @@ func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultR
 		if pod, err = r.pickPod(ctx, holder, onLeader); err != nil {
 			return nil // no running pod to hit right now
 		}
-		f.target, f.onLeader = pod.Name, pod.Name == holder
+		f.target, f.targetUID, f.onLeader = pod.Name, pod.UID, pod.Name == holder
 	}
 	f.start = time.Now()
 	switch kind {
@@ -427,8 +489,21 @@ func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultR
 		}
 	case "etcd-restart":
 		f.err = cp.RestartEtcd(context.Background())
+	case "app-unhealthy":
+		if f.err = setAppHealth(ctx, pod, false); f.err == nil {
+			time.Sleep(hold)
+			f.err = setAppHealth(context.Background(), pod, true)
+		}
+	case "degraded-latency", "slow-answers", "watch-cut":
+		var undo func() error
+		if undo, f.err = r.proxy.degrade(pod.Status.PodIP, r.svcIP, r.svcPort, proxyProfiles[kind]); f.err == nil {
+			time.Sleep(hold)
+			f.err = undo()
+		}
 	case "partition-drop", "partition-reject", "degraded-loss":
-		rule := []string{"INPUT", "-s", pod.Status.PodIP, "-p", "tcp", "--dport", strconv.Itoa(r.apiPort)}
+		// Both ports: the API server's, and the fault proxy's, which a
+		// network fault on the same pod may be sending its traffic to.
+		rule := []string{"INPUT", "-s", pod.Status.PodIP, "-p", "tcp", "-m", "multiport", "--dports", fmt.Sprintf("%d,%d", r.apiPort, r.proxy.port)}
 		switch kind {
 		case "partition-drop":
 			rule = append(rule, "-j", "DROP")
@@ -768,6 +843,7 @@ func (r *soakRun) check(t *testing.T) {
 		}
 		prev = max(prev, l.transitions)
 	}
+	r.checkChildren()
 	for _, e := range r.episodes() {
 		if !e.recovered || e.recoveredAt.Sub(e.healed) > e.bound {
 			var what []string
@@ -917,6 +993,9 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %v |\n", sf.kind, ok, failed, percentiles(takeovers), percentiles(recoveries), recoveryBound(sf.kind))
 		}
 		fmt.Fprintf(&b, "\nNo ready endpoint: %s.\n\n", percentiles(r.obs.endpointGaps()))
+		if r.children != nil {
+			fmt.Fprintf(&b, "Supervised children: %d seen; a thawed pod's child running beside the next one (the residual window): %s.\n\n", r.children.count(), percentiles(r.residual))
+		}
 		for _, v := range r.violations {
 			fmt.Fprintf(&b, "- VIOLATION: %s\n", v)
 		}
@@ -941,4 +1020,49 @@ func percentiles(ds []time.Duration) string {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	at := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))].Round(time.Millisecond) }
 	return fmt.Sprintf("%v / %v / %v (n=%d)", at(0.5), at(0.99), s[len(s)-1].Round(time.Millisecond), len(s))
+}
+
+// residualWindow bounds how long a child frozen with its pod may run, on
+// thaw, beside the child that replaced it: its watchdog's SIGKILL is due
+// at once (docs/supervisor.md); a second is generous for a loaded machine.
+const residualWindow = time.Second
+
+// checkChildren (supervisor mode) turns every sample with two supervised
+// children running into a violation, but for a pod freeze's residual
+// window: a child of a pod frozen by a fault may run beside the next child
+// from the thaw on, for less than residualWindow; each such run is
+// measured for the report.
+func (r *soakRun) checkChildren() {
+	if r.children == nil {
+		return
+	}
+	// Wall clock to CLOCK_BOOTTIME, the monitor's clock.
+	offset := time.Duration(time.Now().UnixNano()) - bootNow()
+	boot := func(t time.Time) time.Duration { return time.Duration(t.UnixNano()) - offset }
+	m := r.children
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	longest := map[*faultRecord]time.Duration{}
+	for _, o := range m.running {
+		excused := false
+		for _, pid := range o.pids {
+			k := m.kids[pid]
+			for _, f := range r.faults {
+				if f.kind != "pod-freeze" || k == nil || string(f.targetUID) != k.pod || f.err != nil {
+					continue
+				}
+				thawed := boot(f.healed)
+				if o.at >= boot(f.start) && o.at <= thawed+residualWindow {
+					excused = true
+					longest[f] = max(longest[f], o.at-thawed)
+				}
+			}
+		}
+		if !excused {
+			r.violations = append(r.violations, fmt.Sprintf("two supervised children running at once (pids %v) %v before the end of the run", o.pids, (bootNow()-o.at).Round(time.Millisecond)))
+		}
+	}
+	for _, d := range longest {
+		r.residual = append(r.residual, max(d, 0))
+	}
 }

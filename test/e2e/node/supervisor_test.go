@@ -325,6 +325,13 @@ func procStat(pid int) (alive bool, ppid int, start time.Duration) {
 	return fields[0] != "Z" && fields[0] != "X", ppid, time.Duration(ticks) * 10 * time.Millisecond
 }
 
+// count is how many supervised children the monitor has seen.
+func (m *nodeChildMonitor) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.kids)
+}
+
 func (m *nodeChildMonitor) twoAliveSamples() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
