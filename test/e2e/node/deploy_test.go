@@ -71,6 +71,19 @@ func createRestrictedNamespace(t *testing.T, namespace string) {
 	if _, err := theNode.Client().CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Pods mount their projected ServiceAccount token with the cluster's CA
+	// from the ConfigMap kube-root-ca.crt, which the controller manager
+	// publishes in every new namespace. Right after the soak's control-plane
+	// faults it may take a while; a pod created before it exists retries
+	// the mount with the kubelet's back-off (up to two minutes), so wait
+	// for it first.
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := theNode.Client().CoreV1().ConfigMaps(namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("namespace %s: the controller manager did not publish kube-root-ca.crt within 2 minutes: %v", namespace, err)
+	}
 }
 
 // chartDemoArgs are helm's arguments for the chart's demo with the node's
