@@ -1059,7 +1059,8 @@ func (r *soakRun) checkChildren() {
 			}
 		}
 		if !excused {
-			r.violations = append(r.violations, fmt.Sprintf("two supervised children running at once (pids %v) %v before the end of the run", o.pids, (bootNow()-o.at).Round(time.Millisecond)))
+			at := time.Unix(0, int64(o.at+offset))
+			r.violations = append(r.violations, fmt.Sprintf("two supervised children running at once at %s: pids %v", at.Format("15:04:05.000"), o.pids))
 		}
 	}
 	for _, d := range longest {
