@@ -11,17 +11,37 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/harness"
 	"github.com/leader-elector/leader-elector/test/invariant"
 )
 
 // partitionResult holds the figures of the partition benchmark.
 type partitionResult struct {
+	// start is from the first member's start to the first full and fair
+	// assignment of the whole group.
+	start          time.Duration
 	joins, crashes []time.Duration
 	safety         invariant.Report
 	idle           idleResult
 	owned          map[*candidate]int
+	mem            map[*candidate]memory
+	// windows are the rebalances (start, joins, crashes): from the change
+	// to the full and fair assignment, when the group's API requests are
+	// counted (rates, by window kind, once the audit log is read).
+	windows []rebalanceWindow
+	// users are the audit-log users of every member the run started.
+	users map[string]bool
 }
+
+// rebalanceWindow is one rebalance and the group's API requests during it.
+type rebalanceWindow struct {
+	kind     string // "start", "join" or "crash"
+	from, to time.Time
+	requests int
+}
+
+func (w rebalanceWindow) rate() float64 { return float64(w.requests) / w.to.Sub(w.from).Seconds() }
 
 // runPartitions measures partition mode: with Partitions partitions and
 // PartitionMembers members, the time from a new member's start to a full
@@ -56,22 +76,39 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 	defer g.stopAll()
 	checker := invariant.NewPartitions()
 	stopMonitor := monitorPartitions(g, checker, max(opts.PollInterval, 20*time.Millisecond))
-	res := &partitionResult{}
+	res := &partitionResult{users: map[string]bool{}}
+	startMember := func() error {
+		c, err := g.start(ctx)
+		if err == nil {
+			res.users[c.user] = true
+		}
+		return err
+	}
+	window := func(kind string, from time.Time, took time.Duration) {
+		res.windows = append(res.windows, rebalanceWindow{kind: kind, from: from, to: from.Add(took)})
+	}
 
+	groupStart := time.Now()
 	for range opts.PartitionMembers - 1 {
-		if _, err := g.start(ctx); err != nil {
+		if err := startMember(); err != nil {
 			return err
 		}
 	}
 	// A settling bound, not a target: a crashed member's partitions wait
 	// for their Leases to expire; everything else takes a few round trips.
+	// Large groups start their members one after another, so the first
+	// assignment has a member's start time more per member.
 	bound := 3*opts.LeaseDuration + 20*opts.RetryPeriod + 30*time.Second
-	if _, err := waitPartitionsFair(ctx, g, opts.Partitions, time.Now(), bound); err != nil {
+	took, err := waitPartitionsFair(ctx, g, opts.Partitions, groupStart, bound+time.Duration(opts.PartitionMembers)*time.Second)
+	if err != nil {
 		return fmt.Errorf("first assignment: %w", err)
 	}
+	res.start = took
+	window("start", groupStart, took)
+	logf("start: %d members full and fair %v after the first one started", opts.PartitionMembers-1, took.Round(time.Millisecond))
 	for round := range opts.PartitionRounds {
 		start := time.Now()
-		if _, err := g.start(ctx); err != nil {
+		if err := startMember(); err != nil {
 			return err
 		}
 		took, err := waitPartitionsFair(ctx, g, opts.Partitions, start, bound)
@@ -79,6 +116,7 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 			return fmt.Errorf("join %d: %w", round+1, err)
 		}
 		res.joins = append(res.joins, took)
+		window("join", start, took)
 		logf("join %d: full and fair after %v", round+1, took.Round(time.Millisecond))
 
 		live := g.live()
@@ -92,10 +130,11 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 			return fmt.Errorf("crash %d: %w", round+1, err)
 		}
 		res.crashes = append(res.crashes, took)
+		window("crash", start, took)
 		logf("crash %d: full and fair after %v", round+1, took.Round(time.Millisecond))
 	}
 	// Back to the full group for the idle measurement.
-	if _, err := g.start(ctx); err != nil {
+	if err := startMember(); err != nil {
 		return err
 	}
 	if _, err := waitPartitionsFair(ctx, g, opts.Partitions, time.Now(), bound); err != nil {
@@ -112,6 +151,9 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 		return err
 	}
 	res.idle = counted.idle
+	if err := countRebalanceRequests(cp, res); err != nil {
+		return err
+	}
 
 	table := renderPartitions(opts, res) + fmt.Sprintf("\nCode: %s, %s.\n", code, machine())
 	fmt.Println()
@@ -232,13 +274,40 @@ func idlePartitions(ctx context.Context, opts *options, g *group, res *partition
 	}
 	res.idle = idleResult{from: from, to: time.Now(), leader: members[0], followers: members[1:], cpu: map[*candidate]float64{}}
 	res.owned = map[*candidate]int{}
+	res.mem = map[*candidate]memory{}
 	for _, c := range members {
 		res.idle.cpu[c] = 0
+		m, err := residentMemory(c.Pid())
+		if err != nil {
+			return err
+		}
+		res.mem[c] = m
 		s, err := c.API().Partitions(ctx)
 		if err != nil {
 			return err
 		}
 		res.owned[c] = len(s.Owned)
+	}
+	return nil
+}
+
+// countRebalanceRequests counts the group's audited API requests in each
+// rebalance window: every member's, the ones that left included.
+func countRebalanceRequests(cp *cluster.ControlPlane, res *partitionResult) error {
+	events, err := cp.AuditEvents()
+	if err != nil {
+		return err
+	}
+	for _, ev := range events {
+		if !res.users[ev.User.Username] {
+			continue
+		}
+		for i := range res.windows {
+			w := &res.windows[i]
+			if !ev.RequestReceivedTimestamp.Before(w.from) && ev.RequestReceivedTimestamp.Before(w.to) {
+				w.requests++
+			}
+		}
 	}
 	return nil
 }
@@ -251,6 +320,35 @@ func renderPartitions(opts *options, res *partitionResult) string {
 	b.WriteString("| measure | median | max | runs |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| join → full and fair assignment (from the new member's start) | %s | %s | %d |\n", ms(percentile(res.joins, 0.5)), ms(maxDuration(res.joins)), len(res.joins))
 	fmt.Fprintf(&b, "| crash (SIGKILL) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.crashes, 0.5)), ms(maxDuration(res.crashes)), len(res.crashes))
+	fmt.Fprintf(&b, "| start: first of %d members started (one after another) → full and fair assignment | %s | %s | 1 |\n", opts.PartitionMembers-1, ms(res.start), ms(res.start))
+	atRest := 0.0
+	for _, c := range append([]*candidate{res.idle.leader}, res.idle.followers...) {
+		atRest += res.idle.rate(c)
+	}
+	fmt.Fprintf(&b, "\nAPI requests per second of the whole group (audit log): at rest %.1f (expected (partitions + members) ÷ retry period = %.1f)", atRest, float64(opts.Partitions+opts.PartitionMembers)/opts.RetryPeriod.Seconds())
+	for _, kind := range []string{"start", "join", "crash"} {
+		var rates []float64
+		for _, w := range res.windows {
+			if w.kind == kind {
+				rates = append(rates, w.rate())
+			}
+		}
+		if len(rates) > 0 {
+			sort.Float64s(rates)
+			fmt.Fprintf(&b, "; during %s (from the change to the fair assignment) %.1f median, %.1f max", kind, rates[len(rates)/2], rates[len(rates)-1])
+		}
+	}
+	b.WriteString(".\n")
+	var rss, anon []float64
+	for _, m := range res.mem {
+		rss = append(rss, float64(m.rss)/(1<<20))
+		anon = append(anon, float64(m.anon)/(1<<20))
+	}
+	if len(rss) > 0 {
+		sort.Float64s(rss)
+		sort.Float64s(anon)
+		fmt.Fprintf(&b, "\nResident memory per member at the end of the idle window: VmRSS %.1f MiB median, %.1f MiB max; anonymous (heap, stacks) %.1f MiB median, %.1f MiB max.\n", rss[len(rss)/2], rss[len(rss)-1], anon[len(anon)/2], anon[len(anon)-1])
+	}
 	fmt.Fprintf(&b, "\nIdle, over %v (audit log):\n\n| member | partitions owned | API requests/s | expected renewals/s ((owned + 1 membership Lease) ÷ retry period) | requests other than lease updates |\n|---|---|---|---|---|\n", res.idle.to.Sub(res.idle.from).Round(time.Second))
 	members := append([]*candidate{res.idle.leader}, res.idle.followers...)
 	sort.Slice(members, func(i, j int) bool { return members[i].Name() < members[j].Name() })
