@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +84,21 @@ func TestSidecarWorkingSet(t *testing.T) {
 			role = "leader"
 		}
 		t.Logf("MEASURED sidecar working set on the node (kubelet's summary, %v idle), %s %s: %.1f MiB (rss %.1f MiB)", sidecarIdle, role, pod, float64(m.workingSet)/(1<<20), float64(m.rss)/(1<<20))
+		for i := range pods {
+			if pods[i].Name != pod {
+				continue
+			}
+			// The runtime at rest, from the sidecar's own /metrics: what
+			// the Go runtime holds besides the binary (issue 18's runtime
+			// levers). Read after the working set, so the scrape is not in it.
+			rt, err := readRuntimeMetrics("http://" + pods[i].Status.PodIP + ":8080/metrics")
+			if err != nil {
+				t.Errorf("%s's sidecar /metrics: %v", pod, err)
+				continue
+			}
+			t.Logf("MEASURED sidecar runtime at rest, %s %s: %v goroutines, %v OS threads, heap in use %.1f MiB, stacks %.1f MiB, GOGC %v", role, pod,
+				rt["go_goroutines"], rt["go_threads"], rt["go_memstats_heap_inuse_bytes"]/(1<<20), rt["go_memstats_stack_inuse_bytes"]/(1<<20), rt["go_gc_gogc_percent"])
+		}
 		if m.workingSet > sidecarWorkingSetBound {
 			t.Errorf("%s's sidecar: working set %.1f MiB, want ≤ %.0f MiB", pod, float64(m.workingSet)/(1<<20), float64(sidecarWorkingSetBound)/(1<<20))
 		}
@@ -112,6 +130,46 @@ func readSidecarMemory(ctx context.Context, nodeName, namespace string) (map[str
 				m.rss = *c.Memory.RSSBytes
 			}
 			out[p.PodRef.Name] = m
+		}
+	}
+	return out, nil
+}
+
+// readRuntimeMetrics reads the Go runtime's gauges that TestSidecarWorkingSet
+// reports from a sidecar's /metrics; each must be there.
+func readRuntimeMetrics(url string) (map[string]float64, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	want := []string{"go_goroutines", "go_threads", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_gc_gogc_percent"}
+	out := map[string]float64{}
+	for line := range strings.Lines(string(body)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		for _, w := range want {
+			if name == w {
+				v, err := strconv.ParseFloat(value, 64)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %q: %w", name, value, err)
+				}
+				out[name] = v
+			}
+		}
+	}
+	for _, w := range want {
+		if _, ok := out[w]; !ok {
+			return nil, fmt.Errorf("no %s in the answer", w)
 		}
 	}
 	return out, nil
