@@ -68,6 +68,10 @@ type options struct {
 	HTTPDuration time.Duration
 	HTTPConns    int
 	SSEClients   int
+	// HandoverSSE /events streams are attached to every leader-elector
+	// candidate during the handover rounds (issue 19: handover and memory
+	// with many streaming clients).
+	HandoverSSE int
 	// Output, if set, also receives the table (markdown).
 	Output string
 	// Partitions > 0 runs the partition-mode benchmark instead (see
@@ -114,6 +118,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HTTPDuration, "http-duration", o.HTTPDuration, "length of each GET /leader load run")
 	fs.IntVar(&o.HTTPConns, "http-conns", o.HTTPConns, "keep-alive connections of the GET /leader load")
 	fs.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "/events clients attached during the second load run")
+	fs.IntVar(&o.HandoverSSE, "handover-sse", o.HandoverSSE, "/events clients attached to every leader-elector candidate during the handovers (0: none)")
 	fs.StringVar(&o.Output, "output", o.Output, "also write the table (markdown) to this file")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
 	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")
@@ -138,8 +143,8 @@ func (o *options) validate() error {
 	if o.IdleWarmup < 0 || o.IdleWindow < time.Second {
 		errs = append(errs, errors.New("--idle-warmup must be non-negative and --idle-window at least 1s"))
 	}
-	if o.HTTPDuration < 100*time.Millisecond || o.HTTPConns < 1 || o.SSEClients < 0 {
-		errs = append(errs, errors.New("--http-duration must be at least 100ms, --http-conns at least 1, --sse-clients non-negative"))
+	if o.HTTPDuration < 100*time.Millisecond || o.HTTPConns < 1 || o.SSEClients < 0 || o.HandoverSSE < 0 {
+		errs = append(errs, errors.New("--http-duration must be at least 100ms, --http-conns at least 1, --sse-clients and --handover-sse non-negative"))
 	}
 	if o.Partitions < 0 || o.Partitions > 1024 || (o.Partitions > 0 && (o.PartitionMembers < 2 || o.PartitionRounds < 1)) {
 		errs = append(errs, errors.New("--partitions must be within 0..1024, and with partitions --partition-members at least 2 and --partition-rounds at least 1"))

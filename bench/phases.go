@@ -34,7 +34,30 @@ const handoverSpacing = 1100 * time.Millisecond
 // a replacement so that the group keeps its size.
 func handovers(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
 	var previous time.Time
+	// With HandoverSSE, every leader-elector candidate present at a round
+	// has that many /events streams attached; a stream ends with its
+	// candidate.
+	streaming := map[*candidate]bool{}
+	sseCtx, stopSSE := context.WithCancel(ctx)
+	defer stopSSE()
+	attach := func() error {
+		if opts.HandoverSSE == 0 || !g.im.leaderElector {
+			return nil
+		}
+		for _, c := range g.live() {
+			if !streaming[c] {
+				streaming[c] = true
+				if err := attachSSE(sseCtx, c.APIURL()+"/events", opts.HandoverSSE); err != nil {
+					return fmt.Errorf("%s: %w", c.Name(), err)
+				}
+			}
+		}
+		return nil
+	}
 	for round := 1; round <= opts.Handovers; round++ {
+		if err := attach(); err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
 		leader, err := currentLeader(ctx, opts, g)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
@@ -86,6 +109,18 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 			g.im.key, round, opts.Handovers, leader.Name(), next.Name(), ms(took), released, code)
 		if _, err := g.start(ctx); err != nil {
 			return err
+		}
+	}
+	if len(streaming) > 0 {
+		if err := attach(); err != nil {
+			return err
+		}
+		for _, c := range g.live() {
+			m, err := residentMemory(c.Pid())
+			if err != nil {
+				return err
+			}
+			res.sseMem = append(res.sseMem, m)
 		}
 	}
 	return nil

@@ -22,6 +22,9 @@ type implResult struct {
 	// before the new one.
 	released int
 	badExits []string
+	// sseMem is each candidate's resident memory after the handovers, with
+	// --handover-sse streams attached (leader-elector only).
+	sseMem []memory
 	// failovers: the old leader's last renewTime → the new acquireTime.
 	failovers []time.Duration
 	// killToAnswer: SIGKILL → another candidate answers isLeader: true.
@@ -209,6 +212,13 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n%s:\n", r.impl.key)
 		fmt.Fprintf(&b, "- handovers: %s; the Lease showed a release (cleared holder) in %d of %d\n", durations(r.handovers), r.released, len(r.handovers))
+		if len(r.sseMem) > 0 {
+			var rss []string
+			for _, m := range r.sseMem {
+				rss = append(rss, fmt.Sprintf("%s (anonymous %s)", mib(float64(m.rss)), mib(float64(m.anon))))
+			}
+			fmt.Fprintf(&b, "- handovers with %d SSE clients on every candidate's `/events`; VmRSS of the candidates after them: %s\n", opts.HandoverSSE, strings.Join(rss, ", "))
+		}
 		for _, e := range r.badExits {
 			fmt.Fprintf(&b, "  - %s\n", e)
 		}
