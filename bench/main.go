@@ -71,7 +71,8 @@ type options struct {
 	// HandoverSSE /events streams are attached to every leader-elector
 	// candidate during the handover rounds (issue 19: handover and memory
 	// with many streaming clients).
-	HandoverSSE int
+	HandoverSSE    int
+	HandoverSSEOne bool
 	// Output, if set, also receives the table (markdown).
 	Output string
 	// Partitions > 0 runs the partition-mode benchmark instead (see
@@ -119,6 +120,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.HTTPConns, "http-conns", o.HTTPConns, "keep-alive connections of the GET /leader load")
 	fs.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "/events clients attached during the second load run")
 	fs.IntVar(&o.HandoverSSE, "handover-sse", o.HandoverSSE, "/events clients attached to every leader-elector candidate during the handovers (0: none)")
+	fs.BoolVar(&o.HandoverSSEOne, "handover-sse-one", o.HandoverSSEOne, "with --handover-sse, attach the clients to one candidate at a time instead of to every one")
 	fs.StringVar(&o.Output, "output", o.Output, "also write the table (markdown) to this file")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
 	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")

@@ -35,31 +35,46 @@ const handoverSpacing = 1100 * time.Millisecond
 func handovers(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
 	var previous time.Time
 	// With HandoverSSE, every leader-elector candidate present at a round
-	// has that many /events streams attached; a stream ends with its
-	// candidate.
+	// has that many /events streams attached (HandoverSSEOne: one
+	// candidate at a time, a follower when it gets them, which may then
+	// lead and leave); a stream ends with its candidate.
 	streaming := map[*candidate]bool{}
 	sseCtx, stopSSE := context.WithCancel(ctx)
 	defer stopSSE()
-	attach := func() error {
+	attach := func(leader *candidate) error {
 		if opts.HandoverSSE == 0 || !g.im.leaderElector {
 			return nil
 		}
-		for _, c := range g.live() {
+		live := g.live()
+		if opts.HandoverSSEOne {
+			for _, c := range live {
+				if streaming[c] {
+					return nil
+				}
+			}
+		}
+		for _, c := range live {
+			if opts.HandoverSSEOne && c == leader {
+				continue
+			}
 			if !streaming[c] {
 				streaming[c] = true
 				if err := attachSSE(sseCtx, c.APIURL()+"/events", opts.HandoverSSE); err != nil {
 					return fmt.Errorf("%s: %w", c.Name(), err)
+				}
+				if opts.HandoverSSEOne {
+					return nil
 				}
 			}
 		}
 		return nil
 	}
 	for round := 1; round <= opts.Handovers; round++ {
-		if err := attach(); err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
-		}
 		leader, err := currentLeader(ctx, opts, g)
 		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		if err := attach(leader); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		// Pacing, not synchronisation: leader-elector starts at most one
@@ -112,7 +127,7 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 		}
 	}
 	if len(streaming) > 0 {
-		if err := attach(); err != nil {
+		if err := attach(nil); err != nil {
 			return err
 		}
 		for _, c := range g.live() {

@@ -217,7 +217,11 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 			for _, m := range r.sseMem {
 				rss = append(rss, fmt.Sprintf("%s (anonymous %s)", mib(float64(m.rss)), mib(float64(m.anon))))
 			}
-			fmt.Fprintf(&b, "- handovers with %d SSE clients on every candidate's `/events`; VmRSS of the candidates after them: %s\n", opts.HandoverSSE, strings.Join(rss, ", "))
+			on := "every candidate's"
+			if opts.HandoverSSEOne {
+				on = "one candidate's at a time (a follower when attached)"
+			}
+			fmt.Fprintf(&b, "- handovers with %d SSE clients on %s `/events`; VmRSS of the candidates after them: %s\n", opts.HandoverSSE, on, strings.Join(rss, ", "))
 		}
 		for _, e := range r.badExits {
 			fmt.Fprintf(&b, "  - %s\n", e)
