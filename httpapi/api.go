@@ -157,8 +157,16 @@ func (a *leaderAPI) leaderSource() watchable[election.State] {
 		watch:    a.el.Watch,
 		revision: func(s election.State) uint64 { return s.Revision },
 		event:    "leader",
-		encode:   func(s election.State) ([]byte, error) { return marshalJSON(leaderJSON(s)) },
-		before:   lostEvent,
+		// The body GET /leader serves, without its newline: encoded once
+		// per state, not once per stream (1 000 streams, one encoding).
+		encode: func(s election.State) ([]byte, error) {
+			body, err := a.leaderBody(s)
+			if err != nil {
+				return nil, err
+			}
+			return body[:len(body)-1], nil
+		},
+		before: lostEvent,
 	}
 }
 
