@@ -64,7 +64,13 @@ func TestChartPartitionsReshard(t *testing.T) {
 			p.stop()
 		}
 	}()
-	time.Sleep(2 * time.Second) // the pollers of the first pods
+	// Before the change: the pollers have seen every partition owned.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		rep := r.parts.Check(16)
+		return rep.Claims > 0 && len(rep.Violations) == 0, nil
+	}); err != nil {
+		t.Fatalf("the claim pollers did not see all 16 partitions owned within 30 s: %v", r.parts.Check(16).Violations)
+	}
 
 	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", d.namespace, chartDemoArgs(append(values, "partitions.count=8"))...)
 	if err != nil {
