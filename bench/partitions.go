@@ -96,8 +96,8 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 	}
 	// A settling bound, not a target: a crashed member's partitions wait
 	// for their Leases to expire; everything else takes a few round trips.
-	// Large groups start their members one after another, so the first
-	// assignment has a member's start time more per member.
+	// The members start one after another, so the first assignment's
+	// bound has a second more per member.
 	bound := 3*opts.LeaseDuration + 20*opts.RetryPeriod + 30*time.Second
 	took, err := waitPartitionsFair(ctx, g, opts.Partitions, groupStart, bound+time.Duration(opts.PartitionMembers)*time.Second)
 	if err != nil {
