@@ -6,11 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"strconv"
-	"strings"
+	"net/http"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -136,41 +137,29 @@ func readSidecarMemory(ctx context.Context, nodeName, namespace string) (map[str
 }
 
 // readRuntimeMetrics reads the Go runtime's gauges that TestSidecarWorkingSet
-// reports from a sidecar's /metrics; each must be there.
+// reports from a sidecar's /metrics (parsed with expfmt, as Prometheus
+// would); each must be there.
 func readRuntimeMetrics(url string) (map[string]float64, error) {
 	resp, err := httpClient.Get(url)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != 200 {
-		return nil, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	want := []string{"go_goroutines", "go_threads", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_gc_gogc_percent"}
 	out := map[string]float64{}
-	for line := range strings.Lines(string(body)) {
-		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if !ok {
-			continue
+	for _, name := range []string{"go_goroutines", "go_threads", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_gc_gogc_percent"} {
+		f, ok := families[name]
+		if !ok || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge() == nil {
+			return nil, fmt.Errorf("no gauge %s in the answer", name)
 		}
-		for _, w := range want {
-			if name == w {
-				v, err := strconv.ParseFloat(value, 64)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %q: %w", name, value, err)
-				}
-				out[name] = v
-			}
-		}
-	}
-	for _, w := range want {
-		if _, ok := out[w]; !ok {
-			return nil, fmt.Errorf("no %s in the answer", w)
-		}
+		out[name] = f.GetMetric()[0].GetGauge().GetValue()
 	}
 	return out, nil
 }

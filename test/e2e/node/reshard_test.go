@@ -5,8 +5,6 @@ package node_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -25,10 +23,12 @@ import (
 // the way users do: a new chart value, applied, rolled out by the
 // Deployment controller one pod at a time (maxSurge 1, maxUnavailable 0), so
 // for a while pods at 16 and at 8 run in one group. The old pods give up
-// partitions 8..15 and share 0..7 with the new ones, which become ready on
-// their share, so the rollout finishes; every sidecar's GET /partitions is
-// checked throughout: no partition claimed by two pods at once, no token
-// going back (docs/partitions.md, "Changing the partition count").
+// partitions 8..15 and share 0..7 with the new ones; every sidecar's GET
+// /partitions is checked throughout: no partition claimed by two pods at
+// once, no token going back (docs/partitions.md, "Changing the partition
+// count"). What it does not show: that a new pod's readiness waited for its
+// share — a pod is also ready during the settling grace after the members
+// change, which covers these quick starts.
 func TestChartPartitionsReshard(t *testing.T) {
 	values := []string{"demo.replicas=3",
 		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1",
@@ -148,13 +148,7 @@ func sidecarPartitions(ctx context.Context, p *corev1.Pod) (api.Partitions, erro
 		return out, err
 	}
 	defer func() { _ = ns.Close() }()
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, ns, network, addr)
-		},
-	}}
-	if err := getJSON(ctx, client, "/partitions", &out); err != nil {
+	if err := getJSON(ctx, netnsClient(ns, 2*time.Second, false), "/partitions", &out); err != nil {
 		return out, fmt.Errorf("%s: %w", p.Name, err)
 	}
 	return out, nil

@@ -785,11 +785,7 @@ func startClaimPoller(pod string, pid int, ask func(ctx context.Context, pod str
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &claimPoller{pod: pod, netns: ns, cancel: cancel, done: make(chan struct{})}
-	client := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInNetns(ctx, ns, network, addr)
-		},
-	}}
+	client := netnsClient(ns, 500*time.Millisecond, true)
 	go func() {
 		defer close(p.done)
 		for ctx.Err() == nil {
@@ -831,6 +827,17 @@ func getJSON(ctx context.Context, client *http.Client, path string, into any) er
 // belongs to the namespace of the thread that creates it, so the dial runs
 // on a thread of its own that enters ns and is never returned to the Go
 // scheduler (the goroutine ends locked: the runtime discards the thread).
+// netnsClient is an HTTP client whose connections are dialled inside the
+// network namespace ns: a pod's localhost, as its app reaches the sidecar.
+func netnsClient(ns *os.File, timeout time.Duration, keepAlive bool) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DisableKeepAlives: !keepAlive,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInNetns(ctx, ns, network, addr)
+		},
+	}}
+}
+
 func dialInNetns(ctx context.Context, ns *os.File, network, addr string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
