@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
 )
@@ -151,4 +154,66 @@ func countRequests(cp *cluster.ControlPlane, res *implResult) error {
 		r.requests[c][what]++
 	}
 	return nil
+}
+
+// windowRequests counts the candidates' audited API requests in [from, to):
+// what one handover or crash takeover costs the API server.
+type windowRequests struct {
+	from, to time.Time
+	// writes are the requests that change the Lease (create, update,
+	// patch); refused are those of them the API server answered 409
+	// Conflict (another write came first); other is everything else.
+	writes, refused, other int
+}
+
+// countWindowRequests fills in each window's counts from the audit log, for
+// the requests of users (every candidate the run started).
+func countWindowRequests(cp *cluster.ControlPlane, users map[string]bool, windows ...[]windowRequests) error {
+	events, err := cp.AuditEvents()
+	if err != nil {
+		return err
+	}
+	for _, ws := range windows {
+		for i := range ws {
+			w := &ws[i]
+			for _, ev := range events {
+				if !users[ev.User.Username] || ev.RequestReceivedTimestamp.Before(w.from) || !ev.RequestReceivedTimestamp.Before(w.to) {
+					continue
+				}
+				lease := ev.ObjectRef != nil && ev.ObjectRef.Resource == "leases"
+				switch {
+				case lease && (ev.Verb == "create" || ev.Verb == "update" || ev.Verb == "patch"):
+					w.writes++
+					if ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusConflict {
+						w.refused++
+					}
+				default:
+					w.other++
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// summarizeWindows prints the median and the largest count of each kind.
+func summarizeWindows(ws []windowRequests) string {
+	if len(ws) == 0 {
+		return "none"
+	}
+	stat := func(f func(windowRequests) int) string {
+		v := make([]int, len(ws))
+		for i, w := range ws {
+			v[i] = f(w)
+		}
+		slices.Sort(v)
+		return fmt.Sprintf("%d / %d", v[len(v)/2], v[len(v)-1])
+	}
+	var each []string
+	for _, w := range ws {
+		each = append(each, fmt.Sprintf("%d/%d", w.writes, w.refused))
+	}
+	return fmt.Sprintf("Lease writes p50 / max %s, of them refused (409 Conflict) %s; other requests %s (n=%d); writes/refused in order: %s",
+		stat(func(w windowRequests) int { return w.writes }), stat(func(w windowRequests) int { return w.refused }),
+		stat(func(w windowRequests) int { return w.other }), len(ws), strings.Join(each, ", "))
 }

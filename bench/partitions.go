@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +28,9 @@ type partitionResult struct {
 	idle           idleResult
 	owned          map[*candidate]int
 	mem            map[*candidate]memory
+	// runtime is each member's Go runtime gauges (harness.RuntimeGauges)
+	// at the same moment: where the memory per partition goes.
+	runtime map[*candidate]map[string]float64
 	// windows are the rebalances (start, joins, crashes): from the change
 	// to the full and fair assignment, when the group's API requests are
 	// counted (rates, by window kind, once the audit log is read).
@@ -275,6 +280,7 @@ func idlePartitions(ctx context.Context, opts *options, g *group, res *partition
 	res.idle = idleResult{from: from, to: time.Now(), leader: members[0], followers: members[1:], cpu: map[*candidate]float64{}}
 	res.owned = map[*candidate]int{}
 	res.mem = map[*candidate]memory{}
+	res.runtime = map[*candidate]map[string]float64{}
 	for _, c := range members {
 		res.idle.cpu[c] = 0
 		m, err := residentMemory(c.Pid())
@@ -282,6 +288,9 @@ func idlePartitions(ctx context.Context, opts *options, g *group, res *partition
 			return err
 		}
 		res.mem[c] = m
+		if res.runtime[c], err = harness.RuntimeMetrics(ctx, c.HTTPClient(), c.ProbeURL()+"/metrics"); err != nil {
+			return err
+		}
 		s, err := c.API().Partitions(ctx)
 		if err != nil {
 			return err
@@ -348,6 +357,9 @@ func renderPartitions(opts *options, res *partitionResult) string {
 		sort.Float64s(rss)
 		sort.Float64s(anon)
 		fmt.Fprintf(&b, "\nResident memory per member at the end of the idle window: VmRSS %.1f MiB median, %.1f MiB max; anonymous (heap, stacks) %.1f MiB median, %.1f MiB max.\n", rss[len(rss)/2], rss[len(rss)-1], anon[len(anon)/2], anon[len(anon)-1])
+	}
+	for _, c := range slices.SortedFunc(maps.Keys(res.runtime), func(a, b *candidate) int { return strings.Compare(a.Name(), b.Name()) }) {
+		fmt.Fprintf(&b, "- %s, Go runtime: %s, %.0f OS threads\n", c.Name(), runtimeSummary(res.runtime[c]), res.runtime[c]["go_threads"])
 	}
 	fmt.Fprintf(&b, "\nIdle, over %v (audit log):\n\n| member | partitions owned | API requests/s | expected renewals/s ((owned + 1 membership Lease) ÷ retry period) | requests other than lease updates |\n|---|---|---|---|---|\n", res.idle.to.Sub(res.idle.from).Round(time.Second))
 	members := append([]*candidate{res.idle.leader}, res.idle.followers...)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/leader-elector/leader-elector/test/harness"
 	"github.com/leader-elector/leader-elector/test/invariant"
 
 	"context"
@@ -120,6 +121,7 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 		if released {
 			res.released++
 		}
+		res.handoverRequests = append(res.handoverRequests, windowRequests{from: sent, to: time.Now()})
 		logf("%s handover %d/%d: %s → %s, answers isLeader %v after SIGTERM (released: %v, exit %d)",
 			g.im.key, round, opts.Handovers, leader.Name(), next.Name(), ms(took), released, code)
 		if _, err := g.start(ctx); err != nil {
@@ -136,6 +138,11 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 				return err
 			}
 			res.sseMem = append(res.sseMem, m)
+			rt, err := harness.RuntimeMetrics(ctx, c.HTTPClient(), c.ProbeURL()+"/metrics")
+			if err != nil {
+				return err
+			}
+			res.sseRuntime = append(res.sseRuntime, rt)
 		}
 	}
 	return nil
@@ -171,6 +178,7 @@ func crashes(ctx context.Context, opts *options, g *group, history *leaseHistory
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
+		res.crashRequests = append(res.crashRequests, windowRequests{from: killed, to: time.Now()})
 		acquired := records[len(records)-1]
 		var lastRenew time.Time
 		for i := len(records) - 2; i >= 0; i-- {
@@ -206,6 +214,9 @@ type idleResult struct {
 	// cpu is in millicores over the window; mem at its end.
 	cpu map[*candidate]float64
 	mem map[*candidate]memory
+	// runtime is each leader-elector candidate's Go runtime gauges
+	// (harness.RuntimeGauges) at the window's end.
+	runtime map[*candidate]map[string]float64
 	// leaseMetric is the growth of apiserver_request_total{resource="leases"}
 	// over the window: every client's Lease requests, the API server's own
 	// included.
@@ -263,7 +274,7 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 	if err != nil {
 		return err
 	}
-	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, mem: map[*candidate]memory{},
+	r := idleResult{from: from, to: to, leader: leader, followers: followers, cpu: map[*candidate]float64{}, mem: map[*candidate]memory{}, runtime: map[*candidate]map[string]float64{},
 		machineCores: float64(busy1-busy0) / clockTicksPerSecond / to.Sub(from).Seconds()}
 	for _, c := range members {
 		ticks, err := cpuTicks(c.Pid())
@@ -273,6 +284,12 @@ func idle(ctx context.Context, opts *options, g *group, res *implResult) error {
 		r.cpu[c] = float64(ticks-ticks0[c]) / clockTicksPerSecond / to.Sub(from).Seconds() * 1000
 		if r.mem[c], err = residentMemory(c.Pid()); err != nil {
 			return err
+		}
+		if g.im.leaderElector {
+			// Read after the memory, so that the scrape is not in it.
+			if r.runtime[c], err = harness.RuntimeMetrics(ctx, c.HTTPClient(), c.ProbeURL()+"/metrics"); err != nil {
+				return err
+			}
 		}
 	}
 	metric1, err := leaseRequestTotal(ctx, g.cp)

@@ -25,14 +25,20 @@ type implResult struct {
 	// sseMem is each candidate's resident memory after the handovers, with
 	// --handover-sse streams attached (leader-elector only).
 	sseMem []memory
+	// sseRuntime is each one's Go runtime gauges at the same moment.
+	sseRuntime []map[string]float64
 	// failovers: the old leader's last renewTime → the new acquireTime.
 	failovers []time.Duration
 	// killToAnswer: SIGKILL → another candidate answers isLeader: true.
 	killToAnswer []time.Duration
 	// early lists acquisitions before the old leader's Lease had run out.
-	early   []string
-	monitor invariant.Report
-	idle    idleResult
+	early []string
+	// handoverRequests and crashRequests are the candidates' audited API
+	// requests during each handover (SIGTERM → the new holder in the
+	// Lease's history) and each crash takeover (SIGKILL → the same).
+	handoverRequests, crashRequests []windowRequests
+	monitor                         invariant.Report
+	idle                            idleResult
 	// http and httpSSE combine the load runs without and with SSE clients,
 	// httpRuns and httpSSERuns are each run.
 	http, httpSSE         *loadResult
@@ -214,8 +220,8 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 		fmt.Fprintf(&b, "- handovers: %s; the Lease showed a release (cleared holder) in %d of %d\n", durations(r.handovers), r.released, len(r.handovers))
 		if len(r.sseMem) > 0 {
 			var rss []string
-			for _, m := range r.sseMem {
-				rss = append(rss, fmt.Sprintf("%s (anonymous %s)", mib(float64(m.rss)), mib(float64(m.anon))))
+			for i, m := range r.sseMem {
+				rss = append(rss, fmt.Sprintf("%s (anonymous %s; %s)", mib(float64(m.rss)), mib(float64(m.anon)), runtimeSummary(r.sseRuntime[i])))
 			}
 			on := "every candidate's"
 			if opts.HandoverSSEOne {
@@ -226,7 +232,9 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 		for _, e := range r.badExits {
 			fmt.Fprintf(&b, "  - %s\n", e)
 		}
+		fmt.Fprintf(&b, "- API requests of the candidates per handover (audit log, SIGTERM → the new holder in the Lease's history): %s\n", summarizeWindows(r.handoverRequests))
 		fmt.Fprintf(&b, "- crash failovers (renewTime → acquireTime): %s\n", durations(r.failovers))
+		fmt.Fprintf(&b, "- API requests of the candidates per crash takeover (audit log, SIGKILL → the new holder in the Lease's history): %s\n", summarizeWindows(r.crashRequests))
 		fmt.Fprintf(&b, "- crash, SIGKILL → a new leader answers: %s\n", durations(r.killToAnswer))
 		for _, e := range r.early {
 			fmt.Fprintf(&b, "  - EARLY TAKEOVER: %s\n", e)
@@ -249,8 +257,12 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 			if len(verbs) == 0 {
 				verbs = []string{"none"}
 			}
-			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s\n", role, c.Name(), n, in.seconds(), strings.Join(verbs, ", "),
-				mib(float64(in.mem[c].rss)), mib(float64(in.mem[c].anon)), mib(float64(in.mem[c].file)), millicores(in.cpu[c]))
+			rt := ""
+			if in.runtime[c] != nil {
+				rt = "; " + runtimeSummary(in.runtime[c])
+			}
+			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s%s\n", role, c.Name(), n, in.seconds(), strings.Join(verbs, ", "),
+				mib(float64(in.mem[c].rss)), mib(float64(in.mem[c].anon)), mib(float64(in.mem[c].file)), millicores(in.cpu[c]), rt)
 		}
 		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",
 			in.leaseMetric, audited, in.machineCores)
@@ -360,4 +372,10 @@ func verdict(ok bool) string {
 		return "pass"
 	}
 	return "**miss**"
+}
+
+// runtimeSummary prints the Go runtime's gauges: where a process's anonymous
+// memory goes (a stream's goroutines and stacks, the heap).
+func runtimeSummary(rt map[string]float64) string {
+	return fmt.Sprintf("%.0f goroutines, stacks %s, heap in use %s", rt["go_goroutines"], mib(rt["go_memstats_stack_inuse_bytes"]), mib(rt["go_memstats_heap_inuse_bytes"]))
 }

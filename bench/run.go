@@ -166,6 +166,13 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 	if err := countRequests(cp, res); err != nil {
 		return nil, err
 	}
+	users := map[string]bool{}
+	for _, c := range g.members {
+		users[c.user] = true
+	}
+	if err := countWindowRequests(cp, users, res.handoverRequests, res.crashRequests); err != nil {
+		return nil, err
+	}
 	return res, nil
 }
 

@@ -6,15 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // sidecarWorkingSetBound is the working set the kubelet may report for an
@@ -92,7 +90,7 @@ func TestSidecarWorkingSet(t *testing.T) {
 			// The runtime at rest, from the sidecar's own /metrics: what
 			// the Go runtime holds besides the binary (issue 18's runtime
 			// levers). Read after the working set, so the scrape is not in it.
-			rt, err := readRuntimeMetrics("http://" + pods[i].Status.PodIP + ":8080/metrics")
+			rt, err := harness.RuntimeMetrics(ctx, httpClient, "http://"+pods[i].Status.PodIP+":8080/metrics")
 			if err != nil {
 				t.Errorf("%s's sidecar /metrics: %v", pod, err)
 				continue
@@ -132,34 +130,6 @@ func readSidecarMemory(ctx context.Context, nodeName, namespace string) (map[str
 			}
 			out[p.PodRef.Name] = m
 		}
-	}
-	return out, nil
-}
-
-// readRuntimeMetrics reads the Go runtime's gauges that TestSidecarWorkingSet
-// reports from a sidecar's /metrics (parsed with expfmt, as Prometheus
-// would); each must be there.
-func readRuntimeMetrics(url string) (map[string]float64, error) {
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for _, name := range []string{"go_goroutines", "go_threads", "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_gc_gogc_percent"} {
-		f, ok := families[name]
-		if !ok || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge() == nil {
-			return nil, fmt.Errorf("no gauge %s in the answer", name)
-		}
-		out[name] = f.GetMetric()[0].GetGauge().GetValue()
 	}
 	return out, nil
 }
