@@ -162,8 +162,10 @@ type windowRequests struct {
 	from, to time.Time
 	// writes are the requests that change the Lease (create, update,
 	// patch); refused are those of them the API server answered 409
-	// Conflict (another write came first); other is everything else.
-	writes, refused, other int
+	// Conflict (another write came first), failed those it answered with
+	// any other error (429 Too Many Requests when its queues are full; the
+	// client retries those); other is everything else.
+	writes, refused, failed, other int
 }
 
 // countWindowRequests fills in each window's counts from the audit log, for
@@ -184,8 +186,11 @@ func countWindowRequests(cp *cluster.ControlPlane, users map[string]bool, window
 				switch {
 				case lease && (ev.Verb == "create" || ev.Verb == "update" || ev.Verb == "patch"):
 					w.writes++
-					if ev.ResponseStatus != nil && ev.ResponseStatus.Code == http.StatusConflict {
+					switch code := responseCode(ev); {
+					case code == http.StatusConflict:
 						w.refused++
+					case code >= 300:
+						w.failed++
 					}
 				default:
 					w.other++
@@ -211,9 +216,18 @@ func summarizeWindows(ws []windowRequests) string {
 	}
 	var each []string
 	for _, w := range ws {
-		each = append(each, fmt.Sprintf("%d/%d", w.writes, w.refused))
+		each = append(each, fmt.Sprintf("%d/%d/%d", w.writes, w.refused, w.failed))
 	}
-	return fmt.Sprintf("Lease writes p50 / max %s, of them refused (409 Conflict) %s; other requests %s (n=%d); writes/refused in order: %s",
+	return fmt.Sprintf("Lease writes p50 / max %s, of them refused (409 Conflict) %s and failed otherwise %s; other requests %s (n=%d); writes/refused/failed in order: %s",
 		stat(func(w windowRequests) int { return w.writes }), stat(func(w windowRequests) int { return w.refused }),
-		stat(func(w windowRequests) int { return w.other }), len(ws), strings.Join(each, ", "))
+		stat(func(w windowRequests) int { return w.failed }), stat(func(w windowRequests) int { return w.other }), len(ws), strings.Join(each, ", "))
+}
+
+// responseCode is the HTTP status of an audited request; 0 if the event
+// has none (the API server wrote none for it).
+func responseCode(ev cluster.AuditEvent) int {
+	if ev.ResponseStatus == nil {
+		return 0
+	}
+	return int(ev.ResponseStatus.Code)
 }
