@@ -4,11 +4,14 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -367,27 +370,53 @@ func watchStopOrder(podIP string) *stopOrder {
 	go func() {
 		defer close(s.done)
 		deadline := time.Now().Add(60 * time.Second)
-		appUp, sidecarUp := true, true
-		for (appUp || sidecarUp) && time.Now().Before(deadline) {
-			if appUp {
-				if _, err := ask(context.Background(), "http://"+podIP+":8081/"); err == nil {
-					s.appLastOK = time.Now()
-				} else {
-					appUp, s.appStopped = false, time.Now()
-				}
+		var app, sidecar stopDetector
+		for (!app.stopped || !sidecar.stopped) && time.Now().Before(deadline) {
+			if !app.stopped {
+				_, err := ask(context.Background(), "http://"+podIP+":8081/")
+				app.observe(err)
 			}
-			if sidecarUp {
-				if resp, err := httpClient.Get("http://" + podIP + ":8080/healthz"); err == nil {
+			if !sidecar.stopped {
+				resp, err := httpClient.Get("http://" + podIP + ":8080/healthz")
+				if err == nil {
 					resp.Body.Close()
-					s.sidecarLastOK = time.Now()
-				} else {
-					sidecarUp = false
 				}
+				sidecar.observe(err)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+		s.appLastOK, s.appStopped, s.sidecarLastOK = app.lastOK, app.since, sidecar.lastOK
 	}()
 	return s
+}
+
+// stopDetector decides from the answers to a poll when a server stopped.
+// One failed request is not a stop: on the loaded node a request can time
+// out (the client waits 1 s) while the server still runs — a run once took
+// the sidecar for stopped 0.7 s before the app, while the kubelet's probes
+// show its port refused only after the app had gone. A refused connection
+// (the listener is closed) is a stop at once; otherwise it takes
+// stopAfterFailures failures in a row, and the stop is dated from the
+// first of them.
+type stopDetector struct {
+	lastOK, since time.Time
+	failures      int
+	stopped       bool
+}
+
+const stopAfterFailures = 3
+
+func (d *stopDetector) observe(err error) {
+	now := time.Now()
+	if err == nil {
+		d.lastOK, d.failures = now, 0
+		return
+	}
+	if d.failures == 0 {
+		d.since = now
+	}
+	d.failures++
+	d.stopped = errors.Is(err, syscall.ECONNREFUSED) || d.failures >= stopAfterFailures
 }
 
 // check: the sidecar still answered after the app had stopped, and the
@@ -663,4 +692,42 @@ func summary(ds []time.Duration) string {
 	}
 	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 	return fmt.Sprintf("min %v / median %v / max %v (n=%d)", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]), len(s))
+}
+
+// TestStopDetector: a timed-out request is not a stop, a refused
+// connection is, and so are stopAfterFailures failures in a row, dated from
+// the first.
+func TestStopDetector(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	timeout := fmt.Errorf("Get: %w", context.DeadlineExceeded)
+
+	var d stopDetector
+	d.observe(nil)
+	d.observe(timeout)
+	if d.stopped {
+		t.Fatal("one timed-out request counted as a stop")
+	}
+	d.observe(nil)
+	if d.stopped || d.failures != 0 {
+		t.Fatalf("an answer after a timeout: stopped %v, failures %d", d.stopped, d.failures)
+	}
+	answered := d.lastOK
+	d.observe(refused)
+	if !d.stopped || d.since.Before(answered) {
+		t.Fatalf("a refused connection: stopped %v since %v (last answer %v)", d.stopped, d.since, answered)
+	}
+
+	var e stopDetector
+	e.observe(timeout)
+	first := e.since
+	for range stopAfterFailures - 2 {
+		e.observe(timeout)
+	}
+	if e.stopped {
+		t.Fatalf("%d failures in a row counted as a stop", stopAfterFailures-1)
+	}
+	e.observe(timeout)
+	if !e.stopped || !e.since.Equal(first) {
+		t.Fatalf("%d failures in a row: stopped %v since %v, want since the first, %v", stopAfterFailures, e.stopped, e.since, first)
+	}
 }
