@@ -167,9 +167,11 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 		return nil, err
 	}
 	users := map[string]bool{}
+	g.mu.Lock()
 	for _, c := range g.members {
 		users[c.user] = true
 	}
+	g.mu.Unlock()
 	if err := countWindowRequests(cp, users, res.handoverRequests, res.crashRequests); err != nil {
 		return nil, err
 	}
