@@ -385,7 +385,10 @@ func watchStopOrder(podIP string) *stopOrder {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		s.appLastOK, s.appStopped, s.sidecarLastOK = app.lastOK, app.since, sidecar.lastOK
+		s.appLastOK, s.sidecarLastOK = app.lastOK, sidecar.lastOK
+		if app.stopped {
+			s.appStopped = app.since
+		}
 	}()
 	return s
 }
@@ -409,7 +412,7 @@ const stopAfterFailures = 3
 func (d *stopDetector) observe(err error) {
 	now := time.Now()
 	if err == nil {
-		d.lastOK, d.failures = now, 0
+		d.lastOK, d.failures, d.since = now, 0, time.Time{}
 		return
 	}
 	if d.failures == 0 {
@@ -708,8 +711,8 @@ func TestStopDetector(t *testing.T) {
 		t.Fatal("one timed-out request counted as a stop")
 	}
 	d.observe(nil)
-	if d.stopped || d.failures != 0 {
-		t.Fatalf("an answer after a timeout: stopped %v, failures %d", d.stopped, d.failures)
+	if d.stopped || d.failures != 0 || !d.since.IsZero() {
+		t.Fatalf("an answer after a timeout: stopped %v, failures %d, since %v", d.stopped, d.failures, d.since)
 	}
 	answered := d.lastOK
 	d.observe(refused)
