@@ -56,8 +56,14 @@ type raceBackoff struct {
 	// was.
 	losses   int
 	lastLoss time.Time
+	// overloaded is set by a race lost to the API server's 429 (see
+	// lostOverloaded), until a win or a long quiet time.
+	overloaded bool
 	// delay is the wait drawn at the last loss, for the next race.
 	delay time.Duration
+	// notBefore is when the API server, answering a takeover with a
+	// Retry-After, allows the next one (see throttled).
+	notBefore time.Time
 }
 
 // raceBackoffBase is the window after a first lost race: about the time a
@@ -97,16 +103,50 @@ func (b *raceBackoff) lost() {
 	defer b.mu.Unlock()
 	now := b.clock.Now()
 	if b.forgottenLocked(now) {
-		b.losses = 0
+		b.losses, b.overloaded = 0, false
 	}
 	b.losses++
 	b.lastLoss = now
+	b.delay = time.Duration(b.random() * float64(b.windowLocked()))
+}
+
+// windowLocked is the window of the next race's delay: the base doubled for
+// each race lost in a row after the first, at most max; max at once after
+// a refusal for overload (see lostOverloaded).
+func (b *raceBackoff) windowLocked() time.Duration {
+	if b.overloaded {
+		return b.max
+	}
 	window := b.base
 	for i := 1; i < b.losses && window < b.max; i++ {
 		window *= 2
 	}
-	window = min(window, b.max)
-	b.delay = time.Duration(b.random() * float64(window))
+	return min(window, b.max)
+}
+
+// lostOverloaded records a race lost because the API server refused this
+// candidate's takeover with 429 Too Many Requests: the race's writers were
+// enough to overload it, so the group is large, and the next race is drawn
+// from the largest window at once instead of doubling towards it. Doubling
+// from 25 ms took six to seven handovers at 200 candidates, every one of
+// them a herd of about 200 writes (docs/performance.md), because a herd
+// makes the winner's write slow to show, and everyone's delay runs out
+// before it does. Only a 429 says so: a conflict (409) is what a group of
+// two also sees.
+func (b *raceBackoff) lostOverloaded() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	if b.forgottenLocked(now) {
+		b.losses, b.overloaded = 0, false
+	}
+	b.losses++
+	b.lastLoss = now
+	b.overloaded = true
+	b.delay = time.Duration(b.random() * float64(b.windowLocked()))
 }
 
 // won records that this candidate holds the Lease: its next race, if any,
@@ -117,8 +157,44 @@ func (b *raceBackoff) won() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.losses = 0
+	b.losses, b.overloaded = 0, false
 	b.delay = 0
+}
+
+// throttled records that the API server refused a takeover write and asked
+// for retryAfter before the next (429 Too Many Requests from priority and
+// fairness, or a 5xx with Retry-After): no takeover is tried before then,
+// and not before this candidate's drawn delay on top of it, so that the
+// candidates refused together do not come back together. retryAfter is
+// capped at the largest window, which keeps a refused candidate's next try
+// within a retry period of the refusal whatever the server asks.
+//
+// client-go's REST client would wait out the Retry-After itself and send
+// the same write again; the takeover writes are sent once instead (see
+// leaseCache.updateOnce), because by then the Lease has usually been taken
+// and the write can only be refused again.
+func (b *raceBackoff) throttled(retryAfter time.Duration) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delay := b.delay
+	if b.forgottenLocked(b.clock.Now()) {
+		delay = 0
+	}
+	b.notBefore = b.clock.Now().Add(min(retryAfter, b.max) + delay)
+}
+
+// throttledUntil is when the API server allows this candidate's next
+// takeover (zero if it has not refused one).
+func (b *raceBackoff) throttledUntil() time.Time {
+	if b == nil {
+		return time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.notBefore
 }
 
 // wait is how long after the Lease may be taken this candidate tries it.

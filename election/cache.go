@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -312,13 +314,64 @@ func (l cachedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o
 	if l.cache.beforeWrite != nil {
 		lease = l.cache.beforeWrite(lease)
 	}
-	updated, err := l.LeaseInterface.Update(ctx, lease, opts)
+	var updated *coordinationv1.Lease
+	var err error
+	if sentOnce(ctx) {
+		updated, err = l.cache.updateOnce(ctx, lease, opts)
+	} else {
+		updated, err = l.LeaseInterface.Update(ctx, lease, opts)
+	}
 	if apierrors.IsConflict(err) {
 		l.cache.refreshAfterConflict(ctx, lease.ResourceVersion)
 		return updated, err
 	}
 	l.afterWrite(ctx, updated, err)
 	return updated, err
+}
+
+// sendOnceKey marks a context whose Lease update is sent once, without the
+// REST client's retries.
+type sendOnceKey struct{}
+
+// sendOnce marks ctx so that the Lease update made with it is sent once:
+// client-go's REST client otherwise waits out the Retry-After of a 429 or
+// a 5xx and sends the same write again (up to 10 times). For a takeover that
+// is the wrong thing to do: when 200 candidates race for a released Lease,
+// priority and fairness refuses part of the herd with 429 after about a
+// second in its queue, and a second later the Lease has been taken, so every
+// retry is refused again as a conflict — 200 more writes on a loaded API
+// server, and handovers of one to six seconds (docs/performance.md). The
+// elector decides itself when to try again (observingLock.refusedTakeover).
+func sendOnce(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sendOnceKey{}, true)
+}
+
+func sentOnce(ctx context.Context) bool {
+	once, _ := ctx.Value(sendOnceKey{}).(bool)
+	return once
+}
+
+// updateOnce sends the update as the typed client does, but with no
+// retries. The typed client has no option for that; its REST client's
+// requests do (MaxRetries). A clientset without a REST client (client-go's
+// fake, in unit tests) gets the typed update.
+func (c *leaseCache) updateOnce(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	rc, ok := c.requests.CoordinationV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		return c.requests.CoordinationV1().Leases(lease.Namespace).Update(ctx, lease, opts)
+	}
+	result := &coordinationv1.Lease{}
+	err := rc.Put().
+		UseProtobufAsDefault().
+		Namespace(lease.Namespace).
+		Resource("leases").
+		Name(lease.Name).
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(lease).
+		MaxRetries(0).
+		Do(ctx).
+		Into(result)
+	return result, err
 }
 
 // afterWrite remembers a written Lease, and on AlreadyExists reads the Lease

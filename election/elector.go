@@ -274,15 +274,18 @@ func New(cfg Config) (*Elector, error) {
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Events},
 			Labels:     cfg.Labels,
 		},
-		tracker:  t,
-		cache:    e.cache,
-		metrics:  e.metrics,
-		onLapse:  e.stopRound,
-		gate:     cfg.Gate,
-		campaign: e.campaign,
-		backoff:  e.backoff,
-		ownLease: cfg.OwnLease,
-		writing:  &e.writing,
+		tracker: t,
+		cache:   e.cache,
+		metrics: e.metrics,
+		onLapse: e.stopRound,
+		// The lock calls it from client-go's goroutine, outside the write
+		// lock.
+		onThrottled: e.scheduleAttempt,
+		gate:        cfg.Gate,
+		campaign:    e.campaign,
+		backoff:     e.backoff,
+		ownLease:    cfg.OwnLease,
+		writing:     &e.writing,
 		readServerClock: func() error {
 			_, err := cfg.Client.Discovery().ServerVersion()
 			return err
@@ -401,6 +404,9 @@ func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
 func (e *Elector) scheduleAttempt() {
 	at, ok := e.tracker.nextAttempt()
 	at = at.Add(e.backoff.wait())
+	if until := e.backoff.throttledUntil(); at.Before(until) {
+		at = until
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.attempt != nil {

@@ -66,6 +66,9 @@ type observingLock struct {
 	tracker *tracker
 	metrics *metrics
 	onLapse func()
+	// onThrottled is told when the API server asked this candidate to wait
+	// before its next takeover (see refusedTakeover).
+	onThrottled func()
 	// gate, if set, admits new terms (not renewals of this process's own);
 	// so does campaign (nil: always).
 	gate     Gate
@@ -189,6 +192,9 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 // back-off (raceBackoff) before it tries a Lease that may be taken; the
 // elector's attempt timer starts a new round when the wait ends.
 func (l *observingLock) backingOff() bool {
+	if l.tracker.clock.Now().Before(l.backoff.throttledUntil()) {
+		return true
+	}
 	wait := l.backoff.wait()
 	if wait == 0 {
 		return false
@@ -328,7 +334,8 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 			return errNotExpired
 		}
 		l.readServerClockForHistorylessLease()
-		return l.admitted(!l.tracker.holdingLease(), func() error {
+		newTerm := !l.tracker.holdingLease()
+		err := l.admitted(newTerm, func() error {
 			// client-go carries its own idea of the token: what it proposed
 			// for the term, not what was written. A write that continues
 			// this process's own term keeps that term's token; any other
@@ -338,10 +345,45 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 			} else if err := l.setNewTermToken(&ler, !l.ownLease); err != nil {
 				return err
 			}
+			if newTerm {
+				return l.write(sendOnce(ctx), ler, l.inner.Update)
+			}
 			return l.write(ctx, ler, l.inner.Update)
 		})
+		if newTerm && err != nil {
+			l.refusedTakeover(err)
+		}
+		return err
 	}
 	return l.write(ctx, ler, l.inner.Update)
+}
+
+// refusedTakeover deals with a takeover write the API server refused with
+// a Retry-After (429 from priority and fairness when a herd of candidates
+// writes at once, or a 5xx): the write was sent once (see sendOnce), so
+// this candidate decides itself when to try again. A 429 is a race lost,
+// like a conflict, and one that says the group is large: the next race's
+// delay is drawn from the largest window at once
+// (raceBackoff.lostOverloaded), so that it is not a herd again. It is
+// counted even if the watch showed the winner first and that version
+// counted the loss: the 429 is news. A 5xx is not counted: it says nothing
+// about other candidates, and counting it would slow the takeover after an
+// API server recovers. Either way no takeover is tried before the
+// Retry-After has passed, and onThrottled schedules one for then, since
+// client-go would otherwise wait for its next retry tick. Called outside
+// the write lock: onThrottled takes the elector's.
+func (l *observingLock) refusedTakeover(err error) {
+	seconds, ok := apierrors.SuggestsClientDelay(err)
+	if !ok || seconds <= 0 {
+		return
+	}
+	if apierrors.IsTooManyRequests(err) {
+		l.backoff.lostOverloaded()
+	}
+	l.backoff.throttled(time.Duration(seconds) * time.Second)
+	if l.onThrottled != nil {
+		l.onThrottled()
+	}
 }
 
 func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElectionRecord, do func(context.Context, resourcelock.LeaderElectionRecord) error) error {
