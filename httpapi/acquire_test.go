@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -140,5 +141,42 @@ func TestEventsLost(t *testing.T) {
 	want = el.set(func(s *election.State) { s.Holder = "pod-c" })
 	if _, got := r.nextEvent(); got["revision"] != float64(want.Revision) {
 		t.Errorf("event = %v, want revision %d", got, want.Revision)
+	}
+}
+
+// TestEventsSharedBetweenStreams: streams share the text of a change's
+// events (formatted once), but a stream that connects after a term ended
+// gets the current state alone, not the "lost" another stream was sent
+// with it.
+func TestEventsSharedBetweenStreams(t *testing.T) {
+	el := newFakeElection(leaderState())
+	srv := newSSEServer(t, NewAPIHandler(el, APIOptions{KeepAlive: time.Hour}))
+	respA, cancelA := srv.connect(t, "a")
+	defer cancelA()
+	a := &sseReader{t: t, br: bufio.NewReader(respA.Body)}
+	a.nextEvent()
+	lostState := el.set(func(s *election.State) {
+		*s = followerState()
+		s.LastChange = election.Change{Reason: election.ReasonTakenOver, At: time.Now(), FencingToken: 7}
+		s.LastLost = s.LastChange
+		s.Revision = 20
+	})
+	if ev := a.next(); ev.event != "lost" {
+		t.Fatalf("stream a: event after losing = %q, want lost", ev.event)
+	}
+	a.nextEvent()
+
+	respB, cancelB := srv.connect(t, "b")
+	defer cancelB()
+	b := &sseReader{t: t, br: bufio.NewReader(respB.Body)}
+	if ev := b.next(); ev.event != "leader" || ev.id != strconv.FormatUint(lostState.Revision, 10) {
+		t.Fatalf("stream b's first event = %q id %s, want leader at revision %d (no lost)", ev.event, ev.id, lostState.Revision)
+	}
+
+	// Both were told revision 20: the next change is the same text on both.
+	want := el.set(func(s *election.State) { s.Holder = "pod-c" })
+	evA, evB := a.next(), b.next()
+	if evA != evB || evA.id != strconv.FormatUint(want.Revision, 10) {
+		t.Errorf("events after the change: a %+v, b %+v; want the same, at revision %d", evA, evB, want.Revision)
 	}
 }

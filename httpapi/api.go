@@ -100,6 +100,8 @@ type leaderAPI struct {
 	// encoded is the JSON of the last state served: most requests find the
 	// state unchanged and reuse it.
 	encoded atomic.Pointer[encodedState]
+	// chunks are the SSE events of the last change, shared by the streams.
+	chunks eventChunks
 }
 
 type encodedState struct {
@@ -167,6 +169,7 @@ func (a *leaderAPI) leaderSource() watchable[election.State] {
 			return body[:len(body)-1], nil
 		},
 		before: lostEvent,
+		chunks: &a.chunks,
 	}
 }
 
@@ -240,16 +243,6 @@ func parseLeaderQuery(v url.Values) (leaderQuery, error) {
 // events streams the state as server-sent events (event: leader).
 func (a *leaderAPI) events(w http.ResponseWriter, r *http.Request) {
 	stream(w, r, a.keepAlive, a.leaderSource())
-}
-
-func writeChunk(rc *http.ResponseController, w http.ResponseWriter, chunk string) error {
-	if err := rc.SetWriteDeadline(time.Now().Add(writeGrace)); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprint(w, chunk); err != nil {
-		return err
-	}
-	return rc.Flush()
 }
 
 // compat answers GET / (and /health) in the format of the retired

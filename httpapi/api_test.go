@@ -768,65 +768,105 @@ func (r *sseReader) nextEvent() (sseEvent, map[string]any) {
 }
 
 // sseServer serves h on real connections with small send buffers, so that a
-// client that does not read stalls its handler soon. It reports every
-// finished request on handled, and whether the handler of the request made
-// by each client (the X-Client header) is in a write.
+// client that does not read stalls its stream soon. Its streams belong to
+// a streamGroup, as a Server's do, so a test can see them end; and it
+// reports whether the connection of each client (named in connect) is in
+// a write.
 type sseServer struct {
 	*httptest.Server
-	handled chan string
-	writing sync.Map // client name -> *atomic.Bool
+	streams *streamGroup
+	// writing maps a connection's remote address to its *atomic.Bool.
+	writing sync.Map
+	// clients maps a client's name to its connection's local address.
+	clients sync.Map
 }
 
-// smallBufferListener shrinks the send buffer of accepted connections.
-type smallBufferListener struct{ net.Listener }
+// trackingListener shrinks the send buffer of accepted connections and
+// records whether a write on each is under way.
+type trackingListener struct {
+	net.Listener
+	s *sseServer
+}
 
-func (l smallBufferListener) Accept() (net.Conn, error) {
+func (l trackingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetWriteBuffer(16 << 10)
 	}
-	return c, err
+	busy, _ := l.s.writing.LoadOrStore(c.RemoteAddr().String(), new(atomic.Bool))
+	return trackingConn{Conn: c, busy: busy.(*atomic.Bool)}, nil
 }
 
-// trackingWriter records whether a write or flush is under way.
-type trackingWriter struct {
-	http.ResponseWriter
+// trackingConn records whether a write is under way.
+type trackingConn struct {
+	net.Conn
 	busy *atomic.Bool
 }
 
-func (w trackingWriter) Write(p []byte) (int, error) {
-	w.busy.Store(true)
-	defer w.busy.Store(false)
-	return w.ResponseWriter.Write(p)
+func (c trackingConn) Write(p []byte) (int, error) {
+	c.busy.Store(true)
+	defer c.busy.Store(false)
+	return c.Conn.Write(p)
 }
-
-func (w trackingWriter) FlushError() error {
-	w.busy.Store(true)
-	defer w.busy.Store(false)
-	return http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-func (w trackingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func newSSEServer(t *testing.T, h http.Handler) *sseServer {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	s := &sseServer{handled: make(chan string, 100)}
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() { s.handled <- r.URL.Path }()
-		busy, _ := s.writing.LoadOrStore(r.Header.Get("X-Client"), new(atomic.Bool))
-		h.ServeHTTP(trackingWriter{ResponseWriter: w, busy: busy.(*atomic.Bool)}, r)
-	}))
-	s.Listener = smallBufferListener{s.Listener}
-	s.Config.BaseContext = func(net.Listener) context.Context { return ctx }
+	streamCtx, stop := context.WithCancel(ctx)
+	s := &sseServer{streams: newStreamGroup(streamCtx.Done(), stop)}
+	s.Server = httptest.NewUnstartedServer(h)
+	s.Listener = trackingListener{Listener: s.Listener, s: s}
+	s.Config.BaseContext = func(net.Listener) context.Context {
+		return context.WithValue(streamCtx, streamGroupKey{}, s.streams)
+	}
 	s.Start()
-	t.Cleanup(s.Close)
+	t.Cleanup(func() {
+		s.Close()
+		s.stopStreams(t)
+	})
 	return s
 }
 
-// busy reports whether the handler of client's request is in a write.
+// stopStreams ends the streams, as a Server's Shutdown does, and waits for
+// them.
+func (s *sseServer) stopStreams(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.streams.stop():
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Error("the streams did not end after the server stopped them")
+	}
+}
+
+// running is the number of streams still running.
+func (s *sseServer) running() int {
+	s.streams.mu.Lock()
+	defer s.streams.mu.Unlock()
+	return s.streams.running
+}
+
+// waitStreams waits until n streams run.
+func (s *sseServer) waitStreams(t *testing.T, n int, why string) {
+	t.Helper()
+	deadline := time.Now().Add(wait.ForeverTestTimeout)
+	for s.running() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d streams run, want %d: %s", s.running(), n, why)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// busy reports whether the connection of client's stream is in a write.
 func (s *sseServer) busy(client string) bool {
-	b, ok := s.writing.Load(client)
+	addr, ok := s.clients.Load(client)
+	if !ok {
+		return false
+	}
+	b, ok := s.writing.Load(addr)
 	return ok && b.(*atomic.Bool).Load()
 }
 
@@ -838,11 +878,14 @@ func (s *sseServer) connect(t *testing.T, client string) (*http.Response, contex
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("X-Client", client)
 	// One connection per client; a client that will not read gets a small
 	// receive buffer.
 	transport := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return c, err
+		}
+		s.clients.Store(client, c.LocalAddr().String())
 		if tc, ok := c.(*net.TCPConn); ok && client == "slow" {
 			_ = tc.SetReadBuffer(4 << 10)
 		}
@@ -891,15 +934,16 @@ func TestEvents(t *testing.T) {
 		}
 	}
 
-	// The stream ends, and its handler returns, when the client goes away.
+	// The stream ends when the client has gone away, at its next writes
+	// (the first may still be accepted by the connection).
+	srv.waitStreams(t, 1, "one client connected")
 	cancel()
-	select {
-	case path := <-srv.handled:
-		if path != "/events" {
-			t.Errorf("finished %q, want /events", path)
+	for i := 0; srv.running() != 0; i++ {
+		if i == 100 {
+			t.Fatal("the stream still runs after 100 changes since its client went away")
 		}
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the SSE handler did not return after the client went away")
+		el.set(func(s *election.State) { s.Holder = fmt.Sprintf("pod-%d", i) })
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -926,7 +970,7 @@ func TestEventsKeepAlive(t *testing.T) {
 
 // TestEventsSlowClient: a client that never reads must not hold up another
 // client. Each event is larger than the stalled connection's buffers, so its
-// handler blocks in a write at once.
+// stream blocks in a write at once.
 func TestEventsSlowClient(t *testing.T) {
 	base := followerState()
 	base.Identity = strings.Repeat("x", 64<<10)
@@ -947,19 +991,15 @@ func TestEventsSlowClient(t *testing.T) {
 			t.Fatalf("event %d = revision %v holder %v, want %d %q", i, got["revision"], got["holder"], want.Revision, holder)
 		}
 	}
-	// Make sure the test tested something: the slow client's handler is
+	// Make sure the test tested something: the slow client's stream is
 	// stuck in a write.
 	if !srv.busy("slow") {
-		t.Error("the slow client's handler is not blocked in a write; the test proves nothing")
+		t.Error("the slow client's stream is not blocked in a write; the test proves nothing")
 	}
-	// Let the stalled handler fail its write and return before the server
-	// closes.
+	// The stalled stream fails its write and ends once its client goes
+	// away; the other runs on.
 	stopSlow()
-	select {
-	case <-srv.handled:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the stalled SSE handler did not return after its client went away")
-	}
+	srv.waitStreams(t, 1, "the slow client went away")
 }
 
 func TestServerLifecycle(t *testing.T) {
@@ -993,12 +1033,22 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatalf("GET /events: %v", err)
 	}
 	defer streamResp.Body.Close()
-	(&sseReader{t: t, br: bufio.NewReader(streamResp.Body)}).nextEvent()
+	stream := &sseReader{t: t, br: bufio.NewReader(streamResp.Body)}
+	stream.nextEvent()
 
+	// The last change before the shutdown reaches the stream, which then
+	// ends.
+	last := el.set(func(s *election.State) { s.Holder = "" })
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), wait.ForeverTestTimeout)
 	defer cancel()
 	if err := s.Shutdown(shutdownCtx); err != nil {
 		t.Errorf("Shutdown: %v", err)
+	}
+	if _, got := stream.nextEvent(); got["revision"] != float64(last.Revision) {
+		t.Errorf("last event = %v, want revision %d", got, last.Revision)
+	}
+	if rest, err := io.ReadAll(stream.br); err != nil || len(rest) != 0 {
+		t.Errorf("after the last event the stream has %q, %v; want its end", rest, err)
 	}
 	select {
 	case err := <-served:
@@ -1007,5 +1057,22 @@ func TestServerLifecycle(t *testing.T) {
 		}
 	case <-time.After(wait.ForeverTestTimeout):
 		t.Fatal("Serve did not return after Shutdown")
+	}
+}
+
+// TestEventsAfterShutdownBegan: a stream asked for once the server has
+// begun to shut down is not started: its connection is closed.
+func TestEventsAfterShutdownBegan(t *testing.T) {
+	el := newFakeElection(followerState())
+	srv := newSSEServer(t, NewAPIHandler(el, APIOptions{KeepAlive: time.Hour}))
+	srv.stopStreams(t)
+	resp, err := http.Get(srv.URL + "/events")
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("GET /events during shutdown = %d %q, want the connection closed", resp.StatusCode, body)
+	}
+	if n := srv.running(); n != 0 {
+		t.Errorf("%d streams run", n)
 	}
 }

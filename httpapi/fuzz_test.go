@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -38,6 +39,24 @@ func fuzzRequest(method byte, target, accept string) (*http.Request, bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return r.WithContext(ctx), true
+}
+
+// hijackableRecorder is a ResponseRecorder that can be taken over, as the
+// server's connections can (an event stream leaves net/http, see stream):
+// the connection it hands over has a client that has gone away already, so
+// the stream ends at its first write.
+type hijackableRecorder struct {
+	*httptest.ResponseRecorder
+}
+
+func newHijackableRecorder() hijackableRecorder {
+	return hijackableRecorder{ResponseRecorder: httptest.NewRecorder()}
+}
+
+func (w hijackableRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	server, client := net.Pipe()
+	_ = client.Close()
+	return server, bufio.NewReadWriter(bufio.NewReader(server), bufio.NewWriter(server)), nil
 }
 
 // checkAnswer fails on a 5xx, and on an error answer that is not a JSON
@@ -102,9 +121,9 @@ func FuzzAPIHandler(f *testing.F) {
 			releases.Add(1)
 			return followerState(), nil
 		}
-		w := httptest.NewRecorder()
+		w := newHijackableRecorder()
 		NewAPIHandler(el, APIOptions{}).ServeHTTP(w, r)
-		checkAnswer(t, r, w)
+		checkAnswer(t, r, w.ResponseRecorder)
 		if releases.Load() > 0 {
 			q, err := url.ParseQuery(r.URL.RawQuery)
 			if r.Method != http.MethodPost || r.URL.Path != "/release" || err != nil || len(q) > 0 {
@@ -163,9 +182,9 @@ func FuzzPartitionsAPIHandler(f *testing.F) {
 			return
 		}
 		p := &fuzzPartitions{fakePartitions: newFakePartitions()}
-		w := httptest.NewRecorder()
+		w := newHijackableRecorder()
 		NewPartitionsAPIHandler(p, APIOptions{}).ServeHTTP(w, r)
-		checkAnswer(t, r, w)
+		checkAnswer(t, r, w.ResponseRecorder)
 		if p.released.Load() > 0 {
 			q, err := url.ParseQuery(r.URL.RawQuery)
 			if r.Method != http.MethodPost || !canonicalRelease.MatchString(r.URL.EscapedPath()) || err != nil || len(q) > 0 {

@@ -96,6 +96,8 @@ func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
 type partitionsAPI struct {
 	p         Partitions
 	keepAlive time.Duration
+	// chunks are the SSE events of the last change, shared by the streams.
+	chunks eventChunks
 }
 
 func (a *partitionsAPI) source() watchable[partition.State] {
@@ -104,6 +106,7 @@ func (a *partitionsAPI) source() watchable[partition.State] {
 		revision: func(s partition.State) uint64 { return s.Revision },
 		event:    "partitions",
 		encode:   func(s partition.State) ([]byte, error) { return marshalJSON(partitionsJSON(s)) },
+		chunks:   &a.chunks,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -14,9 +15,10 @@ import (
 type Server struct {
 	srv *http.Server
 	ln  net.Listener
-	// stopStreams ends long-polls and SSE streams when shutting down; without
-	// it Shutdown would wait for them until its own deadline.
-	stopStreams context.CancelFunc
+	// streams ends long-polls and SSE streams when shutting down: without
+	// it Shutdown would wait for the long-polls until its own deadline, and
+	// would not wait for the streams at all.
+	streams *streamGroup
 }
 
 // Listen binds addr and prepares a server for h. baseCtx carries the logger
@@ -27,6 +29,7 @@ func Listen(baseCtx context.Context, addr string, h http.Handler) (*Server, erro
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
 	streamCtx, stop := context.WithCancel(context.WithoutCancel(baseCtx))
+	streams := newStreamGroup(streamCtx.Done(), stop)
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -35,9 +38,75 @@ func Listen(baseCtx context.Context, addr string, h http.Handler) (*Server, erro
 		WriteTimeout:   15 * time.Second,
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: 16 << 10,
-		BaseContext:    func(net.Listener) context.Context { return streamCtx },
+		BaseContext:    func(net.Listener) context.Context { return context.WithValue(streamCtx, streamGroupKey{}, streams) },
 	}
-	return &Server{srv: srv, ln: ln, stopStreams: stop}, nil
+	return &Server{srv: srv, ln: ln, streams: streams}, nil
+}
+
+// streamGroup follows the event streams of one server: they outlive their
+// requests (they leave net/http, see stream), so the server's Shutdown
+// does not see them; it tells them through the group and waits for them
+// to send their last event and close.
+type streamGroup struct {
+	// shutdown is closed when the server starts to shut down.
+	shutdown <-chan struct{}
+	stopAll  context.CancelFunc
+
+	mu       sync.Mutex
+	running  int
+	stopping bool
+	// idle is closed once the server is stopping and no stream runs.
+	idle chan struct{}
+}
+
+func newStreamGroup(shutdown <-chan struct{}, stopAll context.CancelFunc) *streamGroup {
+	return &streamGroup{shutdown: shutdown, stopAll: stopAll, idle: make(chan struct{})}
+}
+
+// start counts a new stream in; false if the server is shutting down.
+func (g *streamGroup) start() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopping {
+		return false
+	}
+	g.running++
+	return true
+}
+
+// done counts a stream out.
+func (g *streamGroup) done() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running--
+	if g.running == 0 && g.stopping {
+		close(g.idle)
+	}
+}
+
+// stop tells every stream (and long-poll) to end; the channel it returns
+// is closed once no stream runs.
+func (g *streamGroup) stop() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.stopping {
+		g.stopping = true
+		g.stopAll()
+		if g.running == 0 {
+			close(g.idle)
+		}
+	}
+	return g.idle
+}
+
+type streamGroupKey struct{}
+
+// streamGroupOf returns the streams of the Server that serves the request
+// (nil if it is not a Server's: its streams then end only when their client
+// goes away).
+func streamGroupOf(ctx context.Context) *streamGroup {
+	g, _ := ctx.Value(streamGroupKey{}).(*streamGroup)
+	return g
 }
 
 // Addr is the bound address (useful with port 0).
@@ -51,8 +120,17 @@ func (s *Server) Serve() error {
 	return nil
 }
 
-// Shutdown ends open streams and waits for in-flight requests until ctx ends.
+// Shutdown ends open streams and waits for in-flight requests, and for the
+// streams to send their last event, until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.stopStreams()
-	return s.srv.Shutdown(ctx)
+	idle := s.streams.stop()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
