@@ -377,10 +377,10 @@ func readResponse(br *bufio.Reader) (status int, keepAlive bool, err error) {
 	}
 }
 
-// attachSSE opens n /events streams that read (and drop) everything the
+// readSSE opens n /events streams that read (and drop) everything the
 // server sends until ctx ends, and returns once each has received its first
-// event.
-func attachSSE(ctx context.Context, url string, n int) error {
+// event. It runs in a process of its own (see attachSSE).
+func readSSE(ctx context.Context, url string, n int) error {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}}
 	ready := make(chan error, n)
 	for range n {

@@ -155,6 +155,9 @@ func (o *options) validate() error {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == sseReaderCommand {
+		os.Exit(runSSEReaders(os.Args[2:]))
+	}
 	opts := defaultOptions()
 	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
 	opts.addFlags(fs)

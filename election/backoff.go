@@ -95,7 +95,11 @@ func newRaceBackoff(clk clock.PassiveClock, retryPeriod, leaseDuration time.Dura
 
 // lost records a race lost: the Lease was ready to be taken by this
 // candidate and another took it. It draws the wait for the next race.
-func (b *raceBackoff) lost() {
+func (b *raceBackoff) lost() { b.recordLoss(false) }
+
+// recordLoss counts a race lost (overloaded: to a 429, see lostOverloaded)
+// and draws the wait for the next race.
+func (b *raceBackoff) recordLoss(overloaded bool) {
 	if b == nil {
 		return
 	}
@@ -107,6 +111,7 @@ func (b *raceBackoff) lost() {
 	}
 	b.losses++
 	b.lastLoss = now
+	b.overloaded = b.overloaded || overloaded
 	b.delay = time.Duration(b.random() * float64(b.windowLocked()))
 }
 
@@ -133,21 +138,7 @@ func (b *raceBackoff) windowLocked() time.Duration {
 // makes the winner's write slow to show, and everyone's delay runs out
 // before it does. Only a 429 says so: a conflict (409) is what a group of
 // two also sees.
-func (b *raceBackoff) lostOverloaded() {
-	if b == nil {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.clock.Now()
-	if b.forgottenLocked(now) {
-		b.losses, b.overloaded = 0, false
-	}
-	b.losses++
-	b.lastLoss = now
-	b.overloaded = true
-	b.delay = time.Duration(b.random() * float64(b.windowLocked()))
-}
+func (b *raceBackoff) lostOverloaded() { b.recordLoss(true) }
 
 // won records that this candidate holds the Lease: its next race, if any,
 // is tried at once.

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,27 @@ func newBackoffElector(t *testing.T, campaign Campaign, objs ...runtime.Object) 
 	return e, clk, client
 }
 
+// countRounds marks e as running and counts the rounds its attempt timer
+// starts (each cancels the round under way).
+func countRounds(e *Elector) *atomic.Int32 {
+	var rounds atomic.Int32
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.running = true
+	e.cancelRun = func() { rounds.Add(1) }
+	return &rounds
+}
+
+// shownHolder is the holder client-go is shown when it reads the Lease.
+func shownHolder(t *testing.T, ctx context.Context, e *Elector) string {
+	t.Helper()
+	rec, _, err := e.lock.Get(ctx)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	return rec.HolderIdentity
+}
+
 // TestElectorCountsLostRaces: a Lease this candidate was about to take
 // (released, or its holder's lease ran out), then seen held by another, is
 // one race lost; nothing else is.
@@ -265,11 +287,7 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			e, clk, _ := newBackoffElector(t, CampaignAuto)
-			var rounds atomic.Int32
-			e.mu.Lock()
-			e.running = true
-			e.cancelRun = func() { rounds.Add(1) }
-			e.mu.Unlock()
+			rounds := countRounds(e)
 			if tc.lostRace {
 				e.cache.offer(leaseVersion("", "2", t0))
 				e.cache.offer(leaseVersion("pod-b", "3", t0))
@@ -277,14 +295,7 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 			// Released: the attempt timer is armed a millisecond after
 			// the wait, so that the moment has certainly passed.
 			e.cache.offer(leaseVersion("", "4", clk.Now()))
-			shown := func() string {
-				t.Helper()
-				rec, _, err := e.lock.Get(ctx)
-				if err != nil {
-					t.Fatalf("Get: %v", err)
-				}
-				return rec.HolderIdentity
-			}
+			shown := func() string { return shownHolder(t, ctx, e) }
 			if tc.wantWait > 0 {
 				if h := shown(); h != backingOffHolder {
 					t.Errorf("during the back-off client-go is shown holder %q, want %q", h, backingOffHolder)

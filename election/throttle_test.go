@@ -124,11 +124,7 @@ func TestElectorRefusedTakeover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			e, clk, client := newBackoffElector(t, CampaignAuto)
-			var rounds atomic.Int32
-			e.mu.Lock()
-			e.running = true
-			e.cancelRun = func() { rounds.Add(1) }
-			e.mu.Unlock()
+			rounds := countRounds(e)
 			released := leaseVersion("", "2", t0)
 			e.cache.offer(released)
 			client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -137,14 +133,7 @@ func TestElectorRefusedTakeover(t *testing.T) {
 				}
 				return true, nil, tc.err
 			})
-			shown := func() string {
-				t.Helper()
-				rec, _, err := e.lock.Get(ctx)
-				if err != nil {
-					t.Fatalf("Get: %v", err)
-				}
-				return rec.HolderIdentity
-			}
+			shown := func() string { return shownHolder(t, ctx, e) }
 			if h := shown(); h != "" {
 				t.Fatalf("released Lease shown held by %q", h)
 			}
