@@ -38,7 +38,9 @@ import (
 // the Lease's resourceVersion and no expiry check is skipped. The delay is
 // at most raceBackoffMax(retryPeriod), half a retry period, so the bound on
 // a crash takeover (lease duration + 2.2 retry periods, client-go's own
-// retry) still holds even for a candidate that tries last.
+// retry) still holds even for a candidate that tries last — unless the API
+// server refuses takeovers with 429 (see throttled), when no bound of ours
+// holds anyway.
 //
 // Hand-written: client-go's wait.Backoff steps a fixed sequence and has no
 // notion of forgetting after a quiet time, and the delay must be drawn once
