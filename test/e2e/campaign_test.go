@@ -14,6 +14,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/leader-elector/leader-elector/api"
 )
@@ -296,13 +297,19 @@ func TestLostReasons(t *testing.T) {
 	// taken-over: another holder is written into the Lease (a hand edit).
 	leader = g.waitLeader(30 * time.Second)
 	events = openEvents(t, leader)
-	lease, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	intruder := "someone-else"
-	lease.Spec.HolderIdentity = &intruder
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+	// The leader renews every retry period: a renewal between the read and
+	// the write makes the write a conflict, and the edit is made again on
+	// the new version, as a person would.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		lease.Spec.HolderIdentity = &intruder
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if lost := events.waitLost(10 * time.Second); lost.Reason != "taken-over" || lost.Holder != intruder {
