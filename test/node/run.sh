@@ -45,20 +45,27 @@ snapshot() {
 
 before="$(snapshot)"
 
+# kill_left <say>: SIGKILL every process still in the test's network
+# namespace or in a kubepods cgroup, until none is left (3 rounds).
+kill_left() {
+	local i pids
+	for i in 1 2 3; do
+		pids="$(ip netns pids "$ns" 2>/dev/null; find /sys/fs/cgroup/*/kubepods* -name cgroup.procs -exec cat {} + 2>/dev/null)"
+		pids="$(echo "$pids" | grep -vx "$$" | sort -u)"
+		[[ -z $pids ]] && return
+		[[ $1 == 1 && $i == 1 ]] && echo "run.sh: killing processes the test left: $(echo $pids)" >&2
+		kill -9 $pids 2>/dev/null
+		sleep 1
+	done
+}
+
 cleanup() {
 	local rc=$?
 	set +e
 	# Frozen cgroups first: a frozen task only dies once thawed.
 	for f in $(find /sys/fs/cgroup/freezer -path '*kubepods*' -name freezer.state 2>/dev/null); do echo THAWED >"$f"; done
 	for f in $(find /sys/fs/cgroup/kubepods* -name cgroup.freeze 2>/dev/null); do echo 0 >"$f"; done
-	for i in 1 2 3; do
-		pids="$(ip netns pids "$ns" 2>/dev/null; find /sys/fs/cgroup/*/kubepods* -name cgroup.procs -exec cat {} + 2>/dev/null)"
-		pids="$(echo "$pids" | grep -vx "$$" | sort -u)"
-		[[ -z $pids ]] && break
-		[[ $i == 1 ]] && echo "run.sh: killing processes the test left: $(echo $pids)" >&2
-		kill -9 $pids 2>/dev/null
-		sleep 1
-	done
+	kill_left 1
 	# Mounts under the work dir (volumes) and the pods' network namespaces.
 	for m in $(awk -v w="$work" '$5 == w || index($5, w "/") == 1 {print $5}' /proc/self/mountinfo | sort -r); do umount -l "$m"; done
 	for f in /run/netns/cni-*; do
@@ -66,7 +73,23 @@ cleanup() {
 		grep -qx "netns ${f#/run/netns/}" <<<"$before" && continue
 		umount -l "$f" 2>/dev/null; rm -f "$f"
 	done
-	for d in $(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null); do rmdir "$d" 2>/dev/null; done
+	# A cgroup cannot be removed while a task in it is still exiting (a
+	# killed process with much memory, or one killed while it was being
+	# thawed), so removal is retried, killing again what appeared meanwhile,
+	# for up to 30 s; then what still holds a cgroup is printed.
+	local left
+	for i in $(seq 30); do
+		for d in $(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null); do rmdir "$d" 2>/dev/null; done
+		left="$(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null)"
+		[[ -z $left ]] && break
+		kill_left 0
+		sleep 1
+	done
+	if [[ -n $left ]]; then
+		echo "run.sh: cgroups that could not be removed in 30 s, and the tasks in them:" >&2
+		for d in $left; do echo "run.sh:   $d: $(cat "$d/cgroup.procs" "$d/tasks" 2>/dev/null | sort -u | tr '\n' ' ')" >&2; done
+		ps -eo pid,ppid,stat,comm 2>/dev/null | awk '$3 ~ /^[ZD]/' | sed 's/^/run.sh:   /' >&2
+	fi
 	ip netns del "$ns" 2>/dev/null
 	for s in "${sysctls[@]}"; do
 		v="$(grep "^sysctl $s=" <<<"$before" | cut -d= -f2-)"
