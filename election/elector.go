@@ -197,6 +197,7 @@ type Elector struct {
 	lock     *observingLock
 	cache    *leaseCache
 	campaign *campaign
+	log      *transitionLog
 	// backoff spaces out this candidate's takeover attempts after races
 	// it lost (a large group's thundering herd).
 	backoff *raceBackoff
@@ -239,9 +240,16 @@ func New(cfg Config) (*Elector, error) {
 	if cfg.ServerClock != nil {
 		t.server = cfg.ServerClock
 	}
-	t.onChange = cfg.OnChange
 	t.onState = cfg.OnState
+	log := &transitionLog{tracker: t}
+	t.onChange = func() {
+		if cfg.OnChange != nil {
+			cfg.OnChange()
+		}
+		log.wake()
+	}
 	e := &Elector{
+		log:      log,
 		cfg:      cfg,
 		clock:    clk,
 		tracker:  t,
@@ -483,11 +491,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		logger.Info("The Lease's fencing token is ahead of the API server's clock (edited by hand, or the server's clock went back); terms start anyway, and the token is not guaranteed to grow across a re-creation of the Lease while no sidecar runs", "fencingToken", token, "serverClockSeconds", clock)
 	})
 
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		e.logTransitions(ctx)
-	}()
+	e.log.start(logger)
 
 	e.mu.Lock()
 	e.running = true
@@ -532,7 +536,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
-	<-logDone
+	e.log.stop()
 	return err
 }
 
@@ -648,43 +652,4 @@ func (e *Elector) release(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("release lease %s/%s: it kept changing under us", e.cfg.Namespace, e.cfg.Name)
-}
-
-// logTransitions logs every change of this pod's leadership, one line
-// each at the default verbosity with its reason and fencing token, and the
-// other holders it observes at -v=2.
-func (e *Elector) logTransitions(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	prev, changed := e.tracker.Watch()
-	for {
-		done := false
-		select {
-		case <-ctx.Done():
-			// The change that ended the run (shutdown) is published
-			// before ctx ends: log it too.
-			done = true
-		case <-changed:
-		}
-		for _, c := range e.tracker.takeChanges() {
-			logChange(logger, c)
-		}
-		if done {
-			return
-		}
-		var cur State
-		cur, changed = e.tracker.Watch()
-		if !cur.IsLeader && (cur.Holder != prev.Holder || cur.FencingToken != prev.FencingToken) {
-			logger.V(2).Info("Observed new holder", "holder", cur.Holder, "fencingToken", cur.FencingToken)
-		}
-		prev = cur
-	}
-}
-
-// logChange writes the line of one leadership change.
-func logChange(logger klog.Logger, c Change) {
-	if c.Leader {
-		logger.Info("Became leader", "reason", c.Reason, "fencingToken", c.FencingToken)
-		return
-	}
-	logger.Info("Stopped leading", "reason", c.Reason, "fencingToken", c.FencingToken)
 }
