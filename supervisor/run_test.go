@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -207,6 +208,12 @@ func readPids(t *testing.T, path string) []int {
 }
 
 func TestRunFollowsLeadership(t *testing.T) {
+	// An ignored signal stays ignored across exec: under nohup the child
+	// would survive the SIGHUP this test forwards, and the test would time
+	// out without saying why.
+	if signal.Ignored(syscall.SIGHUP) {
+		t.Fatal("SIGHUP is ignored in this process (started under nohup?); the child would inherit that and survive the forwarded SIGHUP: run the tests without nohup")
+	}
 	f, srv := newFakeSidecar(t)
 	dir := t.TempDir()
 	env, pids, terms := filepath.Join(dir, "env"), filepath.Join(dir, "pids"), filepath.Join(dir, "terms")
