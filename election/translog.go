@@ -50,15 +50,19 @@ func (l *transitionLog) start(logger klog.Logger) {
 // stop writes the changes not yet written (the one that ended the run
 // among them) and then nothing more.
 func (l *transitionLog) stop() {
-	l.write()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.writeLocked()
 	l.logger = nil
 }
 
 func (l *transitionLog) write() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.writeLocked()
+}
+
+func (l *transitionLog) writeLocked() {
 	// A change from here on starts another write, which waits for this
 	// one: none is missed.
 	l.pending.Store(false)

@@ -111,8 +111,13 @@ func TestTransitionLogOrder(t *testing.T) {
 	tr.mu.Lock()
 	tr.onTransition = func(c Change) { recorded = append(recorded, c) }
 	tr.mu.Unlock()
+	count := func() int {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return len(recorded)
+	}
 	// Fewer changes than maxPendingChanges: none may be dropped.
-	for token := int64(1); len(recorded) < maxPendingChanges-4; token++ {
+	for token := int64(1); count() < maxPendingChanges-4; token++ {
 		tr.setClaiming(true, "")
 		tr.observeWrite(clk.Now(), own(token, clk.Now()))
 		tr.setClaiming(false, ReasonReleased)

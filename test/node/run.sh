@@ -77,11 +77,11 @@ cleanup() {
 	# killed process with much memory, or one killed while it was being
 	# thawed), so removal is retried, killing again what appeared meanwhile,
 	# for up to 30 s; then what still holds a cgroup is printed.
-	local left
-	for i in $(seq 30); do
+	local left until=$((SECONDS + 30))
+	while :; do
 		for d in $(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null); do rmdir "$d" 2>/dev/null; done
 		left="$(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null)"
-		[[ -z $left ]] && break
+		[[ -z $left || $SECONDS -ge $until ]] && break
 		kill_left 0
 		sleep 1
 	done
