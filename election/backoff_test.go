@@ -148,10 +148,11 @@ func newBackoffElector(t *testing.T, campaign Campaign, objs ...runtime.Object) 
 	return e, clk, client
 }
 
-// countRounds marks e as running and counts the rounds its attempt timer
-// starts (each cancels the round under way).
+// countRounds marks e as running (a candidate) and counts the rounds its
+// attempt timer starts (each cancels the round under way).
 func countRounds(e *Elector) *atomic.Int32 {
 	var rounds atomic.Int32
+	e.tracker.setClaiming(true, "")
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.running = true
@@ -178,6 +179,9 @@ func TestElectorCountsLostRaces(t *testing.T) {
 		campaign Campaign
 		steps    func(e *Elector, clk settlingClock)
 		want     int
+		// notRunning: the elector is not running (a group's elector
+		// between runs follows its Lease but races for nothing).
+		notRunning bool
 	}{
 		{
 			name: "released, then taken by another",
@@ -253,6 +257,14 @@ func TestElectorCountsLostRaces(t *testing.T) {
 			},
 		},
 		{
+			name:       "not running",
+			notRunning: true,
+			steps: func(e *Elector, clk settlingClock) {
+				e.cache.offer(leaseVersion("", "2", t0))
+				e.cache.offer(leaseVersion("pod-c", "3", t0))
+			},
+		},
+		{
 			name:     "manual campaign that nobody asked to campaign",
 			campaign: CampaignManual,
 			steps: func(e *Elector, clk settlingClock) {
@@ -263,6 +275,9 @@ func TestElectorCountsLostRaces(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, clk, _ := newBackoffElector(t, tc.campaign)
+			if !tc.notRunning {
+				countRounds(e)
+			}
 			tc.steps(e, clk)
 			if got := e.backoff.lostInARow(); got != tc.want {
 				t.Errorf("races lost = %d, want %d", got, tc.want)

@@ -237,6 +237,10 @@ func New(cfg Config) (*Elector, error) {
 		clk = clock.RealClock{}
 	}
 	t := newTracker(clk, cfg.Namespace, cfg.Name, cfg.Identity, cfg.RenewDeadline, cfg.LeaseDuration)
+	// Not a candidate until Run: an elector fed by a group but not running
+	// (partition mode runs one only while its pod holds or wants the
+	// partition) must not look as if it were racing for the Lease.
+	t.claiming = false
 	if cfg.ServerClock != nil {
 		t.server = cfg.ServerClock
 	}
@@ -355,6 +359,14 @@ func (e *Elector) StepDown(ctx context.Context, reason Reason) (State, error) {
 	return e.releaseFor(ctx, 0, reason)
 }
 
+// SittingOut reports whether the elector is releasing the Lease or staying
+// out of the election after a release (see ReleaseFor).
+func (e *Elector) SittingOut() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.releasing != nil
+}
+
 // SetDegraded sets why this pod is degraded, "" when it is not (see
 // State.Degraded).
 func (e *Elector) SetDegraded(reason string) { e.tracker.setDegraded(reason) }
@@ -461,10 +473,31 @@ func (e *Elector) stopRound() {
 // Run takes part in the election until ctx ends. Then it stops claiming
 // leadership at once and, with ReleaseOnShutdown, clears the Lease after
 // client-go has stopped renewing it. It returns an error only if the election
-// cannot be set up.
+// cannot be set up, or if it is already running.
+//
+// Run may be called again after it has returned: an elector of a LeaseGroup
+// keeps following its Lease in between (Snapshot stays current), without a
+// goroutine of its own. Partition mode runs a partition's elector only while
+// its pod holds or wants the partition.
 func (e *Elector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(e.cfg.Namespace, e.cfg.Name), "identity", e.cfg.Identity)
 	ctx = klog.NewContext(ctx, logger)
+
+	e.mu.Lock()
+	if e.running {
+		e.mu.Unlock()
+		return fmt.Errorf("elector for lease %s/%s is already running", e.cfg.Namespace, e.cfg.Name)
+	}
+	e.running = true
+	e.mu.Unlock()
+	// Last of all, once nothing of this run is left on its way.
+	defer func() {
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
+	}()
+
+	e.tracker.setClaiming(true, "")
 
 	// Readers must see "not leader" the moment shutdown begins, not when
 	// client-go notices the cancelled context: the election runs on a
@@ -479,7 +512,13 @@ func (e *Elector) Run(ctx context.Context) error {
 		stopRunning()
 	})
 	defer stopClaiming()
-	defer e.tracker.stop()
+	if e.cfg.Group == nil {
+		// A group's elector keeps following its Lease after Run (see
+		// above): its tracker's timer must still publish the holder's
+		// expiry then, or a crashed holder's partition would be noticed
+		// late.
+		defer e.tracker.stop()
+	}
 
 	e.lock.logClockUnread = func(err error) {
 		logger.V(2).Info("Could not read the API server's version before taking a Lease without history; using its clock as last known", "err", err)
@@ -492,10 +531,6 @@ func (e *Elector) Run(ctx context.Context) error {
 	})
 
 	e.log.start(logger)
-
-	e.mu.Lock()
-	e.running = true
-	e.mu.Unlock()
 
 	cacheCtx, stopCache := context.WithCancel(ctx)
 	cacheDone := make(chan struct{})
@@ -518,13 +553,13 @@ func (e *Elector) Run(ctx context.Context) error {
 		e.serveRelease(ctx)
 	}
 
+	e.tracker.setClaiming(false, ReasonShutdown)
 	e.mu.Lock()
-	e.running = false
 	if e.attempt != nil {
 		e.attempt.Stop()
+		e.attempt = nil
 	}
 	e.mu.Unlock()
-	e.tracker.setClaiming(false, ReasonShutdown)
 	if err == nil && e.cfg.ReleaseOnShutdown {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		if rerr := e.release(relCtx); rerr != nil {
@@ -536,6 +571,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		cancel()
 	}
+	// The last round's elector may still name this pod (a release): it
+	// must not make a stopped elector look wedged.
+	e.healthz.SetLeaderElection(nil)
 	e.log.stop()
 	return err
 }

@@ -95,8 +95,19 @@ type Member struct {
 
 	mu sync.Mutex
 	// inflight counts acquisitions admitted by the gate and not yet
-	// returned.
+	// returned; admitted counts them by partition.
 	inflight int
+	admitted map[int]int
+	// runs are the partition electors running now. An elector runs only
+	// while this pod holds its partition or wants it (reconcile): the
+	// others follow their Leases through the group's watch without a
+	// goroutine, so that a member's goroutines grow with its share, not
+	// with N.
+	runs map[int]*run
+	// running and fail are Run's: every elector run is counted in running,
+	// and one that cannot run ends Run with fail.
+	running *sync.WaitGroup
+	fail    func(error)
 	// handover is the partition this pod released to fix an imbalance and
 	// nobody has taken yet; another is released only once it is taken, so
 	// that processing moves one partition at a time.
@@ -142,6 +153,8 @@ func New(cfg Config) (*Member, error) {
 		retiring: map[int]bool{},
 		changed:  make(chan struct{}),
 		owned:    map[int]int64{},
+		admitted: map[int]int{},
+		runs:     map[int]*run{},
 		logger:   klog.Background(),
 		offset:   startOffset(cfg.Identity, cfg.Partitions),
 	}
@@ -218,14 +231,29 @@ func (m *Member) Run(ctx context.Context) error {
 		watchDone.Wait()
 	}()
 
-	electors := append([]*election.Elector{m.membership}, m.partitions...)
-	errs := make(chan error, len(electors))
+	// An elector that cannot run stops the member: it is a bug, not a
+	// state to wait out.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var running sync.WaitGroup
-	for _, e := range electors {
-		running.Go(func() { errs <- e.Run(ctx) })
+	defer running.Wait()
+	var failed error
+	fail := func(err error) {
+		m.mu.Lock()
+		if failed == nil {
+			failed = err
+		}
+		m.mu.Unlock()
+		stop()
 	}
-
+	running.Go(func() {
+		if err := m.membership.Run(ctx); err != nil {
+			fail(err)
+		}
+	})
 	m.mu.Lock()
+	m.running = &running
+	m.fail = fail
 	m.membersChanged = m.clock.Now()
 	m.mu.Unlock()
 	// Time alone changes the view too (a member's Lease expires); the
@@ -242,13 +270,60 @@ func (m *Member) Run(ctx context.Context) error {
 		tick.Reset(m.cfg.RetryPeriod)
 	}
 	running.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
 	m.publish(m.assess())
-	return errors.Join(all...)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return failed
+}
+
+// run is a partition elector's run.
+type run struct {
+	stop     context.CancelFunc
+	stopping bool
+}
+
+// startLocked runs partition i's elector, which tries the partition at once;
+// if it runs already, it is told to try now.
+func (m *Member) startLocked(ctx context.Context, i int) {
+	if r := m.runs[i]; r != nil {
+		if !r.stopping {
+			m.partitions[i].TryNow()
+		}
+		// A stopping run is started again once it has returned (it
+		// pokes the reconcile loop).
+		return
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	r := &run{stop: stop}
+	m.runs[i] = r
+	m.running.Go(func() {
+		err := m.partitions[i].Run(runCtx)
+		stop()
+		m.mu.Lock()
+		if m.runs[i] == r {
+			delete(m.runs, i)
+		}
+		m.mu.Unlock()
+		if err != nil {
+			m.fail(fmt.Errorf("partition %d: %w", i, err))
+		}
+		m.poke()
+	})
+}
+
+// stopIdleLocked stops the electors of the partitions this pod neither
+// holds nor wants: not tried now, not its own (a term or a release of its
+// on its way), not writing, not sitting out a release (a restarted elector
+// would not).
+func (m *Member) stopIdleLocked(v view, tried []int) {
+	for i, r := range m.runs {
+		if r.stopping || slices.Contains(tried, i) || v.states[i].IsLeader || v.owners[i] == m.cfg.Identity ||
+			m.admitted[i] > 0 || m.partitions[i].SittingOut() {
+			continue
+		}
+		r.stopping = true
+		r.stop()
+	}
 }
 
 // reconcile publishes the state and moves this pod towards its fair share of
@@ -265,11 +340,14 @@ func (m *Member) reconcile(ctx context.Context) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var tried []int
 	if want := v.target - len(v.inRange) - m.inflight; want > 0 {
-		for _, i := range FreeToTry(v.owners[:v.effective], want, m.offset%v.effective) {
-			m.partitions[i].TryNow()
+		tried = FreeToTry(v.owners[:v.effective], want, m.offset%v.effective)
+		for _, i := range tried {
+			m.startLocked(ctx, i)
 		}
 	}
+	m.stopIdleLocked(v, tried)
 	if m.handover >= 0 && (m.taken(v, m.handover) || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
 		m.handover = -1
 	}
@@ -497,9 +575,13 @@ func (g gate) Admit() (func(), bool) {
 		return nil, false
 	}
 	g.m.inflight++
+	g.m.admitted[g.i]++
 	return func() {
 		g.m.mu.Lock()
 		g.m.inflight--
+		if g.m.admitted[g.i]--; g.m.admitted[g.i] == 0 {
+			delete(g.m.admitted, g.i)
+		}
 		g.m.mu.Unlock()
 		g.m.poke()
 	}, true
@@ -507,8 +589,14 @@ func (g gate) Admit() (func(), bool) {
 
 // admitsLocked: only a live member below its target, counting the
 // acquisitions on their way, takes a partition, and only one below the
-// group's effective N.
+// group's effective N. An elector being stopped takes nothing: its stop and
+// its admission are decided under the same lock, so an acquisition is
+// either admitted before the stop (which then waits for it: stopIdleLocked)
+// or refused, never written while its elector shuts down.
 func (m *Member) admitsLocked(i int) bool {
+	if r := m.runs[i]; r != nil && r.stopping {
+		return false
+	}
 	v := m.assess()
 	return v.member && i < v.effective && len(v.inRange)+m.inflight < v.target
 }

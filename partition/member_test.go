@@ -940,3 +940,84 @@ func TestMemberDrainsPartitionsBeyondTheEffectiveN(t *testing.T) {
 		t.Errorf("owns %v, want [0]", got)
 	}
 }
+
+// TestMemberRunsElectorsForItsShareOnly: an elector runs only for a
+// partition this pod holds or wants; the others follow their Leases without
+// one, and this pod still takes them as soon as they are free: released by
+// their holder, or expired when it died.
+func TestMemberRunsElectorsForItsShareOnly(t *testing.T) {
+	leases := []runtime.Object{memberLease("pod-b")}
+	for i := range 8 {
+		holder := "pod-b"
+		if i >= 6 {
+			holder = ""
+		}
+		leases = append(leases, partitionLease(i, holder, 3))
+	}
+	mt := startMember(t, 8, leases...)
+	waitForRuns := func(what string, want []int) {
+		t.Helper()
+		var got []int
+		err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+			mt.settle()
+			got = mt.running()
+			return slices.Equal(got, want), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: electors run for partitions %v, want %v", what, got, want)
+		}
+	}
+
+	mt.waitFor("pod-a to take the free partitions", func(s State) bool { return len(s.Owned) == 2 })
+	waitForRuns("owning 2 of a share of 4, none other free", []int{6, 7})
+	// Followed without an elector of their own.
+	if h := mt.m.partitions[0].Snapshot().Holder; h != "pod-b" {
+		t.Errorf("partition 0 shown held by %q, want pod-b", h)
+	}
+
+	mt.release(5)
+	mt.waitFor("pod-a to take the partition pod-b released", func(s State) bool { return len(s.Owned) == 3 })
+	waitForRuns("after pod-b released partition 5", []int{5, 6, 7})
+
+	// pod-b dies: its Leases expire, and pod-a takes them all.
+	mt.advance(testLeaseDuration + 2*time.Second)
+	s := mt.waitFor("pod-a to take every partition", func(s State) bool { return s.Members == 1 && len(s.Owned) == 8 })
+	waitForRuns("owning every partition", []int{0, 1, 2, 3, 4, 5, 6, 7})
+	mt.checkStateFollowsLeases(s)
+}
+
+// running returns the partitions whose electors run and are not stopping.
+func (mt *memberTest) running() []int {
+	mt.m.mu.Lock()
+	defer mt.m.mu.Unlock()
+	var out []int
+	for i, r := range mt.m.runs {
+		if !r.stopping {
+			out = append(out, i)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestGateRefusesAStoppingElector: the gate that admits a new term refuses
+// it to an elector being stopped, so that no acquisition is written while
+// its elector shuts down (it would leave the Lease naming this pod, held by
+// no one, for a lease duration).
+func TestGateRefusesAStoppingElector(t *testing.T) {
+	mt := startMember(t, 4, memberLease("pod-b"),
+		partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3), partitionLease(3, "", 3))
+	mt.waitFor("pod-a to take the free partition", func(s State) bool { return s.Members == 2 && len(s.Owned) == 1 })
+	if !mt.gateAdmits() {
+		t.Fatal("gate refuses a member below its share")
+	}
+	mt.m.mu.Lock()
+	mt.m.runs[0] = &run{stop: func() {}, stopping: true}
+	mt.m.mu.Unlock()
+	if mt.gateAdmits() {
+		t.Error("gate admits a new term to an elector being stopped")
+	}
+	mt.m.mu.Lock()
+	delete(mt.m.runs, 0)
+	mt.m.mu.Unlock()
+}
