@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,8 +30,11 @@ import (
 // worker crash, a sidecar crash (restarted with the same name and ports,
 // as the kubelet restarts a container), a freeze of a whole pod (SIGSTOP of
 // sidecar and worker for longer than the lease), a graceful leave and a
-// join of a new pod. At the end every item of every partition is in the
-// sink exactly once and in order, and the partition monitor has seen no
+// join of a new pod; then it reshards the group by rolling updates, 16 → 32
+// while items flow on all 32 streams, and 32 → 16 the way docs/partitions.md
+// says to merge (the streams of the partitions that go away stop first and
+// the workers finish them). At the end every item of every partition is in
+// the sink exactly once and in order, and the partition monitor has seen no
 // partition owned twice. E2E_EXACTLYONCE_ROUNDS repeats the faults (the
 // longer run of docs/partitions.md); the default is one round.
 func TestExactlyOnceWorker(t *testing.T) {
@@ -101,6 +105,25 @@ func TestExactlyOnceWorker(t *testing.T) {
 		// Next round: the newest pod is the one that crashes first.
 		pods = append(pods[3:], pods[:3]...)
 	}
+
+	// Split: the streams of 16..31 start to flow, and pile up until the
+	// group works with 32. Four pods at N=32 join (the group still works
+	// with 16, shared by eight), then the old pods leave.
+	e.setFlowing(eoPartitions, eoMaxPartitions, true)
+	began := time.Now()
+	grown := e.roll(pods, eoMaxPartitions)
+	e.g.waitFairN(fmt.Sprintf("exactly-once: reshard %d→%d", eoPartitions, eoMaxPartitions), eoMaxPartitions, began)
+	e.waitProgress()
+
+	// Merge: the streams of 16..31 stop and the workers finish them
+	// first; then four pods at N=16 join and the pods at 32 leave.
+	e.setFlowing(eoPartitions, eoMaxPartitions, false)
+	e.waitProgress()
+	began = time.Now()
+	pods = e.roll(grown, eoPartitions)
+	e.g.waitFairN(fmt.Sprintf("exactly-once: reshard %d→%d", eoMaxPartitions, eoPartitions), eoPartitions, began)
+	e.waitProgress()
+
 	e.stopAppending()
 	e.waitDrained()
 	for _, p := range pods {
@@ -109,9 +132,38 @@ func TestExactlyOnceWorker(t *testing.T) {
 	e.check(time.Since(start))
 }
 
+// roll replaces old by as many pods at n partitions, as a rolling update
+// with maxSurge 100% does: the new pods start and own their share of the
+// group's N (the smaller of the two while both run), then the old pods end
+// gracefully.
+func (e *exactlyOnce) roll(old []*eoPod, n int) []*eoPod {
+	e.t.Helper()
+	began := time.Now()
+	var next []*eoPod
+	for range old {
+		next = append(next, e.startPodN(n))
+	}
+	effective := min(n, old[0].partitions)
+	e.g.waitFairN(fmt.Sprintf("exactly-once: %d pods at N=%d beside %d at N=%d", len(next), n, len(old), old[0].partitions), effective, began)
+	// Only the partitions the group works with make progress.
+	want := e.appendedNow()
+	for i := effective; i < len(want); i++ {
+		want[i] = 0
+	}
+	e.waitSink(want, fmt.Sprintf("items of partitions 0..%d flow to the sink", effective-1))
+	for _, p := range old {
+		p.stop()
+	}
+	return next
+}
+
 // eoPartitions is N of the exactly-once test: more than the pods, fewer
-// than would slow a race-enabled sidecar.
-const eoPartitions = partitionCount
+// than would slow a race-enabled sidecar. The reshard takes it to
+// eoMaxPartitions and back.
+const (
+	eoPartitions    = partitionCount
+	eoMaxPartitions = 2 * eoPartitions
+)
 
 type exactlyOnce struct {
 	t      *testing.T
@@ -125,8 +177,10 @@ type exactlyOnce struct {
 	dir     string
 
 	mu       sync.Mutex
-	appended [eoPartitions]int64
-	stopApp  chan struct{}
+	appended [eoMaxPartitions]int64
+	// flowing are the streams items are appended to.
+	flowing [eoMaxPartitions]bool
+	stopApp chan struct{}
 	appDone  chan struct{}
 }
 
@@ -159,7 +213,7 @@ func newExactlyOnce(t *testing.T) *exactlyOnce {
 	})
 	e := &exactlyOnce{
 		t:      t,
-		g:      newPartitionGroup(t, candidateOptions{extraArgs: []string{"--drain-timeout=5s"}}),
+		g:      newPartitionGroupN(t, candidateOptions{extraArgs: []string{"--drain-timeout=5s"}}, eoMaxPartitions),
 		worker: eoWorkerBin,
 		source: filepath.Join(dir, "source"),
 		dir:    dir,
@@ -167,11 +221,12 @@ func newExactlyOnce(t *testing.T) *exactlyOnce {
 	if err := os.MkdirAll(e.source, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for i := range eoPartitions {
+	for i := range eoMaxPartitions {
 		if err := os.WriteFile(exactlyonce.SourcePath(e.source, i), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	e.setFlowing(0, eoPartitions, true)
 	e.sink = exactlyonce.NewMemorySink()
 	srv := httptest.NewServer(e.sink.Handler())
 	t.Cleanup(srv.Close)
@@ -189,12 +244,21 @@ func eoItem(i int, n int64) string { return fmt.Sprintf("p%d-item-%d", i, n) }
 // checkpoint every 10) with room to spare on a busy two-core machine.
 const eoAppendEvery = 100 * time.Millisecond
 
-// appendAll appends one item to every partition's stream every
+// setFlowing starts (or stops) appending items to the streams from..to-1.
+func (e *exactlyOnce) setFlowing(from, to int, on bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := from; i < to; i++ {
+		e.flowing[i] = on
+	}
+}
+
+// appendAll appends one item to every flowing partition's stream every
 // eoAppendEvery until stopAppending: the source the workers do not
 // control.
 func (e *exactlyOnce) appendAll() {
 	e.stopApp, e.appDone = make(chan struct{}), make(chan struct{})
-	files := make([]*os.File, eoPartitions)
+	files := make([]*os.File, eoMaxPartitions)
 	for i := range files {
 		f, err := os.OpenFile(exactlyonce.SourcePath(e.source, i), os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
@@ -217,8 +281,11 @@ func (e *exactlyOnce) appendAll() {
 			}
 			for i, f := range files {
 				e.mu.Lock()
-				n := e.appended[i] + 1
+				n, flowing := e.appended[i]+1, e.flowing[i]
 				e.mu.Unlock()
+				if !flowing {
+					continue
+				}
 				// One write per line: an O_APPEND write of a few bytes
 				// lands whole.
 				if _, err := f.WriteString(eoItem(i, n) + "\n"); err != nil {
@@ -246,7 +313,7 @@ func (e *exactlyOnce) stopAppending() {
 	<-e.appDone
 }
 
-func (e *exactlyOnce) appendedNow() [eoPartitions]int64 {
+func (e *exactlyOnce) appendedNow() [eoMaxPartitions]int64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.appended
@@ -276,11 +343,11 @@ func (e *exactlyOnce) waitDrained() {
 	e.waitSink(e.appendedNow(), "every item reaches the sink")
 }
 
-func (e *exactlyOnce) waitSink(want [eoPartitions]int64, what string) {
+func (e *exactlyOnce) waitSink(want [eoMaxPartitions]int64, what string) {
 	e.t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, settleBound+30*time.Second, true, func(context.Context) (bool, error) {
-		for i := range eoPartitions {
+		for i := range eoMaxPartitions {
 			if st := e.sink.State(i); st.Offset < want[i] {
 				last = fmt.Sprintf("partition %d: sink at %d, want %d", i, st.Offset, want[i])
 				return false, nil
@@ -299,7 +366,7 @@ func (e *exactlyOnce) check(took time.Duration) {
 	e.t.Helper()
 	appended := e.appendedNow()
 	var items, refused, terms int64
-	for i := range eoPartitions {
+	for i := range eoMaxPartitions {
 		res, st := e.sink.Results(i), e.sink.State(i)
 		if int64(len(res)) != appended[i] {
 			e.t.Errorf("partition %d: %d results in the sink, %d items appended", i, len(res), appended[i])
@@ -321,7 +388,7 @@ func (e *exactlyOnce) check(took time.Duration) {
 		items += int64(len(res))
 		refused += st.Refused
 	}
-	e.t.Logf("MEASURED exactly-once worker: %d items over %d partitions in %v, each in the sink exactly once and in order; %d owner terms wrote to the sink; %d writes refused for a stale fencing token", items, eoPartitions, took.Round(time.Second), terms, refused)
+	e.t.Logf("MEASURED exactly-once worker: %d items over %d partitions (%d, then %d, then %d) in %v, each in the sink exactly once and in order; %d owner terms wrote to the sink; %d writes refused for a stale fencing token", items, eoMaxPartitions, eoPartitions, eoMaxPartitions, eoPartitions, took.Round(time.Second), terms, refused)
 }
 
 // eoPod is one pod of the group: a sidecar and the worker next to it.
@@ -330,6 +397,8 @@ type eoPod struct {
 	name    string
 	ports   []int
 	sidecar *candidate
+	// partitions is the sidecar's N.
+	partitions int
 
 	worker     *exec.Cmd
 	workerDone chan struct{}
@@ -338,7 +407,10 @@ type eoPod struct {
 	stopping bool
 }
 
-func (e *exactlyOnce) startPod() *eoPod {
+func (e *exactlyOnce) startPod() *eoPod { return e.startPodN(eoPartitions) }
+
+// startPodN starts a pod whose sidecar has n partitions.
+func (e *exactlyOnce) startPodN(n int) *eoPod {
 	e.g.mu.Lock()
 	name := fmt.Sprintf("%s-%d", e.g.lease, e.g.next)
 	e.g.next++
@@ -347,7 +419,7 @@ func (e *exactlyOnce) startPod() *eoPod {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p := &eoPod{e: e, name: name, ports: ports}
+	p := &eoPod{e: e, name: name, ports: ports, partitions: n}
 	p.startSidecar()
 	p.startWorker()
 	return p
@@ -357,6 +429,8 @@ func (e *exactlyOnce) startPod() *eoPod {
 func (p *eoPod) startSidecar() {
 	o := p.e.g.opts
 	o.ports = p.ports
+	// The last --partitions wins.
+	o.extraArgs = append(slices.Clone(o.extraArgs), fmt.Sprintf("--partitions=%d", p.partitions))
 	c := startCandidate(p.e.t, p.name, o)
 	p.e.g.mu.Lock()
 	p.e.g.members = append(p.e.g.members, c)

@@ -51,6 +51,13 @@ type partitionGroup struct {
 }
 
 func newPartitionGroup(t *testing.T, opts candidateOptions) *partitionGroup {
+	return newPartitionGroupN(t, opts, partitionCount)
+}
+
+// newPartitionGroupN is newPartitionGroup for a test that reshards the group
+// up to maxN partitions: its monitor expects partitions 0..maxN-1 to be
+// owned at some point.
+func newPartitionGroupN(t *testing.T, opts candidateOptions, maxN int) *partitionGroup {
 	if opts.lease == "" {
 		opts.lease = leaseName(t)
 	}
@@ -62,7 +69,7 @@ func newPartitionGroup(t *testing.T, opts candidateOptions) *partitionGroup {
 	}
 	opts.startedPath = "/partitions"
 	g := &partitionGroup{t: t, lease: opts.lease, opts: opts, stopped: map[*candidate]bool{}}
-	startPartitionMonitor(t, g.all)
+	startPartitionMonitorN(t, g.all, maxN)
 	return g
 }
 
@@ -121,9 +128,16 @@ func (g *partitionGroup) setStopped(c *candidate, stopped bool) {
 // and returns how long that took from since.
 func (g *partitionGroup) waitFair(what string, since time.Time) time.Duration {
 	g.t.Helper()
+	return g.waitFairN(what, partitionCount, since)
+}
+
+// waitFairN is waitFair for a group that works with n partitions (a
+// rolling update changes N).
+func (g *partitionGroup) waitFairN(what string, n int, since time.Time) time.Duration {
+	g.t.Helper()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, settleBound, true, func(context.Context) (bool, error) {
-		ok, why := fairNow(g.live())
+		ok, why := fairNowN(g.live(), n)
 		last = why
 		return ok, nil
 	})
