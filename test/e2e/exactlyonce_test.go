@@ -181,7 +181,7 @@ type exactlyOnce struct {
 	// flowing are the streams items are appended to.
 	flowing [eoMaxPartitions]bool
 	stopApp chan struct{}
-	appDone  chan struct{}
+	appDone chan struct{}
 }
 
 var (
