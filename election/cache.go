@@ -115,6 +115,14 @@ func runLeaseInformer(ctx context.Context, watches kubernetes.Interface, namespa
 	informer.RunWithContext(ctx)
 }
 
+// missing reports whether the watch has delivered the Lease's state and
+// the Lease does not exist.
+func (c *leaseCache) missing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced && c.latest == nil
+}
+
 // markSynced records that the watch has delivered the Lease's state (or
 // that the Lease does not exist).
 func (c *leaseCache) markSynced() {

@@ -359,6 +359,12 @@ func (e *Elector) StepDown(ctx context.Context, reason Reason) (State, error) {
 	return e.releaseFor(ctx, 0, reason)
 }
 
+// LeaseMissing reports whether the watch has shown that the Lease does not
+// exist. A running elector creates a missing Lease without a holder and
+// takes it a lease duration after it first saw it missing (see
+// Config.OwnLease).
+func (e *Elector) LeaseMissing() bool { return e.cache.missing() }
+
 // SittingOut reports whether the elector is releasing the Lease or staying
 // out of the election after a release (see ReleaseFor).
 func (e *Elector) SittingOut() bool {

@@ -314,11 +314,11 @@ func (m *Member) startLocked(ctx context.Context, i int) {
 // stopIdleLocked stops the electors of the partitions this pod neither
 // holds nor wants: not tried now, not its own (a term or a release of its
 // on its way), not writing, not sitting out a release (a restarted elector
-// would not).
+// would not), not about to create a missing Lease.
 func (m *Member) stopIdleLocked(v view, tried []int) {
 	for i, r := range m.runs {
 		if r.stopping || slices.Contains(tried, i) || v.states[i].IsLeader || v.owners[i] == m.cfg.Identity ||
-			m.admitted[i] > 0 || m.partitions[i].SittingOut() {
+			m.admitted[i] > 0 || m.partitions[i].SittingOut() || m.partitions[i].LeaseMissing() {
 			continue
 		}
 		r.stopping = true
@@ -344,6 +344,18 @@ func (m *Member) reconcile(ctx context.Context) {
 	if want := v.target - len(v.inRange) - m.inflight; want > 0 {
 		tried = FreeToTry(v.owners[:v.effective], want, m.offset%v.effective)
 		for _, i := range tried {
+			m.startLocked(ctx, i)
+		}
+	}
+	// A partition whose Lease is missing (a new group, or N grew) is
+	// created by its elector without a holder, and may be taken a lease
+	// duration after it was first seen missing. Every member runs those
+	// electors at once, so that the wait for all of them runs from the
+	// start: were a missing Lease created only when some member wanted
+	// it, a large group would settle in several waits of a lease duration,
+	// one after another.
+	for i := range v.effective {
+		if m.runs[i] == nil && m.partitions[i].LeaseMissing() {
 			m.startLocked(ctx, i)
 		}
 	}

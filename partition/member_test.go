@@ -1021,3 +1021,32 @@ func TestGateRefusesAStoppingElector(t *testing.T) {
 	delete(mt.m.runs, 0)
 	mt.m.mu.Unlock()
 }
+
+// TestMemberCreatesEveryMissingLease: in a new group a member creates every
+// missing partition Lease at once, not only those of its share, so that the
+// wait of a lease duration before a Lease created without a holder may be
+// taken runs for all of them from the start.
+func TestMemberCreatesEveryMissingLease(t *testing.T) {
+	mt := startMember(t, 8, memberLease("pod-b"))
+	err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		for i := range 8 {
+			if _, err := mt.lease(PartitionLease(testGroup, i)); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("not every partition Lease was created (pod-a's share is 4 of 8):%s", mt.describeLeases())
+	}
+	// Created, they need no elector until wanted.
+	mt.waitFor("pod-a to own nothing yet (the Leases have no history)", func(s State) bool { return len(s.Owned) == 0 })
+	var running []int
+	if err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		mt.settle()
+		running = mt.running()
+		return len(running) <= 4, nil
+	}); err != nil {
+		t.Errorf("electors run for partitions %v once the Leases exist, want at most pod-a's share of 4", running)
+	}
+}
