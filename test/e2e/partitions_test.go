@@ -149,15 +149,10 @@ func (g *partitionGroup) waitFairN(what string, n int, since time.Time) time.Dur
 	return took
 }
 
-// fairNow asks every member once and says whether the assignment is full
-// and fair, and if not, why.
-func fairNow(members []*candidate) (bool, string) {
-	return fairNowN(members, partitionCount)
-}
-
-// fairNowN is fairNow for a group of n partitions: every member must work
-// with n (its effective N; its own may be larger while a rolling update
-// changes N) and own nothing at or above it.
+// fairNowN asks every member once and says whether the assignment of n
+// partitions is full and fair, and if not, why: every member must work with
+// n (its effective N; its own may be larger while a rolling update changes
+// N) and own nothing at or above it.
 func fairNowN(members []*candidate, n int) (bool, string) {
 	m := len(members)
 	lo, hi := n/m, (n+m-1)/m
@@ -284,16 +279,11 @@ func checkMembershipLeases(t *testing.T, namespace, group string, want ...*candi
 	}
 }
 
-// startPartitionMonitor asks every member for GET /partitions all the time
+// startPartitionMonitorN asks every member for GET /partitions all the time
 // and, when the test ends, checks every partition with the shared checker
 // (invariant.Partitions): no partition claimed by two members at once, none
-// past its validUntil, every partition's fencing token only growing.
-func startPartitionMonitor(t *testing.T, members func() []*candidate) {
-	startPartitionMonitorN(t, members, partitionCount)
-}
-
-// startPartitionMonitorN is startPartitionMonitor for a group in which
-// partitions 0..n-1 must all have been owned at some point.
+// past its validUntil, every partition's fencing token only growing, and
+// partitions 0..n-1 all owned at some point.
 func startPartitionMonitorN(t *testing.T, members func() []*candidate, n int) {
 	var (
 		checker = invariant.NewPartitions()
