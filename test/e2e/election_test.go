@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http/httptrace"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -210,8 +211,11 @@ func TestFrozenLeader(t *testing.T) {
 	// The kernel accepts the connection and buffers the request for the
 	// frozen process: resume it once the request is written.
 	written := make(chan struct{})
+	// Once: net/http sends a GET again on a new connection when the first
+	// one is closed before any answer, and tells the trace each time.
+	var wroteOnce sync.Once
 	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { close(written) },
+		WroteRequest: func(httptrace.WroteRequestInfo) { wroteOnce.Do(func() { close(written) }) },
 	})
 	go func() {
 		s, err := leader.h.API().Leader(ctx)
