@@ -94,10 +94,9 @@ type Member struct {
 	wake chan struct{}
 
 	mu sync.Mutex
-	// inflight counts acquisitions admitted by the gate and not yet
-	// returned; admitted counts them by partition.
-	inflight int
-	admitted map[int]int
+	// admitted are the partitions whose acquisitions the gate admitted
+	// and that have not returned yet (an elector writes one at a time).
+	admitted map[int]bool
 	// runs are the partition electors running now. An elector runs only
 	// while this pod holds its partition or wants it (reconcile): the
 	// others follow their Leases through the group's watch without a
@@ -153,7 +152,7 @@ func New(cfg Config) (*Member, error) {
 		retiring: map[int]bool{},
 		changed:  make(chan struct{}),
 		owned:    map[int]int64{},
-		admitted: map[int]int{},
+		admitted: map[int]bool{},
 		runs:     map[int]*run{},
 		logger:   klog.Background(),
 		offset:   startOffset(cfg.Identity, cfg.Partitions),
@@ -318,7 +317,7 @@ func (m *Member) startLocked(ctx context.Context, i int) {
 func (m *Member) stopIdleLocked(v view, tried []int) {
 	for i, r := range m.runs {
 		if r.stopping || slices.Contains(tried, i) || v.states[i].IsLeader || v.owners[i] == m.cfg.Identity ||
-			m.admitted[i] > 0 || m.partitions[i].SittingOut() || m.partitions[i].LeaseMissing() {
+			m.admitted[i] || m.partitions[i].SittingOut() || m.partitions[i].LeaseMissing() {
 			continue
 		}
 		r.stopping = true
@@ -341,7 +340,7 @@ func (m *Member) reconcile(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var tried []int
-	if want := v.target - len(v.inRange) - m.inflight; want > 0 {
+	if want := v.target - len(v.inRange) - len(m.admitted); want > 0 {
 		tried = FreeToTry(v.owners[:v.effective], want, m.offset%v.effective)
 		for _, i := range tried {
 			m.startLocked(ctx, i)
@@ -586,14 +585,10 @@ func (g gate) Admit() (func(), bool) {
 	if !g.m.admitsLocked(g.i) {
 		return nil, false
 	}
-	g.m.inflight++
-	g.m.admitted[g.i]++
+	g.m.admitted[g.i] = true
 	return func() {
 		g.m.mu.Lock()
-		g.m.inflight--
-		if g.m.admitted[g.i]--; g.m.admitted[g.i] == 0 {
-			delete(g.m.admitted, g.i)
-		}
+		delete(g.m.admitted, g.i)
 		g.m.mu.Unlock()
 		g.m.poke()
 	}, true
@@ -610,5 +605,5 @@ func (m *Member) admitsLocked(i int) bool {
 		return false
 	}
 	v := m.assess()
-	return v.member && i < v.effective && len(v.inRange)+m.inflight < v.target
+	return v.member && i < v.effective && len(v.inRange)+len(m.admitted) < v.target
 }
