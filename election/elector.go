@@ -612,7 +612,7 @@ func (e *Elector) runRound(ctx context.Context) error {
 	e.cancelRun = cancel
 	e.mu.Unlock()
 
-	le.Run(roundCtx)
+	le.Run(klog.NewContext(roundCtx, quietExpected(klog.FromContext(roundCtx), func() bool { return roundCtx.Err() != nil })))
 
 	e.mu.Lock()
 	e.cancelRun = nil

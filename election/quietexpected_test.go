@@ -1,0 +1,58 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr/funcr"
+)
+
+func TestQuietExpected(t *testing.T) {
+	cancelled := &url.Error{Op: "Get", URL: "https://apiserver/lease", Err: context.Canceled}
+	other := errors.New("the server is currently unable to handle the request")
+	for _, tc := range []struct {
+		name    string
+		stopped bool
+		err     error
+		want    string // the line's start; "" for none
+	}{
+		{"a request cut short by the stop is not an error", true, cancelled, `"level"=2 "msg"="Error retrieving lease lock"`},
+		{"a cancelled request while the round runs is", false, cancelled, `"msg"="Error retrieving lease lock" "error"=`},
+		{"any other error is, stopped or not", true, other, `"msg"="Error retrieving lease lock" "error"=`},
+		{"a refusal of the gate is not", false, errNotAdmitted, `"level"=2 "msg"="Error retrieving lease lock"`},
+		{"nor a Lease created without a holder", false, errCreatedWithoutHolder, `"level"=2 "msg"="Error retrieving lease lock"`},
+		{"nor a holder that renewed", false, errNotExpired, `"level"=2 "msg"="Error retrieving lease lock"`},
+		{"a lapsed claim is", false, errClaimLapsed, `"msg"="Error retrieving lease lock" "error"=`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, verbosity := range []int{0, expectedLevel} {
+				var lines []string
+				base := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: verbosity, LogCaller: funcr.All})
+				logger := quietExpected(base.WithName("elector"), func() bool { return tc.stopped }).WithValues("lease", "ns/name")
+				logger.Error(tc.err, "Error retrieving lease lock")
+
+				demoted := strings.Contains(tc.want, `"level"=2`)
+				if demoted && verbosity < expectedLevel {
+					if len(lines) != 0 {
+						t.Fatalf("verbosity %d: logged %q, want nothing", verbosity, lines)
+					}
+					continue
+				}
+				if len(lines) != 1 {
+					t.Fatalf("verbosity %d: %d lines %q, want 1", verbosity, len(lines), lines)
+				}
+				line := lines[0]
+				// The caller is this test, not the wrapper.
+				if !strings.Contains(line, `"file"="quietexpected_test.go"`) {
+					t.Errorf("verbosity %d: caller not kept: %s", verbosity, line)
+				}
+				if !strings.Contains(line, tc.want) || !strings.Contains(line, `"lease"="ns/name"`) || !strings.Contains(line, strings.ReplaceAll(tc.err.Error(), `"`, `\"`)) {
+					t.Errorf("verbosity %d: got %s\nwant it to contain %s, the lease and the error", verbosity, line, tc.want)
+				}
+			}
+		})
+	}
+}
