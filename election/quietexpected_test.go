@@ -17,7 +17,7 @@ func TestQuietExpected(t *testing.T) {
 		name    string
 		stopped bool
 		err     error
-		want    string // the line's start; "" for none
+		want    string // what the line holds; "level"=2: logged as info
 	}{
 		{"a request cut short by the stop is not an error", true, cancelled, `"level"=2 "msg"="Error retrieving lease lock"`},
 		{"a cancelled request while the round runs is", false, cancelled, `"msg"="Error retrieving lease lock" "error"=`},
