@@ -3,10 +3,12 @@ package election
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 )
 
@@ -54,5 +56,19 @@ func TestQuietExpected(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestQuietExpectedSlog: the JSON log format's sink (logr over a slog
+// handler, app/logging.go) keeps the caller too, and gets the demoted line
+// as info.
+func TestQuietExpectedSlog(t *testing.T) {
+	var out strings.Builder
+	handler := slog.NewJSONHandler(&out, &slog.HandlerOptions{AddSource: true, Level: slog.Level(-expectedLevel)})
+	logger := quietExpected(logr.FromSlogHandler(handler), func() bool { return true })
+	logger.Error(errNotAdmitted, "Failed to update lease")
+	line := out.String()
+	if !strings.Contains(line, `"level":"DEBUG+2"`) || !strings.Contains(line, `quietexpected_test.go`) {
+		t.Errorf("got %s, want an info line at verbosity %d from this file", line, expectedLevel)
 	}
 }
