@@ -74,6 +74,16 @@ func (s *quietSink) WithValues(keysAndValues ...any) logr.LogSink {
 	return &quietSink{LogSink: s.LogSink.WithValues(keysAndValues...), stopped: s.stopped}
 }
 
+// WithCallDepth keeps logr's Logger.WithCallDepth working through the
+// wrapper (without it, a helper's lines would name the helper).
+func (s *quietSink) WithCallDepth(depth int) logr.LogSink {
+	cd, ok := s.LogSink.(logr.CallDepthLogSink)
+	if !ok {
+		return s
+	}
+	return &quietSink{LogSink: cd.WithCallDepth(depth), stopped: s.stopped}
+}
+
 func (s *quietSink) WithName(name string) logr.LogSink {
 	return &quietSink{LogSink: s.LogSink.WithName(name), stopped: s.stopped}
 }

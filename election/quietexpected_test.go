@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/url"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -70,5 +72,19 @@ func TestQuietExpectedSlog(t *testing.T) {
 	line := out.String()
 	if !strings.Contains(line, `"level":"DEBUG+2"`) || !strings.Contains(line, `quietexpected_test.go`) {
 		t.Errorf("got %s, want an info line at verbosity %d from this file", line, expectedLevel)
+	}
+}
+
+// TestQuietExpectedCallDepth: a helper that logs with WithCallDepth(1)
+// names its caller's line through the wrapper, as it would without it.
+func TestQuietExpectedCallDepth(t *testing.T) {
+	var line string
+	base := funcr.New(func(_, args string) { line = args }, funcr.Options{LogCaller: funcr.All})
+	logger := quietExpected(base, func() bool { return false })
+	helper := func(l logr.Logger) { l.WithCallDepth(1).Error(errClaimLapsed, "Failed to update lease") }
+	_, _, callerLine, _ := runtime.Caller(0)
+	helper(logger) // the line after runtime.Caller's
+	if want := `"line"=` + strconv.Itoa(callerLine+1); !strings.Contains(line, want) {
+		t.Errorf("got %s, want the helper's caller (%s)", line, want)
 	}
 }
