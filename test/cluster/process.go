@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // Process is one running component. Its output goes to an append-only log
@@ -110,7 +112,8 @@ func (p *Process) Exited() bool {
 	}
 }
 
-// Signal sends sig to the whole process group.
+// Signal sends sig to the whole process group. For SIGSTOP it returns once
+// the process is stopped, so a caller may rely on it not answering.
 func (p *Process) Signal(sig syscall.Signal) error {
 	if p.Exited() {
 		return fmt.Errorf("%s is not running (%v)", p.name, p.err)
@@ -118,6 +121,11 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	// A negative pid addresses the group, whose id is the leader's pid.
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("sending %v to %s: %w", sig, p.name, err)
+	}
+	if sig == syscall.SIGSTOP {
+		if err := harness.WaitStopped(p.cmd.Process.Pid, 5*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
 	}
 	return nil
 }

@@ -78,6 +78,11 @@ func (s *supervisor) signal(sig syscall.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		s.t.Fatal(err)
 	}
+	if sig == syscall.SIGSTOP {
+		if err := harness.WaitStopped(s.cmd.Process.Pid, 5*time.Second); err != nil {
+			s.t.Fatal(err)
+		}
+	}
 }
 
 // exitCode waits for the supervisor to exit.
