@@ -53,7 +53,8 @@ unit: ## unit tests with the race detector (every package; the suites carry the 
 	$(GO) test -race -count=1 ./...
 
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
-	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \
+	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || bash hack/failure-context.sh e2e.out; exit $$rc
 
 tools: ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kubectl at the pinned versions
 	bash test/tools/build.sh
@@ -200,10 +201,10 @@ image-test-archive: buildah ## build the shipped Dockerfile offline (local Go bu
 
 image-test: image-deps image-test-archive tools packaging-tools ## check the offline-built image archive and run it in containerd
 	LEADER_ELECTOR_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_IMAGE_VERSION=$(VERSION) LEADER_ELECTOR_IMAGE_BASE=scratch \
-		$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 20m -v ./test/image/ 2>&1 | tee image-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|checked|image_test.go' ; exit $${PIPESTATUS[0]}
+		$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 20m -v ./test/image/ 2>&1 | tee image-test.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|checked|image_test.go' ; exit $${PIPESTATUS[0]}
 
 chart-test: packaging-tools ## helm lint, helm template and kustomize build of everything shipped, checked (no cluster)
-	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 20m -v ./test/packaging/ 2>&1 | tee chart-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 20m -v ./test/packaging/ 2>&1 | tee chart-test.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 # The chart's README is generated from its README.md.gotmpl and the `# --`
 # comments of values.yaml by helm-docs, pinned and run with `go run` as the
@@ -273,7 +274,7 @@ packaging: release-test
 release-test: buildah packaging-tools ## make release against a local OCI registry, then check the pulled image index, labels, --version, chart and SBOM
 	builder="$$(bash test/image/local-builder.sh $(BUILDAH_FLAGS))" && \
 	LEADER_ELECTOR_RELEASE_GO_IMAGE="$$builder" LEADER_ELECTOR_RELEASE_BASE_IMAGE=scratch \
-		$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/release/ 2>&1 | tee release-test.out | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|registry|released|_test.go' ; exit $${PIPESTATUS[0]}
+		$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/release/ 2>&1 | tee release-test.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|registry|released|_test.go' ; exit $${PIPESTATUS[0]}
 
 clean: clean-packaging
 .PHONY: clean-packaging
@@ -312,7 +313,7 @@ e2e-cluster: node-deps packaging-tools image-test-archive ## e2e tests on a real
 	LEADER_ELECTOR_SOAK_REPORT="$${LEADER_ELECTOR_SOAK_REPORT:-$(SOAK_REPORT)}" LEADER_ELECTOR_SOAK_COMMIT="$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
 	LEADER_ELECTOR_KUBE_VERSION="$(NODE_KUBE_VERSION)" LEADER_ELECTOR_NODE_GO_IMAGE="$$builder" LEADER_ELECTOR_NODE_BIN_DIR="$$bindir" LEADER_ELECTOR_NODE_IMAGE_ARCHIVE=$(CURDIR)/$(TEST_IMAGE_ARCHIVE) LEADER_ELECTOR_NODE_IMAGES_DIR=$(CURDIR)/$(NODE_IMAGES_DIR) \
 		bash test/node/run.sh _output/node.test -test.v -test.count=1 -test.timeout $(NODE_TIMEOUT) $(if $(RUN),-test.run '$(RUN)') 2>&1 \
-		| tee $(NODE_OUT) | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
+		| tee $(NODE_OUT) | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|run.sh|node:|_test.go' ; exit $${PIPESTATUS[0]}
 
 # The node suite on an older release (kubelet, kube-proxy, scheduler,
 # controller-manager and API server all of KUBE_VERSION, built by
