@@ -423,7 +423,8 @@ func (p *holdingProxy) release() []int {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		p.t.Logf("late %s %s: %s %s", h.method, h.url, resp.Status, strings.TrimSpace(string(body)))
+		// The body may be protobuf: quoted, it cannot put control bytes in the log.
+		p.t.Logf("late %s %s: %s %q", h.method, h.url, resp.Status, bytes.TrimSpace(body))
 		codes = append(codes, resp.StatusCode)
 	}
 	return codes
