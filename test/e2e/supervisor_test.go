@@ -75,13 +75,8 @@ func startSupervisor(t testing.TB, sidecar *candidate, args []string, script str
 
 func (s *supervisor) signal(sig syscall.Signal) {
 	s.t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
+	if err := harness.Signal(s.cmd.Process, sig); err != nil {
 		s.t.Fatal(err)
-	}
-	if sig == syscall.SIGSTOP {
-		if err := harness.WaitStopped(s.cmd.Process.Pid, 5*time.Second); err != nil {
-			s.t.Fatal(err)
-		}
 	}
 }
 

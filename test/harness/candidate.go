@@ -235,16 +235,11 @@ func (c *Candidate) Running() bool {
 // Done is closed when the process has exited.
 func (c *Candidate) Done() <-chan struct{} { return c.done }
 
-// Signal sends sig to the process. For SIGSTOP it returns once the process
-// is stopped, so a caller may time what follows from a real freeze.
+// Signal sends sig to the process; for SIGSTOP it returns once the process
+// is stopped.
 func (c *Candidate) Signal(sig syscall.Signal) error {
-	if err := c.cmd.Process.Signal(sig); err != nil {
+	if err := Signal(c.cmd.Process, sig); err != nil {
 		return fmt.Errorf("signal %v to %s: %w", sig, c.name, err)
-	}
-	if sig == syscall.SIGSTOP {
-		if err := WaitStopped(c.cmd.Process.Pid, 5*time.Second); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
 	}
 	return nil
 }

@@ -6,10 +6,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 )
+
+// Signal sends sig to p. For SIGSTOP it returns once p is stopped (see
+// WaitStopped), so a caller may rely on, and time from, a real freeze.
+func Signal(p *os.Process, sig syscall.Signal) error {
+	if err := p.Signal(sig); err != nil {
+		return err
+	}
+	if sig == syscall.SIGSTOP {
+		return WaitStopped(p.Pid, 5*time.Second)
+	}
+	return nil
+}
 
 // WaitStopped waits until every thread of pid is stopped by a signal.
 //
