@@ -41,7 +41,7 @@ func WaitStopped(pid int, timeout time.Duration) error {
 		return stopped, err
 	})
 	if err != nil {
-		return fmt.Errorf("pid %d not stopped after %v (thread states %q): %w", pid, timeout, last, err)
+		return fmt.Errorf("waiting up to %v for pid %d to stop (thread states %q): %w", timeout, pid, last, err)
 	}
 	return nil
 }
