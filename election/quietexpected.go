@@ -63,7 +63,10 @@ func (s *quietSink) Init(logr.RuntimeInfo) {}
 func (s *quietSink) Error(err error, msg string, keysAndValues ...any) {
 	if s.expected(err) {
 		if s.LogSink.Enabled(expectedLevel) {
-			s.LogSink.Info(expectedLevel, msg, append(keysAndValues, "err", err)...)
+			// A full slice expression: append copies, and never writes
+			// into spare capacity of the caller's slice.
+			kv := append(keysAndValues[:len(keysAndValues):len(keysAndValues)], "err", err)
+			s.LogSink.Info(expectedLevel, msg, kv...)
 		}
 		return
 	}

@@ -88,3 +88,16 @@ func TestQuietExpectedCallDepth(t *testing.T) {
 		t.Errorf("got %s, want the helper's caller (%s)", line, want)
 	}
 }
+
+// TestQuietExpectedKeepsCallersValues: demoting a line adds the error to
+// the key/values without writing into the caller's slice.
+func TestQuietExpectedKeepsCallersValues(t *testing.T) {
+	base := funcr.New(func(_, _ string) {}, funcr.Options{Verbosity: expectedLevel})
+	logger := quietExpected(base, func() bool { return false })
+	kv := make([]any, 2, 4)
+	kv[0], kv[1] = "lease", "ns/name"
+	logger.Error(errNotAdmitted, "Failed to update lease", kv...)
+	if spare := kv[:4]; spare[2] != nil || spare[3] != nil {
+		t.Errorf("the caller's slice was written past its length: %v", spare)
+	}
+}
