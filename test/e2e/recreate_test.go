@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -25,7 +26,12 @@ var leaseOperations = map[string]func(t *testing.T, name string){
 		if err := leases.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := leases.Create(context.Background(), emptyLease(name), metav1.CreateOptions{}); err != nil {
+		// Applied as `kubectl apply --server-side` does: created, or, when
+		// a running sidecar has already re-created the missing Lease (it
+		// sees the deletion through its watch and may win the race with
+		// this call), patched with the manifest, which sets nothing.
+		shipped := coordinationv1ac.Lease(name, "default").WithSpec(coordinationv1ac.LeaseSpec())
+		if _, err := leases.Apply(context.Background(), shipped, metav1.ApplyOptions{FieldManager: "kubectl", Force: true}); err != nil {
 			t.Fatal(err)
 		}
 	},
