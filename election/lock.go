@@ -256,12 +256,12 @@ func (l *observingLock) Create(ctx context.Context, ler resourcelock.LeaderElect
 	if !l.ownLease {
 		return l.createWithoutHolder(ctx)
 	}
-	return l.admitted(true, func() error {
+	return lostRace(l.admitted(true, func() error {
 		if err := l.setNewTermToken(&ler, false); err != nil {
 			return err
 		}
 		return l.write(ctx, ler, l.inner.Create)
-	})
+	}))
 }
 
 // errCreatedWithoutHolder ends the round in which this process created a
@@ -280,7 +280,7 @@ func (l *observingLock) createWithoutHolder(ctx context.Context) error {
 	leases := l.inner.Client.Leases(lease.Namespace)
 	l.using.Unlock()
 	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err)
+		return lostRace(fmt.Errorf("create lease %s/%s: %w", lease.Namespace, lease.Name, err))
 	}
 	return errCreatedWithoutHolder
 }
@@ -352,10 +352,30 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		})
 		if newTerm && err != nil {
 			l.refusedTakeover(err)
+			return lostRace(err)
 		}
 		return err
 	}
 	return l.write(ctx, ler, l.inner.Update)
+}
+
+// errLostRace marks a write for a new term that the API server refused
+// because the Lease had changed since it was read (409 Conflict), or, for
+// a missing Lease, because another candidate had created it first (409
+// AlreadyExists): a race to take the Lease, lost. In a group of candidates
+// that is the expected outcome for all but one of them at every change of
+// leader, so it is not logged as an error (see quietExpected). A conflict
+// on a renewal of this pod's own term is not marked: something else wrote
+// the Lease while this pod held it.
+var errLostRace = errors.New("another write changed the lease first: a race to take it, lost")
+
+// lostRace marks err with errLostRace if it is a 409; the API error stays
+// in the chain, for apierrors' checks.
+func lostRace(err error) error {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%w: %w", errLostRace, err)
+	}
+	return err
 }
 
 // refusedTakeover deals with a takeover write the API server refused with

@@ -341,8 +341,13 @@ func TestLockFailedWrite(t *testing.T) {
 		return true, nil, apierrors.NewConflict(leasesResource, testName, errors.New("changed"))
 	})
 	getOrFail(t, ctx, l)
-	if err := l.Update(ctx, ownRecord(8, l.clock.Now())); !apierrors.IsConflict(err) {
+	err := l.Update(ctx, ownRecord(8, l.clock.Now()))
+	if !apierrors.IsConflict(err) {
 		t.Fatalf("Update error = %v, want the conflict", err)
+	}
+	// A takeover beaten by another write is a race lost, logged as such.
+	if !errors.Is(err, errLostRace) {
+		t.Errorf("Update error = %v, want it marked as a race lost", err)
 	}
 	if l.wroteOnce {
 		t.Error("wroteOnce set by a failed write: a previous incarnation's term would no longer be recognised")
@@ -352,6 +357,52 @@ func TestLockFailedWrite(t *testing.T) {
 	}
 	if _, ok := l.tracker.ownTerm(); ok {
 		t.Error("ownTerm() set by a failed write")
+	}
+}
+
+// TestLockRenewalConflictIsNotARaceLost: a conflict on a renewal of this
+// pod's own term means something else wrote the Lease while this pod held
+// it; it stays an error line, unlike a takeover's.
+func TestLockRenewalConflictIsNotARaceLost(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	l := newTestLock(t, []string{"get", "update"}, newLease("", 7, t0))
+	getOrFail(t, ctx, l)
+	if err := l.Update(ctx, ownRecord(8, l.clock.Now())); err != nil {
+		t.Fatalf("taking the Lease: %v", err)
+	}
+	l.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(leasesResource, testName, errors.New("changed"))
+	})
+	l.clock.Step(time.Second)
+	err := l.Update(ctx, ownRecord(8, l.clock.Now()))
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("renewal error = %v, want the conflict", err)
+	}
+	if errors.Is(err, errLostRace) {
+		t.Errorf("renewal error = %v marked as a race lost", err)
+	}
+}
+
+// TestLockCreateRaceLost: two candidates create a missing Lease at once;
+// the one answered AlreadyExists lost a race, with or without the right to
+// create the Lease with itself as holder.
+func TestLockCreateRaceLost(t *testing.T) {
+	for _, ownLease := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ownLease=%v", ownLease), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, []string{"get", "create"})
+			l.ownLease = ownLease
+			l.client.PrependReactor("create", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+				return true, nil, apierrors.NewAlreadyExists(leasesResource, testName)
+			})
+			if _, _, err := l.Get(ctx); !apierrors.IsNotFound(err) {
+				t.Fatalf("Get error = %v, want NotFound", err)
+			}
+			err := l.Create(ctx, ownRecord(1, l.clock.Now()))
+			if !apierrors.IsAlreadyExists(err) || !errors.Is(err, errLostRace) {
+				t.Errorf("Create error = %v, want AlreadyExists marked as a race lost", err)
+			}
+		})
 	}
 }
 

@@ -23,10 +23,13 @@ const expectedLevel = 2
 //     wants it — thousands of lines while a large group settles;
 //   - this package's own refusals of a write (the gate or a campaign does
 //     not admit a new term, the holder renewed within the lease duration,
-//     a missing Lease created without a holder).
+//     a missing Lease created without a holder);
+//   - a race to take the Lease lost to another candidate (errLostRace):
+//     at every change of leader, all candidates but one lose it.
 //
-// Every other line, and every other error (a conflict, the API server
-// refusing or failing), goes through unchanged.
+// Every other line, and every other error (a conflict on a renewal of this
+// pod's own term, the API server refusing or failing), goes through
+// unchanged.
 func quietExpected(logger logr.Logger, stopped func() bool) logr.Logger {
 	sink := logger.GetSink()
 	if sink == nil {
@@ -48,7 +51,7 @@ type quietSink struct {
 // expected reports whether err is an outcome quietExpected logs as info.
 func (s *quietSink) expected(err error) bool {
 	switch {
-	case errors.Is(err, errNotAdmitted), errors.Is(err, errNotExpired), errors.Is(err, errCreatedWithoutHolder):
+	case errors.Is(err, errNotAdmitted), errors.Is(err, errNotExpired), errors.Is(err, errCreatedWithoutHolder), errors.Is(err, errLostRace):
 		return true
 	case errors.Is(err, context.Canceled):
 		return s.stopped()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 func TestQuietExpected(t *testing.T) {
@@ -30,6 +31,8 @@ func TestQuietExpected(t *testing.T) {
 		{"nor a Lease created without a holder", false, errCreatedWithoutHolder, `"level"=2 "msg"="Error retrieving lease lock"`},
 		{"nor a holder that renewed", false, errNotExpired, `"level"=2 "msg"="Error retrieving lease lock"`},
 		{"a lapsed claim is", false, errClaimLapsed, `"msg"="Error retrieving lease lock" "error"=`},
+		{"a race to take the Lease, lost, is not", false, lostRace(apierrors.NewConflict(leasesResource, testName, errors.New("changed"))), `"level"=2 "msg"="Error retrieving lease lock"`},
+		{"a conflict on a renewal is", false, apierrors.NewConflict(leasesResource, testName, errors.New("changed")), `"msg"="Error retrieving lease lock" "error"=`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, verbosity := range []int{0, expectedLevel} {

@@ -161,6 +161,21 @@ func TestGracefulHandover(t *testing.T) {
 		previous = leader
 	}
 	t.Logf("MEASURED graceful handover (SIGTERM → new leader answers isLeader): %v", handovers)
+	// A standby that lost the race to take the released Lease says so in
+	// an info line (v=2): in a healthy handover no candidate writes an
+	// error line from client-go's elector.
+	lost := 0
+	for _, c := range g.members() {
+		for line := range strings.SplitSeq(c.log(), "\n") {
+			if strings.HasPrefix(line, "E") && strings.Contains(line, "leaderelection.go") {
+				t.Errorf("%s: an error line in a healthy handover: %s", c.name, line)
+			}
+			if strings.Contains(line, "a race to take it, lost") {
+				lost++
+			}
+		}
+	}
+	t.Logf("races lost to take the released Lease, logged at v=2: %d", lost)
 }
 
 // TestCrashFailover: SIGKILL of the leader; a standby takes over once the
