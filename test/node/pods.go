@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // The cgroup freezer: cgroup v1 has a freezer hierarchy with
@@ -56,6 +59,27 @@ func freeze(podUID, containerID string, frozen bool) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
 		return fmt.Errorf("freezer of %s: %w", dir, err)
+	}
+	// The write starts the freeze (or the thaw); a task running on another
+	// CPU goes on until it next enters the kernel. The freezer reports when
+	// every task has stopped (v1: freezer.state leaves FREEZING; v2:
+	// cgroup.events says "frozen 1"), and a fault is only a fault from then.
+	reached := func(state string) bool { return strings.TrimSpace(state) == value }
+	stateFile := file
+	if v2 {
+		stateFile = "cgroup.events"
+		want := "frozen " + value
+		reached = func(events string) bool { return slices.Contains(strings.Split(events, "\n"), want) }
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		state, err := os.ReadFile(filepath.Join(dir, stateFile))
+		if err != nil {
+			return false, err
+		}
+		return reached(string(state)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("freezer of %s did not report %s %s: %w", dir, file, value, err)
 	}
 	return nil
 }

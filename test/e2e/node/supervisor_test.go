@@ -89,9 +89,9 @@ func TestChartSupervisor(t *testing.T) {
 				_ = theNode.ThawPod(string(pod.UID))
 			}
 		}()
-		// The child stopped running once the freezer says FROZEN (the
-		// write may leave it FREEZING for a moment): a time no earlier
-		// than the truth.
+		// The child stopped running once the freezer says FROZEN
+		// (FreezePod returns then; the child's own cgroup says it too): a
+		// time no earlier than the truth.
 		var frozenAt time.Duration
 		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 			_, frozen, err := node.ProcessCgroup(old.pid)
