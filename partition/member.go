@@ -234,8 +234,9 @@ func (m *Member) Run(ctx context.Context) error {
 	// state to wait out.
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	// Every elector is waited for below, after the loop, before the last
+	// view is published.
 	var running sync.WaitGroup
-	defer running.Wait()
 	var failed error
 	fail := func(err error) {
 		m.mu.Lock()
