@@ -43,6 +43,24 @@ snapshot() {
 	awk '{print "mount", $5}' /proc/self/mountinfo | sort
 }
 
+# kubepods cgroups found before the run are an earlier run's leftovers (a
+# run cut short skips its cleanup). This run's cleanup removes every
+# kubepods cgroup, so empty ones are removed first and the snapshot is taken
+# without them. One that holds a task belongs to a kubelet that is running:
+# the cleanup would kill its pods, so the run stops.
+leftover="$(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null || true)"
+if [[ -n $leftover ]]; then
+	tasks="$(find /sys/fs/cgroup/*/ -path '*kubepods*' \( -name cgroup.procs -o -name tasks \) -exec cat {} + 2>/dev/null | sort -u)"
+	if [[ -n $tasks ]]; then
+		echo "run.sh: kubepods cgroups hold tasks ($(echo $tasks)): a kubelet runs on this machine, and the node tests would kill its pods" >&2
+		exit 1
+	fi
+	echo "run.sh: removing $(wc -l <<<"$leftover") empty kubepods cgroups an earlier run left" >&2
+	for d in $leftover; do
+		rmdir "$d" || { echo "run.sh: cannot remove the leftover cgroup $d" >&2; exit 1; }
+	done
+fi
+
 before="$(snapshot)"
 
 # kill_left <say>: SIGKILL every process still in the test's network
