@@ -13,7 +13,8 @@
 # namespaces, the kubepods cgroups, the paths containerd and the kubelet
 # create regardless of their configuration, and the global sysctls the
 # kubelet sets. Then the machine's state is compared with the state before;
-# any difference fails the run.
+# any difference fails the run. Empty kubepods cgroups that an earlier run
+# left are removed before the state is taken (see below).
 #
 # Usage: run.sh <test binary> [test flags]   (as root)
 set -euo pipefail
