@@ -44,12 +44,16 @@ snapshot() {
 	awk '{print "mount", $5}' /proc/self/mountinfo | sort
 }
 
+# kubepods_cgroups lists every kubepods cgroup directory, deepest first (the
+# order rmdir needs).
+kubepods_cgroups() { find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null || true; }
+
 # kubepods cgroups found before the run are an earlier run's leftovers (a
 # run cut short skips its cleanup). This run's cleanup removes every
 # kubepods cgroup, so empty ones are removed first and the snapshot is taken
 # without them. One that holds a task belongs to a kubelet that is running:
 # the cleanup would kill its pods, so the run stops.
-leftover="$(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null || true)"
+leftover="$(kubepods_cgroups)"
 if [[ -n $leftover ]]; then
 	tasks="$(find /sys/fs/cgroup/*/ -path '*kubepods*' \( -name cgroup.procs -o -name tasks \) -exec cat {} + 2>/dev/null | sort -u || true)"
 	if [[ -n $tasks ]]; then
@@ -98,8 +102,8 @@ cleanup() {
 	# for up to 30 s; then what still holds a cgroup is printed.
 	local left until=$((SECONDS + 30))
 	while :; do
-		for d in $(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null); do rmdir "$d" 2>/dev/null; done
-		left="$(find /sys/fs/cgroup/*/ -depth -type d -path '*kubepods*' 2>/dev/null)"
+		for d in $(kubepods_cgroups); do rmdir "$d" 2>/dev/null; done
+		left="$(kubepods_cgroups)"
 		[[ -z $left || $SECONDS -ge $until ]] && break
 		kill_left 0
 		sleep 1
