@@ -27,7 +27,22 @@ BUILD_OUTPUT ?= bin/leader-elector
 build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=arm64 to cross-build)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BUILD_OUTPUT) .
 
-test: lint unit e2e ## everything CI runs: lint, unit, e2e on a real control plane, benchmarks (smoke), packaging, e2e on a real node
+# make test runs three stages in order, times each and stops at the first
+# that fails (hack/stages.sh), so that a lint error or a broken unit test is
+# known in minutes, not after the node suite:
+#   check       lint, unit, fuzz smoke, the alert rules, and the core of the
+#               e2e suite (elect, hand over, crash) on a real API server
+#   e2e-stage   the whole e2e suite and the benchmarks' smoke runs
+#   node-stage  packaging (chart, image, release) and the suite on a real node
+# Each stage is a target of its own, listed here once.
+TEST_STAGES := check e2e-stage node-stage
+.PHONY: check e2e-stage node-stage
+test: ## everything CI runs, in three timed stages that fail fast: check, e2e-stage, node-stage
+	@MAKE="$(MAKE)" bash hack/stages.sh $(TEST_STAGES)
+
+check: lint unit fuzz-smoke rules-test e2e-smoke ## the fast stage (≤ 5 min warm): lint, unit, fuzz smoke, alert rules, and the core e2e (elect, hand over, crash)
+e2e-stage: e2e bench-smoke bench-partitions-smoke ## the second stage: the whole e2e suite and the benchmarks' smoke runs
+node-stage: packaging e2e-cluster ## the third stage: packaging (chart, image, release) and the e2e suite on a real node
 
 # Linters, pinned, run with `go run pkg@version`: the version fixes the
 # tool's module and so, through its own go.mod, every dependency it builds
@@ -59,11 +74,32 @@ e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector process
 tools: ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kubectl at the pinned versions
 	bash test/tools/build.sh
 
+tools-core: ## build (or reuse from the cache) etcd and kube-apiserver only: what the demo and the smoke e2e run
+	bash test/tools/build.sh etcd kube-apiserver >/dev/null
+
+# The core of the e2e suite, for the fast stage: a first election, a graceful
+# handover and a crash failover, on a real etcd and kube-apiserver, under the
+# invariant monitor. The whole suite (make e2e) runs them again.
+E2E_SMOKE := ^(TestFirstElection|TestGracefulHandover|TestCrashFailover)$$
+.PHONY: tools-core e2e-smoke
+e2e-smoke: tools-core ## the core e2e tests only (elect, hand over, crash): part of make check
+	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 10m -v -run '$(E2E_SMOKE)' ./test/e2e/ 2>&1 | tee e2e-smoke.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \
+	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || bash hack/failure-context.sh e2e-smoke.out; exit $$rc
+
+# One test, N times in a row, under CPU load (LOAD busy loops, default one
+# per core), with a report of passes, failures and times; each failing run's
+# log is kept. PKG is the test's package (default ./test/e2e/); with
+# PKG=./test/e2e/node each run is `make e2e-cluster RUN=^TEST$$`.
+.PHONY: flake-hunt
+flake-hunt: ## run TEST=<name> N times (default 10) under CPU load (LOAD busy loops, default nproc); PKG=./test/e2e/ (default), a unit package, or ./test/e2e/node; report in flake-hunt/
+	@[ -n "$(TEST)" ] || { echo "flake-hunt: name the test, e.g. make flake-hunt TEST=TestGracefulHandover N=10" >&2; exit 2; }
+	MAKE="$(MAKE)" bash hack/flake-hunt.sh "$(TEST)" "$(or $(N),10)" "$(or $(PKG),./test/e2e/)" "$(LOAD)"
+
 demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running; with KUBECONFIG set, on that cluster instead)
 	$(GO) run ./test/demo $(if $(HOLD),-hold)
 
 clean: ## remove build outputs (the tool cache stays)
-	rm -rf bin e2e.out
+	rm -rf bin e2e.out e2e-smoke.out flake-hunt
 
 # Fuzzing (Go native fuzzing). Each FUZZ_TARGETS entry is package:FuzzName;
 # adding a target is one line. `make fuzz` runs each for FUZZTIME, `make
@@ -77,7 +113,6 @@ clean: ## remove build outputs (the tool cache stays)
 # A count sets no deadline. 30000x is half a minute to a minute per target on 2
 # cores; FUZZTIME=2m still works, with that risk.
 .PHONY: fuzz fuzz-smoke
-test: fuzz-smoke
 
 FUZZTIME        ?= 30000x
 FUZZ_SMOKE_TIME ?= 3000x
@@ -104,7 +139,6 @@ fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 3000x executi
 # shows (about 15 minutes); `make bench-smoke` is a short run with small
 # counts and timings that only proves the benchmark still works (CI).
 .PHONY: bench bench-smoke
-test: bench-smoke
 
 bench: tools ## benchmarks, full run at the default timings (~15 min); the table also goes to bench.out
 	$(GO) run ./bench --output bench.out
@@ -133,7 +167,6 @@ bench-scale: tools ## benchmarks at scale: 3, 50 and 200 candidates, 1000 SSE cl
 # Partition mode (--partitions): time to a full and fair assignment after a
 # join and after a crash, and idle API requests per member.
 .PHONY: bench-partitions bench-partitions-smoke
-test: bench-partitions-smoke
 
 bench-partitions: tools ## partition-mode benchmark: 64 partitions, 8 members, default timings (~4 min); figures also go to bench-partitions.out
 	$(GO) run ./bench --partitions=64 --partition-members=8 --output bench-partitions.out
@@ -149,7 +182,6 @@ bench-partitions-smoke: tools ## partition-mode benchmark, short run (16 partiti
 # (test/image/local-builder.sh) and a scratch base, since no registry can be
 # reached — then checks the image and runs it in containerd.
 .PHONY: image buildah image-deps image-test-archive image-test chart-test packaging packaging-tools
-test: packaging
 # The e2e suite installs the chart and the manifests too.
 e2e: packaging-tools
 
@@ -287,7 +319,6 @@ clean-packaging:
 # run creates and removes (test/node/run.sh); the machine is checked to be
 # as before afterwards. Needs root.
 .PHONY: e2e-cluster node-deps
-test: e2e-cluster
 
 NODE_KUBE_COMMANDS := kube-controller-manager kube-scheduler kubelet kube-proxy
 NODE_TIMEOUT       ?= 40m
@@ -352,7 +383,6 @@ node-deps: image-deps ## install containerd, runc, the CNI plugins, iptables, co
 # test/packaging checks. promtool comes from Debian's prometheus package,
 # which also provides the Prometheus server test/e2e starts.
 .PHONY: monitoring-deps monitoring-generate rules-test
-test: rules-test
 e2e: monitoring-deps
 
 monitoring-deps: ## install promtool and prometheus (Debian's prometheus package) with apt-get if missing (needs root)

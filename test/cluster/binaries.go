@@ -29,26 +29,32 @@ var binaries = []string{"etcd", "kube-apiserver"}
 // kubectl, at the cluster's version.
 const Kubectl = "kubectl"
 
-// builtBinaries are what EnsureBinaries provides: Start's, the controller
-// manager the rollout tests run beside the control plane, and kubectl.
-var builtBinaries = append(slices.Clone(binaries), "kube-controller-manager", Kubectl)
+// ControllerManager is the name of the kube-controller-manager binary, which
+// the rollout tests run beside the control plane (its Deployment and
+// ReplicaSet controllers).
+const ControllerManager = "kube-controller-manager"
 
-// EnsureBinaries returns the directory holding the etcd, kube-apiserver,
-// kube-controller-manager and kubectl binaries; a missing one is an error. If $LEADER_ELECTOR_TOOLS_DIR is set, that
-// directory is used as is; otherwise test/tools/build.sh builds them (or
-// finds them in its cache) and its progress is streamed to progress (which
-// may be nil).
+// EnsureBinaries returns the directory holding the etcd and kube-apiserver
+// binaries and each of extra (for example Kubectl or ControllerManager); a
+// missing one is an error. Only what is asked for is built: a cold build of
+// each Kubernetes binary costs minutes on a small machine, and the demo and
+// most tests need only the two that Start runs.
+//
+// If $LEADER_ELECTOR_TOOLS_DIR is set, that directory is used as is;
+// otherwise test/tools/build.sh builds them (or finds them in its cache) and
+// its progress is streamed to progress (which may be nil).
 //
 // Concurrent callers on this machine (for example several test binaries run
 // by `go test -tags integration ./...`) are serialised with a file lock,
 // because two build.sh runs building the same binary would write the same
 // temporary file.
-func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
+func EnsureBinaries(ctx context.Context, progress io.Writer, extra ...string) (string, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
+	want := append(slices.Clone(binaries), extra...)
 	if dir := os.Getenv(ToolsDirEnv); dir != "" {
-		if err := checkBinaries(dir, builtBinaries); err != nil {
+		if err := checkBinaries(dir, want); err != nil {
 			return "", fmt.Errorf("$%s: %w", ToolsDirEnv, err)
 		}
 		return dir, nil
@@ -65,7 +71,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 	defer unlock()
 
 	var stdout bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, want...)...)
 	cmd.Stdout = io.MultiWriter(&stdout, progress)
 	cmd.Stderr = progress
 	if err := cmd.Run(); err != nil {
@@ -75,7 +81,7 @@ func EnsureBinaries(ctx context.Context, progress io.Writer) (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("%s printed no directory", script)
 	}
-	if err := checkBinaries(dir, builtBinaries); err != nil {
+	if err := checkBinaries(dir, want); err != nil {
 		return "", fmt.Errorf("after %s: %w", script, err)
 	}
 	return dir, nil
@@ -93,7 +99,7 @@ func findBuildScript() (string, error) {
 		err = fmt.Errorf("no %s", p)
 	}
 	return "", fmt.Errorf("cannot find %s (%w); set $%s to a directory holding %s",
-		rel, err, ToolsDirEnv, strings.Join(builtBinaries, ", "))
+		rel, err, ToolsDirEnv, strings.Join(binaries, ", "))
 }
 
 // lockBuild takes an exclusive flock on a file in the cache root that

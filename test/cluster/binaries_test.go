@@ -21,21 +21,22 @@ func TestEnsureBinariesFromEnv(t *testing.T) {
 }
 
 // TestEnsureBinariesWithoutKubectl checks that a tools directory holding
-// everything but kubectl is refused with kubectl named: the docs' commands
-// run with it, and a missing kubectl must fail the suite, never skip them.
+// everything but kubectl is refused with kubectl named when kubectl is asked
+// for (the docs' commands run with it, and a missing kubectl must fail the
+// suite, never skip them), and accepted when only what Start runs is.
 func TestEnsureBinariesWithoutKubectl(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range builtBinaries {
-		if name == Kubectl {
-			continue
-		}
+	for _, name := range append(binaries, ControllerManager) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Setenv(ToolsDirEnv, dir)
-	_, err := EnsureBinaries(t.Context(), nil)
+	_, err := EnsureBinaries(t.Context(), nil, ControllerManager, Kubectl)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, Kubectl)) {
 		t.Fatalf("EnsureBinaries without kubectl: %v, want an error naming %s", err, filepath.Join(dir, Kubectl))
+	}
+	if got, err := EnsureBinaries(t.Context(), nil); err != nil || got != dir {
+		t.Fatalf("EnsureBinaries for etcd and kube-apiserver only: %q, %v; want %q", got, err, dir)
 	}
 }

@@ -100,9 +100,8 @@ func run(hold bool, kubeconfig string) error {
 		defer cleanup()
 		say("Using the cluster at %s (kubeconfig %s); no control plane is built. Lease %s/%s; timings: lease %v, renew deadline %v, retry %v", tg.host, kubeconfig, tg.namespace, leaseName, leaseDuration, renewDeadline, retryPeriod)
 	} else {
-		say("Building the control plane: etcd, kube-apiserver and kube-controller-manager from source into ~/.cache/leader-elector/tools (the first run takes 15-25 minutes on 2 cores; later runs reuse them). KUBECONFIG=<file> make demo uses an existing cluster instead")
 		var binDir string
-		if err := building(ctx, "etcd, kube-apiserver and kube-controller-manager", func() (err error) {
+		if err := building(ctx, "etcd and kube-apiserver", func() (err error) {
 			binDir, err = cluster.EnsureBinaries(ctx, os.Stderr)
 			return err
 		}); err != nil {

@@ -264,8 +264,8 @@ func (sh *shell) tool(name string, args ...string) {
 	}
 }
 
-// kubectl runs the real kubectl (built at the cluster's version with the
-// control plane, see cluster.EnsureBinaries) with the admin kubeconfig, as
+// kubectl runs the real kubectl (built at the cluster's version, see
+// kubeTool) with the admin kubeconfig, as
 // the user runs it, and checks what the command must show: after
 // `apply -k`, candidates run for the applied Deployments; `get lease`
 // prints the leading candidate. `logs` and `exec` need a kubelet, which this
@@ -343,7 +343,7 @@ func (sh *shell) kubectl(args []string) {
 func (sh *shell) runKubectl(args []string) string {
 	t := sh.t
 	t.Helper()
-	cmd := exec.Command(filepath.Join(kubeBinDir, cluster.Kubectl), args...)
+	cmd := exec.Command(kubeTool(t, cluster.Kubectl), args...)
 	cmd.Dir = sh.cwd
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.AdminKubeconfig(), "KUBECACHEDIR="+filepath.Join(sh.root, ".kube-cache"))
 	var stdout, stderr bytes.Buffer

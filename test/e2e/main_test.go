@@ -28,8 +28,8 @@ var (
 	binary string
 	// repoRoot is the repository's top directory.
 	repoRoot string
-	// kubeBinDir holds etcd, kube-apiserver, kube-controller-manager and
-	// kubectl (cluster.EnsureBinaries).
+	// kubeBinDir holds etcd and kube-apiserver (cluster.EnsureBinaries);
+	// kubeTool finds the other Kubernetes binaries.
 	kubeBinDir string
 )
 
@@ -85,4 +85,18 @@ func setUpAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "kube-apiserver log: %s (kept: set E2E_KEEP_WORKDIR=1)\n", controlPlane.APIServerLogPath())
 	}
 	return code
+}
+
+// kubeTool returns the path of a Kubernetes binary the control plane does not
+// need (cluster.Kubectl, cluster.ControllerManager), built on first use. make
+// e2e builds them all before the suite starts (make tools), so no build runs
+// beside a test there; the smoke stage (make e2e-smoke) runs no test that
+// needs them and so never pays for their cold build.
+func kubeTool(t *testing.T, name string) string {
+	t.Helper()
+	dir, err := cluster.EnsureBinaries(t.Context(), os.Stderr, name)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return filepath.Join(dir, name)
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/leader-elector/leader-elector/test/cluster"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -44,7 +45,7 @@ func startControllerManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(kubeBinDir, "kube-controller-manager"),
+	cmd := exec.Command(kubeTool(t, cluster.ControllerManager),
 		"--kubeconfig="+controlPlane.AdminKubeconfig(),
 		"--controllers=deployment-controller,replicaset-controller",
 		"--leader-elect=false",

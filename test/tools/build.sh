@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries the e2e tests run against (etcd,
-# kube-apiserver and kube-controller-manager, at the versions pinned in ./etcd
-# and ./kube) and the kubectl the tests run the docs' commands with into a
-# cache directory, and prints that directory. A warm cache is reused as is: the
-# directory name is a hash of the pinning go.mod/go.sum files, so changing a
-# version builds into a new directory and never mixes binaries.
+# Builds the control-plane binaries the tests run against, at the versions
+# pinned in ./etcd and ./kube, into a cache directory, and prints that
+# directory. A warm cache is reused as is: the directory name is a hash of the
+# pinning go.mod/go.sum files and of this script, so changing a version builds
+# into a new directory and never mixes binaries.
+#
+# Usage: build.sh [NAME...]
+#   NAME is etcd or a k8s.io/kubernetes command (kube-apiserver,
+#   kube-controller-manager, kubectl, kubelet, ...). With no NAME it builds
+#   all that the e2e suite uses: etcd, kube-apiserver, kube-controller-manager
+#   (the rollout tests) and kubectl (the docs' commands). The demo and the
+#   smoke stage ask for etcd and kube-apiserver only: a cold build of the
+#   other two costs minutes they never use.
 #
 # Environment:
 #   LEADER_ELECTOR_TOOLS_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/leader-elector/tools)
@@ -33,15 +40,16 @@ build() { # build <module dir> <package> <binary name> [ldflags]
 	echo "built $name in $((SECONDS - start))s" >&2
 }
 
-build etcd go.etcd.io/etcd/server/v3 etcd
-build kube k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver "$kube_ldflags"
-# The rollout tests run the Deployment and ReplicaSet controllers.
-build kube k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$kube_ldflags"
-# The docs' kubectl commands run with the real kubectl, at the cluster's
-# version (test/e2e TestDocSnippets, the rollout tests on the node).
-build kube k8s.io/kubernetes/cmd/kubectl kubectl "$kube_ldflags"
-for cmd in ${KUBE_COMMANDS:-}; do
-	build kube "k8s.io/kubernetes/cmd/$cmd" "$cmd" "$kube_ldflags"
+names=("$@")
+if [[ ${#names[@]} -eq 0 ]]; then
+	names=(etcd kube-apiserver kube-controller-manager kubectl)
+fi
+for name in "${names[@]}" ${KUBE_COMMANDS:-}; do
+	case "$name" in
+	etcd) build etcd go.etcd.io/etcd/server/v3 etcd ;;
+	*[!a-z-]* | "") echo "build.sh: $name is not a command name" >&2; exit 2 ;;
+	*) build kube "k8s.io/kubernetes/cmd/$name" "$name" "$kube_ldflags" ;;
+	esac
 done
 
 echo "$out"
