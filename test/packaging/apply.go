@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -70,6 +71,56 @@ func apply(ctx context.Context, cfg *rest.Config, objs Objects, dryRun []string)
 	return nil
 }
 
+// policyInNamespace rewrites an admission policy or binding written for
+// one namespace (the middle part of its name) for another.
+func policyInNamespace(u *unstructured.Unstructured, namespace string) error {
+	rename := func(name string) (string, string, error) {
+		parts := strings.SplitN(name, ".", 3)
+		if len(parts) != 3 {
+			return "", "", fmt.Errorf("%s/%s: not named <kind>.<namespace>.<Lease>", u.GetKind(), name)
+		}
+		old := parts[1]
+		parts[1] = namespace
+		return strings.Join(parts, "."), old, nil
+	}
+	name, old, err := rename(u.GetName())
+	if err != nil {
+		return err
+	}
+	u.SetName(name)
+	if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
+		policy, _, _ := unstructured.NestedString(u.Object, "spec", "policyName")
+		if policy, _, err = rename(policy); err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(u.Object, policy, "spec", "policyName"); err != nil {
+			return err
+		}
+		const key = "kubernetes.io/metadata.name"
+		if v, ok, _ := unstructured.NestedString(u.Object, "spec", "matchResources", "namespaceSelector", "matchLabels", key); !ok || v != old {
+			return fmt.Errorf("%s/%s: its namespaceSelector selects %q, not its namespace %q", u.GetKind(), u.GetName(), v, old)
+		}
+		return unstructured.SetNestedField(u.Object, namespace, "spec", "matchResources", "namespaceSelector", "matchLabels", key)
+	}
+	conditions, _, err := unstructured.NestedSlice(u.Object, "spec", "matchConditions")
+	if err != nil {
+		return err
+	}
+	for _, c := range conditions {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		expr, _ := m["expression"].(string)
+		quoted := "'system:serviceaccount:' + '" + old + "'"
+		if !strings.Contains(expr, quoted) {
+			return fmt.Errorf("%s/%s: match condition %q does not name namespace %q", u.GetKind(), u.GetName(), expr, old)
+		}
+		m["expression"] = strings.Replace(expr, quoted, "'system:serviceaccount:' + '"+namespace+"'", 1)
+	}
+	return unstructured.SetNestedSlice(u.Object, conditions, "spec", "matchConditions")
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
@@ -79,9 +130,12 @@ func boolInt(b bool) int {
 
 // InNamespace puts namespaced objects into namespace and renames Namespace
 // objects to it, as `namespace:` in a kustomization does (RoleBinding
-// subjects included). The routing modes' admission policies and bindings
-// are cluster-scoped and name no namespace in what they do (their names
-// carry the original one): they are left as they are.
+// subjects included). The admission policies and bindings are
+// cluster-scoped but written for one namespace, as the components'
+// replacements write them when the component is applied after
+// `namespace:`: their names (<kind>.<namespace>.<Lease>), the
+// ServiceAccount's username and the binding's namespace are rewritten to
+// namespace.
 func InNamespace(objs Objects, namespace string) error {
 	for _, u := range objs {
 		switch {
@@ -89,6 +143,9 @@ func InNamespace(objs Objects, namespace string) error {
 			u.SetName(namespace)
 			continue
 		case u.GetKind() == "ValidatingAdmissionPolicy" || u.GetKind() == "ValidatingAdmissionPolicyBinding":
+			if err := policyInNamespace(u, namespace); err != nil {
+				return err
+			}
 			continue
 		case u.GetKind() == "ClusterRole" || u.GetKind() == "ClusterRoleBinding":
 			return fmt.Errorf("%s/%s is cluster-scoped", u.GetKind(), u.GetName())

@@ -129,8 +129,10 @@ func TestChartRBAC(t *testing.T) {
 			leaseName: full,
 		},
 		{
+			// The admission policy that narrows it (cluster-scoped) is
+			// TestKustomizePartitions'.
 			name:  "partitions.count: no Lease; the sidecars create the group's Leases, list and watch them by label, delete their own membership Lease",
-			set:   []string{"--set", "partitions.count=16"},
+			set:   []string{"--set", "partitions.count=16", "--set", "partitions.admissionPolicy=false"},
 			kinds: []string{"ServiceAccount/" + full, "Role/" + full, "RoleBinding/" + full},
 			rules: func(t *testing.T) []rbacv1.PolicyRule {
 				return []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}}}

@@ -159,10 +159,6 @@ func tokenVolume(spec *corev1.PodSpec) *corev1.Volume {
 	return nil
 }
 
-// TestKustomizePartitions: the partitions component, used in an overlay of
-// the base, replaces the leader Role's rules with exactly the chart's
-// partition-mode rules (which the e2e suite runs partition mode with), and
-// keeps the base's Lease to carry the renamed group name.
 // TestKustomizeObserver: the observer component leaves the Role exactly the
 // chart's observer rules, on the overlay's Lease name.
 func TestKustomizeObserver(t *testing.T) {
@@ -183,24 +179,43 @@ func TestKustomizeObserver(t *testing.T) {
 	}
 }
 
+// TestKustomizePartitions: the partitions component, used in an overlay of
+// the named base, replaces the leader Role's rules with exactly the chart's
+// partition-mode rules (which the e2e suite runs partition mode with),
+// keeps the base's Lease to carry the renamed group name, and adds the
+// chart's admission policy, written for the group's final names.
 func TestKustomizePartitions(t *testing.T) {
 	objs, err := KustomizeBuild(context.Background(), inRepo("test", "packaging", "testdata", "partitions"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	const name = "workers-leader-elector"
-	want := []string{"ServiceAccount/" + name, "Role/" + name, "RoleBinding/" + name, "Lease/" + name}
+	const name, ns = "workers-leader-elector", "workers"
+	policyName := "leader-elector-partitions." + ns + "." + name
+	want := []string{"ServiceAccount/" + name, "Role/" + name, "RoleBinding/" + name, "Lease/" + name,
+		"ValidatingAdmissionPolicy/" + policyName, "ValidatingAdmissionPolicyBinding/" + policyName}
 	if got := objs.Kinds(); !sameElements(got, want) {
 		t.Errorf("objects %v, want %v", got, want)
+	}
+	chart, err := HelmTemplate(context.Background(), ChartDir(), release, ns, WithImage("--set", "partitions.count=16", "--set", "fullnameOverride="+name)...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var role, chartRole rbacv1.Role
 	if err := objs.OneInto("Role", &role); err != nil {
 		t.Fatal(err)
 	}
-	if err := helmTemplate(t, "--set", "partitions.count=16").OneInto("Role", &chartRole); err != nil {
+	if err := chart.OneInto("Role", &chartRole); err != nil {
 		t.Fatal(err)
 	}
 	if !equality.Semantic.DeepEqual(role.Rules, chartRole.Rules) {
 		t.Errorf("Role rules:\n%s\nwant the chart's partition-mode rules:\n%s", asJSON(role.Rules), asJSON(chartRole.Rules))
+	}
+	// The admission policy: the chart's, written for this ServiceAccount,
+	// namespace and group.
+	policiesAgree(t, chart, objs)
+	policy, binding := admissionPolicy(t, objs)
+	checkPolicyWrittenFor(t, policy, binding, ns, name)
+	if got, want := policyVariable(policy, "prefix"), "'"+name+"' + '-'"; got != want {
+		t.Errorf("policy's prefix %s, want %s", got, want)
 	}
 }

@@ -113,26 +113,23 @@ func routedWorkload(t *testing.T, objs Objects, d *appsv1.Deployment, mode routi
 			t.Errorf("Service selector %v: want it to select %s=%s too, or it selects the leaders of every group of the app in the namespace", svc.Spec.Selector, routing.GroupLabel, lease)
 		}
 	}
-	routedShipments(t, objs, mode, lease, service)
+	leaderLabel := setting("leader-label")
+	if leaderLabel == "" {
+		leaderLabel = routing.DefaultLeaderLabel
+	}
+	routedShipments(t, objs, mode, lease, service, leaderLabel)
 }
 
 // routedShipments checks the objects a routing mode ships besides the
-// Role: the ServiceAccount labelled as the admission policy's parameter
-// (and, in label mode, annotated with the leader label); for
-// endpointslice, the Service's EndpointSlice, with no endpoints; and the
-// mode's admission policy and binding, named after the namespace and the
-// Lease.
-func routedShipments(t *testing.T, objs Objects, mode routing.Mode, lease, service string) {
+// Role: for endpointslice, the Service's EndpointSlice, with no endpoints;
+// and the mode's admission policy and binding, named after the namespace
+// and the Lease, and written for this ServiceAccount, its namespace and (in
+// label mode) the sidecar's leader label.
+func routedShipments(t *testing.T, objs Objects, mode routing.Mode, lease, service, leaderLabel string) {
 	t.Helper()
 	var sa corev1.ServiceAccount
 	if err := objs.OneInto("ServiceAccount", &sa); err != nil {
 		t.Fatal(err)
-	}
-	if sa.Labels["leader-elector.io/route"] != string(mode) {
-		t.Errorf("ServiceAccount labels %v: want leader-elector.io/route=%s, the admission policy's parameter", sa.Labels, mode)
-	}
-	if got, want := sa.Annotations["leader-elector.io/leader-label"], map[routing.Mode]string{routing.ModeLabel: routing.DefaultLeaderLabel}[mode]; got != want {
-		t.Errorf("ServiceAccount annotation leader-elector.io/leader-label %q, want %q", got, want)
 	}
 	slices := objs.OfKind("EndpointSlice")
 	if mode == routing.ModeEndpointSlice {
@@ -151,9 +148,47 @@ func routedShipments(t *testing.T, objs Objects, mode routing.Mode, lease, servi
 	if want := "leader-elector-route-" + string(mode) + "." + sa.Namespace + "." + lease; policy.Name != want || binding.Name != want || binding.Spec.PolicyName != want {
 		t.Errorf("admission policy %s, binding %s of %s: want all %s", policy.Name, binding.Name, binding.Spec.PolicyName, want)
 	}
-	if sel := binding.Spec.ParamRef.Selector; sel == nil || !equality.Semantic.DeepEqual(sel.MatchLabels, map[string]string{"leader-elector.io/route": string(mode)}) {
-		t.Errorf("binding's parameters %s: want the ServiceAccounts labelled leader-elector.io/route=%s", asJSON(binding.Spec.ParamRef), mode)
+	checkPolicyWrittenFor(t, policy, binding, sa.Namespace, sa.Name)
+	if mode == routing.ModeLabel {
+		if got, want := policyVariable(policy, "leaderLabel"), "'"+leaderLabel+"'"; got != want {
+			t.Errorf("policy's leaderLabel %s, want %s (the sidecar's --leader-label)", got, want)
+		}
 	}
+}
+
+// checkPolicyWrittenFor checks that an admission policy applies to the
+// ServiceAccount namespace/name's token alone, with nothing to look up (no
+// parameter), and that its binding matches in that namespace alone.
+func checkPolicyWrittenFor(t *testing.T, policy *admissionregistrationv1.ValidatingAdmissionPolicy, binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding, namespace, name string) {
+	t.Helper()
+	if policy.Spec.ParamKind != nil || binding.Spec.ParamRef != nil {
+		t.Errorf("policy %s takes a parameter (%s, %s): want everything written in", policy.Name, asJSON(policy.Spec.ParamKind), asJSON(binding.Spec.ParamRef))
+	}
+	want := []admissionregistrationv1.MatchCondition{{
+		Name:       "made-with-the-sidecars-token",
+		Expression: "request.userInfo.username == 'system:serviceaccount:' + '" + namespace + "' + ':' + '" + name + "'",
+	}}
+	if !equality.Semantic.DeepEqual(policy.Spec.MatchConditions, want) {
+		t.Errorf("policy %s match conditions:\n%s\nwant exactly the ServiceAccount's token:\n%s", policy.Name, asJSON(policy.Spec.MatchConditions), asJSON(want))
+	}
+	if fp := policy.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
+		t.Errorf("policy %s failurePolicy %v, want Fail", policy.Name, fp)
+	}
+	mr := binding.Spec.MatchResources
+	if mr == nil || mr.NamespaceSelector == nil || len(mr.NamespaceSelector.MatchExpressions) != 0 ||
+		!equality.Semantic.DeepEqual(mr.NamespaceSelector.MatchLabels, map[string]string{"kubernetes.io/metadata.name": namespace}) {
+		t.Errorf("binding %s matches %s: want the namespace %s alone", binding.Name, asJSON(mr), namespace)
+	}
+}
+
+// policyVariable returns the expression of the policy's variable name.
+func policyVariable(policy *admissionregistrationv1.ValidatingAdmissionPolicy, name string) string {
+	for _, v := range policy.Spec.Variables {
+		if v.Name == name {
+			return v.Expression
+		}
+	}
+	return ""
 }
 
 // admissionPolicy returns the one ValidatingAdmissionPolicy and binding.
@@ -172,28 +207,71 @@ func admissionPolicy(t *testing.T, objs Objects) (*admissionregistrationv1.Valid
 
 // TestRoutingAdmissionPoliciesAgree: the chart and the kustomize
 // components ship the same admission policy and binding for each mode,
-// apart from names and labels.
+// apart from names and labels, when the chart is installed with the
+// example's namespace and names.
 func TestRoutingAdmissionPoliciesAgree(t *testing.T) {
+	const full = "example-leader-elector"
 	for _, mode := range []routing.Mode{routing.ModeEndpointSlice, routing.ModeLabel} {
 		t.Run(string(mode), func(t *testing.T) {
-			objs, _ := demo(t, "--set", "routing.mode="+string(mode), "--set", "election.readiness=candidate")
-			chartPolicy, chartBinding := admissionPolicy(t, objs)
-			kustPolicy, kustBinding := admissionPolicy(t, mustKustomize(t, "example-"+string(mode)))
-			if !equality.Semantic.DeepEqual(chartPolicy.Spec, kustPolicy.Spec) {
-				t.Errorf("the chart's policy:\n%s\nthe component's:\n%s", asJSON(chartPolicy.Spec), asJSON(kustPolicy.Spec))
+			objs, err := HelmTemplate(context.Background(), ChartDir(), release, exampleNamespace, WithImage("--set", "fullnameOverride="+full,
+				"--set", "routing.mode="+string(mode), "--set", "election.readiness=candidate")...)
+			if err != nil {
+				t.Fatal(err)
 			}
-			chartBinding.Spec.PolicyName, kustBinding.Spec.PolicyName = "", ""
-			if !equality.Semantic.DeepEqual(chartBinding.Spec, kustBinding.Spec) {
-				t.Errorf("the chart's binding:\n%s\nthe component's:\n%s", asJSON(chartBinding.Spec), asJSON(kustBinding.Spec))
+			policiesAgree(t, objs, mustKustomize(t, "example-"+string(mode)))
+		})
+	}
+	for name, set := range map[string][]string{
+		"routing.admissionPolicy=false ships none":    {"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.admissionPolicy=false"},
+		"partitions.admissionPolicy=false ships none": {"--set", "partitions.count=4", "--set", "partitions.admissionPolicy=false"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs, _ := demo(t, set...)
+			if n := len(objs.OfKind("ValidatingAdmissionPolicy")) + len(objs.OfKind("ValidatingAdmissionPolicyBinding")); n != 0 {
+				t.Errorf("%d admission objects", n)
 			}
 		})
 	}
-	t.Run("routing.admissionPolicy=false ships none", func(t *testing.T) {
-		objs, _ := demo(t, "--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.admissionPolicy=false")
-		if n := len(objs.OfKind("ValidatingAdmissionPolicy")) + len(objs.OfKind("ValidatingAdmissionPolicyBinding")); n != 0 {
-			t.Errorf("%d admission objects", n)
-		}
-	})
+}
+
+// policiesAgree checks that two renderings ship the same admission policy
+// and binding, apart from names and labels.
+func policiesAgree(t *testing.T, chart, kust Objects) {
+	t.Helper()
+	chartPolicy, chartBinding := admissionPolicy(t, chart)
+	kustPolicy, kustBinding := admissionPolicy(t, kust)
+	if !equality.Semantic.DeepEqual(chartPolicy.Spec, kustPolicy.Spec) {
+		t.Errorf("the chart's policy:\n%s\nthe component's:\n%s", asJSON(chartPolicy.Spec), asJSON(kustPolicy.Spec))
+	}
+	if chartPolicy.Name != kustPolicy.Name || chartBinding.Spec.PolicyName != kustBinding.Spec.PolicyName {
+		t.Errorf("names: the chart's %s (bound by %s), the component's %s (bound by %s)", chartPolicy.Name, chartBinding.Spec.PolicyName, kustPolicy.Name, kustBinding.Spec.PolicyName)
+	}
+	if !equality.Semantic.DeepEqual(chartBinding.Spec, kustBinding.Spec) {
+		t.Errorf("the chart's binding:\n%s\nthe component's:\n%s", asJSON(chartBinding.Spec), asJSON(kustBinding.Spec))
+	}
+}
+
+// TestChartAdmissionPolicyWithExistingServiceAccount: with
+// serviceAccount.create=false the policy is written for the named
+// ServiceAccount, which the chart neither creates nor labels (the policy
+// needs nothing of it).
+func TestChartAdmissionPolicyWithExistingServiceAccount(t *testing.T) {
+	for _, mode := range []routing.Mode{routing.ModeEndpointSlice, routing.ModeLabel} {
+		t.Run(string(mode), func(t *testing.T) {
+			objs, _ := demo(t, "--set", "routing.mode="+string(mode), "--set", "election.readiness=candidate",
+				"--set", "serviceAccount.create=false", "--set", "serviceAccount.name=my-sa", "--set", "routing.leaderLabel=example.com/leader")
+			if n := len(objs.OfKind("ServiceAccount")); n != 0 {
+				t.Errorf("%d ServiceAccounts rendered", n)
+			}
+			policy, binding := admissionPolicy(t, objs)
+			checkPolicyWrittenFor(t, policy, binding, namespace, "my-sa")
+			if mode == routing.ModeLabel {
+				if got := policyVariable(policy, "leaderLabel"); got != "'example.com/leader'" {
+					t.Errorf("policy's leaderLabel %s, want 'example.com/leader'", got)
+				}
+			}
+		})
+	}
 }
 
 func mustKustomize(t *testing.T, dir string) Objects {
@@ -248,6 +326,13 @@ func TestChartRoutingGuards(t *testing.T) {
 		{"label mode with a leader label under kubernetes.io/", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.leaderLabel=app.kubernetes.io/leader"}, "is reserved"},
 		{"an admission policy on Kubernetes 1.29", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "sidecar.native=false", "--kube-version", "1.29.0"}, "supports Kubernetes 1.30 or later"},
 		{"an IPv5 EndpointSlice", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "routing.addressType=IPv5"}, "routing/addressType"},
+		{"a policy for an existing ServiceAccount without its name", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "serviceAccount.create=false"}, "serviceAccount.name is required"},
+		{"a leader label that is not a label key", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "routing.leaderLabel=it's"}, "is not a label key"},
+		{"the leader label in extraArgs beside the policy", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "sidecar.extraArgs={--leader-label=example.com/other}"}, "set routing.leaderLabel instead"},
+		{"the Lease name in extraArgs beside the policy", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "sidecar.extraArgs={--lease-name,other}"}, "set lease.name instead"},
+		{"the route in extraEnv beside the policy", []string{"--set", "routing.mode=label", "--set", "election.readiness=candidate", "--set", "sidecar.extraEnv[0].name=LEADER_ELECTOR_ROUTE", "--set", "sidecar.extraEnv[0].value=none"}, "set routing.mode instead"},
+		{"the Service in extraArgs beside the policy", []string{"--set", "routing.mode=endpointslice", "--set", "election.readiness=candidate", "--set", "sidecar.extraArgs={--service=other}"}, "set routing.service instead"},
+		{"the partition count in extraEnv beside the partitions policy", []string{"--set", "partitions.count=4", "--set", "sidecar.extraEnv[0].name=LEADER_ELECTOR_PARTITIONS", "--set", "sidecar.extraEnv[0].value=8"}, "set partitions.count instead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := HelmTemplate(context.Background(), ChartDir(), release, namespace, WithImage(tc.args...)...)

@@ -113,6 +113,31 @@ kustomize components' do.
 {{- end }}
 
 {{/*
+Partition mode's admission policy and binding, named as the routing
+modes' are.
+*/}}
+{{- define "leader-elector.partitionsPolicyName" -}}
+{{- printf "leader-elector-partitions.%s.%s" .Release.Namespace (include "leader-elector.leaseName" .) }}
+{{- end }}
+
+{{/*
+The ServiceAccount's username as the admission policies' CEL compares it:
+the namespace and the name quoted apart, as the kustomize components write
+them (so that the packaging tests can hold the two equal). Names of
+Kubernetes objects hold no quote.
+*/}}
+{{- define "leader-elector.policyUsername" -}}
+{{- printf "'system:serviceaccount:' + '%s' + ':' + '%s'" .Release.Namespace (include "leader-elector.serviceAccountName" .) }}
+{{- end }}
+
+{{/*
+Whether this install renders an admission policy: "true" or "".
+*/}}
+{{- define "leader-elector.admissionPolicies" -}}
+{{- if or (and (ne .Values.routing.mode "none") .Values.routing.admissionPolicy) (and (gt (int .Values.partitions.count) 0) .Values.partitions.admissionPolicy) }}true{{ end }}
+{{- end }}
+
+{{/*
 The sidecar image reference.
 */}}
 {{- define "leader-elector.image" -}}
@@ -509,5 +534,30 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- $leaderLabel := .Values.routing.leaderLabel }}
 {{- if and (eq .Values.routing.mode "label") (or (has $leaderLabel (list "pod-template-hash" "controller-revision-hash" "pod-template-generation" "controller-uid" "job-name")) (regexMatch "^([^/]*\\.)?(kubernetes\\.io|k8s\\.io)/" $leaderLabel)) }}
 {{- fail (printf "routing.leaderLabel %q is reserved for Kubernetes (its controllers' labels, the kubernetes.io/ and k8s.io/ prefixes): the sidecar refuses it; choose a key under your own prefix" $leaderLabel) }}
+{{- end }}
+{{- if and (eq .Values.routing.mode "label") (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $leaderLabel)) }}
+{{- fail (printf "routing.leaderLabel %q is not a label key ([prefix/]name, e.g. example.com/leader)" $leaderLabel) }}
+{{- end }}
+{{- /* The admission policies are written for the values below; a sidecar
+told otherwise through extraArgs or extraEnv would write what its policy
+refuses (or, for the ServiceAccount, be matched by none). */}}
+{{- if include "leader-elector.admissionPolicies" . }}
+{{- $owned := dict "lease-name" "lease.name" "leader-label" "routing.leaderLabel" "route" "routing.mode" "service" "routing.service" "partitions" "partitions.count" }}
+{{- range .Values.sidecar.extraArgs }}
+{{- $arg := . }}
+{{- range $flag, $value := $owned }}
+{{- if or (eq $arg (printf "--%s" $flag)) (hasPrefix (printf "--%s=" $flag) $arg) (eq $arg (printf "-%s" $flag)) (hasPrefix (printf "-%s=" $flag) $arg) }}
+{{- fail (printf "sidecar.extraArgs sets --%s, which the admission policies (routing.admissionPolicy, partitions.admissionPolicy) are written for: set %s instead" $flag $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range .Values.sidecar.extraEnv }}
+{{- $name := .name }}
+{{- range $flag, $value := $owned }}
+{{- if eq $name (printf "LEADER_ELECTOR_%s" (upper (replace "-" "_" $flag))) }}
+{{- fail (printf "sidecar.extraEnv sets %s, which the admission policies (routing.admissionPolicy, partitions.admissionPolicy) are written for: set %s instead" $name $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
