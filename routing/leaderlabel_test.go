@@ -115,7 +115,7 @@ func TestLabelNeverOverwritesAForeignValue(t *testing.T) {
 // label itself.
 func TestLabelPublishFencedItself(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	w, cs := newLabelWriter(t, newLeadership(leading(5)), pod(me, "false", lease, 6))
+	w, cs := newLabelWriter(t, newLeadership(leading(5)), pod(me, "false", lease, 6), leaseOf("pod-b", 6))
 	if err := w.publish(ctx, leading(5)); !errors.Is(err, errStale) {
 		t.Fatalf("publish: %v, want errStale", err)
 	}

@@ -6,18 +6,23 @@
 //
 // Every write that routes traffic to this pod is fenced: it is sent only
 // while this pod claims leadership for the term it publishes, it is bounded
-// by the end of that claim, it never overwrites a newer term's fencing
-// token, and it is conditional on the resourceVersion it read.
+// by the end of that claim, it never overwrites the fencing token of a
+// newer term of the Lease, and it is conditional on the resourceVersion it
+// read. A token that no term of the Lease wrote is overwritten (see fence).
 package routing
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/election"
 )
@@ -72,7 +77,9 @@ type Config struct {
 	// PodName is this pod's name, which is also its holder identity.
 	PodName string
 	// LeaseName is the Lease the pods elect on; label mode labels the pods
-	// with it.
+	// with it. A routing object's token above every one this process has
+	// seen is judged by this Lease's (get, which the election's RBAC
+	// grants).
 	LeaseName string
 	// Service is the Service without a selector (endpointslice mode).
 	Service string
@@ -117,11 +124,16 @@ type Router struct {
 // New returns a Router for cfg, or nil for ModeNone.
 func New(cfg Config) (*Router, error) {
 	m := newMetrics(cfg.Mode)
-	f := fence{leadership: cfg.Leadership, metrics: m}
+	f := newFence(cfg.Leadership, m, leaseToken(cfg))
 	r := &Router{cfg: cfg, metrics: m}
 	switch cfg.Mode {
 	case ModeNone, "":
 		return nil, nil
+	}
+	if cfg.LeaseName == "" {
+		return nil, errors.New("routing needs the name of the Lease, whose fencing tokens it writes")
+	}
+	switch cfg.Mode {
 	case ModeEndpointSlice:
 		r.pub = &sliceWriter{cfg: cfg, fence: f, metrics: m}
 	case ModeLabel:
@@ -130,6 +142,22 @@ func New(cfg Config) (*Router, error) {
 		return nil, errors.New("unknown routing mode " + string(cfg.Mode))
 	}
 	return r, nil
+}
+
+// leaseToken reads the fencing token the Lease carries now: a quorum read
+// (no resourceVersion), so that it sees any term whose routing write this
+// pod has read. A missing Lease carries none.
+func leaseToken(cfg Config) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		l, err := cfg.Client.CoordinationV1().Leases(cfg.Namespace).Get(ctx, cfg.LeaseName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("get lease %s/%s: %w", cfg.Namespace, cfg.LeaseName, err)
+		}
+		return int64(ptr.Deref(l.Spec.LeaseTransitions, 0)), nil
+	}
 }
 
 // Metrics returns the router's Prometheus collectors.

@@ -88,7 +88,9 @@ func allowOnly(t *testing.T, cs *fake.Clientset, allowed ...string) {
 }
 
 // No create: the slice is shipped with the manifests (ErrSliceMissing).
-var sliceCalls = []string{"get services", "get endpointslices", "update endpointslices"}
+// "get leases": a slice token above every one this process has seen is
+// judged by the Lease's own (fence).
+var sliceCalls = []string{"get services", "get endpointslices", "update endpointslices", "get leases"}
 
 func service(selector map[string]string, target intstr.IntOrString) *corev1.Service {
 	return &corev1.Service{
@@ -114,7 +116,7 @@ func newSliceWriter(t *testing.T, l Leadership, objs ...runtime.Object) (*sliceW
 	allowOnly(t, cs, sliceCalls...)
 	m := newMetrics(ModeEndpointSlice)
 	cfg := Config{Mode: ModeEndpointSlice, Namespace: ns, PodName: me, LeaseName: lease, Service: "app", PodIP: podIP, Client: cs, Leadership: l}
-	return &sliceWriter{cfg: cfg, fence: fence{leadership: l, metrics: m}, metrics: m}, cs
+	return &sliceWriter{cfg: cfg, fence: newFence(l, m, leaseToken(cfg)), metrics: m}, cs
 }
 
 func getSlice(t *testing.T, cs *fake.Clientset) *discoveryv1.EndpointSlice {
@@ -175,10 +177,10 @@ func TestSlicePublish(t *testing.T) {
 // TestSliceFencing: a writer never overwrites a newer term's slice, never
 // writes once its claim has lapsed, and re-reads after a conflict.
 func TestSliceFencing(t *testing.T) {
-	t.Run("a newer token in the slice: refused", func(t *testing.T) {
+	t.Run("a newer term's token in the slice: refused", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		newer := sliceOf("pod-b", "10.0.0.8", 6)
-		w, cs := newSliceWriter(t, newLeadership(leading(5)), service(nil, intstr.FromInt32(8080)), newer)
+		w, cs := newSliceWriter(t, newLeadership(leading(5)), service(nil, intstr.FromInt32(8080)), newer, leaseOf("pod-b", 6))
 		err := w.publish(ctx, leading(5))
 		if !errors.Is(err, errStale) {
 			t.Fatalf("publish: %v, want errStale", err)
@@ -211,7 +213,7 @@ func TestSliceFencing(t *testing.T) {
 	})
 	t.Run("conflict: read again, and refused if a newer term wrote meanwhile", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
-		w, cs := newSliceWriter(t, newLeadership(leading(5)), service(nil, intstr.FromInt32(8080)), sliceOf("pod-b", "10.0.0.8", 4))
+		w, cs := newSliceWriter(t, newLeadership(leading(5)), service(nil, intstr.FromInt32(8080)), sliceOf("pod-b", "10.0.0.8", 4), leaseOf("pod-c", 6))
 		// Another leader's write lands between our read and our update.
 		cs.PrependReactor("update", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
 			gvr := discoveryv1.SchemeGroupVersion.WithResource("endpointslices")
@@ -331,7 +333,7 @@ func TestSliceWithdraw(t *testing.T) {
 	}
 }
 
-var labelCalls = []string{"get pods", "list pods", "patch pods"}
+var labelCalls = []string{"get pods", "list pods", "patch pods", "get leases"}
 
 func pod(name, leader, group string, token int64) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, ResourceVersion: "1", Labels: map[string]string{}, Annotations: map[string]string{}}}
@@ -352,7 +354,7 @@ func newLabelWriter(t *testing.T, l Leadership, objs ...runtime.Object) (*labelW
 	allowOnly(t, cs, labelCalls...)
 	m := newMetrics(ModeLabel)
 	cfg := Config{Mode: ModeLabel, Namespace: ns, PodName: me, LeaseName: lease, LeaderLabel: DefaultLeaderLabel, Client: cs, Leadership: l}
-	return &labelWriter{cfg: cfg, fence: fence{leadership: l, metrics: m}, metrics: m}, cs
+	return &labelWriter{cfg: cfg, fence: newFence(l, m, leaseToken(cfg)), metrics: m}, cs
 }
 
 func leaderLabel(t *testing.T, cs *fake.Clientset, name string) (string, string) {
@@ -439,7 +441,7 @@ func counterValue(t *testing.T, c prometheus.Collector) float64 {
 func TestLabelFencing(t *testing.T) {
 	t.Run("another pod labelled by a newer term: refused, nothing written", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
-		w, cs := newLabelWriter(t, newLeadership(leading(5)), pod(me, "false", lease, 0), pod("pod-b", "true", lease, 6))
+		w, cs := newLabelWriter(t, newLeadership(leading(5)), pod(me, "false", lease, 0), pod("pod-b", "true", lease, 6), leaseOf("pod-b", 6))
 		if err := w.publish(ctx, leading(5)); !errors.Is(err, errStale) {
 			t.Fatalf("publish: %v, want errStale", err)
 		}
