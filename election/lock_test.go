@@ -997,7 +997,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 func fastConfig(client *fake.Clientset) Config {
 	cfg := testConfig(client)
 	cfg.LeaseDuration = 2 * time.Second
-	cfg.RenewDeadline = 1500 * time.Millisecond
+	cfg.RenewDeadline = time.Second
 	cfg.RetryPeriod = 200 * time.Millisecond
 	return cfg
 }

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,6 +36,7 @@ var FlagTimingNames = TimingNames{LeaseDuration: "--lease-duration", RenewDeadli
 //   - the lease duration is whole seconds: the Lease stores seconds;
 //   - the lease duration is longer than the renew deadline: a leader stops
 //     claiming leadership before anyone else may take the Lease;
+//   - and longer by at least MinMargin(lease duration): max(1 s, 1% of it).
 //   - the renew deadline is longer than the retry period × client-go's
 //     jitter factor (1.2), client-go's own rule: a leader gets at least one
 //     renewal attempt per deadline.
@@ -61,9 +63,47 @@ func (t Timings) Check(names TimingNames) []error {
 	}
 	if t.LeaseDuration <= t.RenewDeadline {
 		errs = append(errs, fmt.Errorf("%s (%v) must be greater than %s (%v)", names.LeaseDuration, t.LeaseDuration, names.RenewDeadline, t.RenewDeadline))
+	} else if margin := MinMargin(t.LeaseDuration); t.LeaseDuration-t.RenewDeadline < margin {
+		errs = append(errs, fmt.Errorf("%s (%v) must exceed %s (%v) by at least %v (the larger of 1s and 1%% of %s): %w",
+			names.LeaseDuration, t.LeaseDuration, names.RenewDeadline, t.RenewDeadline, margin, names.LeaseDuration, ErrShortMargin))
 	}
 	if minRenew := time.Duration(leaderelection.JitterFactor * float64(t.RetryPeriod)); t.RenewDeadline <= minRenew {
 		errs = append(errs, fmt.Errorf("%s (%v) must be greater than %s × %v (%v)", names.RenewDeadline, t.RenewDeadline, names.RetryPeriod, leaderelection.JitterFactor, minRenew))
 	}
 	return errs
+}
+
+// ErrShortMargin is the error Check wraps when the lease duration exceeds
+// the renew deadline by less than MinMargin. A caller that refuses a timing
+// outside its own supported range may drop it, so that one mistake gives
+// one error.
+var ErrShortMargin = errors.New("the difference absorbs clock-rate drift and the time a leader's work takes to stop")
+
+// MinMargin is the least difference between a lease duration and its renew
+// deadline: the larger of 1 s and 1% of the lease duration.
+//
+// A leader claims leadership until its last successful renewal's start plus
+// the renew deadline, on its own monotonic clock; nobody else takes the
+// Lease before it has seen that renewal unchanged for a lease duration, on
+// its own clock, and it sees the renewal only after it was written. The
+// difference is therefore all that separates the end of one claim from the
+// start of the next, and it has to hold:
+//   - clock-rate drift between the two nodes over a lease duration. NTP
+//     slews a clock by at most 500 ppm, so two clocks part by at most 0.1%;
+//     1% is ten times that, and the rate the token floors already assume
+//     (docs/safety.md, "Clocks");
+//   - the tail of a claim: work that was told "leader" just before the end
+//     and has not stopped yet. The supervisor sends SIGKILL 100 ms
+//     (killAhead) before the end, but the kill is sent late when the
+//     container's CPU quota is spent (up to a CFS period, 100 ms, per
+//     throttle) and a large process takes its time to exit; an app's
+//     request in flight lands late. 1 s is ten times killAhead, and what the
+//     shortest supported timings (2 s lease, 1 s renew deadline) leave.
+//
+// The retry period does not enter: a candidate tries the Lease every retry
+// period, so it takes an expired Lease up to one period after the expiry,
+// never before; the period only adds to the margin. Watch latency does the
+// same: a candidate's lease duration counts from when it saw the renewal.
+func MinMargin(leaseDuration time.Duration) time.Duration {
+	return max(time.Second, leaseDuration/100)
 }

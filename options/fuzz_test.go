@@ -75,7 +75,7 @@ func checkSupported(t *testing.T, o *Options) {
 		o.LeaseDuration.Seconds() > math.MaxInt32 {
 		t.Errorf("accepted --lease-duration %v", o.LeaseDuration)
 	}
-	if o.RenewDeadline < minRenewDeadline || o.RenewDeadline >= o.LeaseDuration {
+	if o.RenewDeadline < minRenewDeadline || o.LeaseDuration-o.RenewDeadline < max(time.Second, o.LeaseDuration/100) {
 		t.Errorf("accepted --renew-deadline %v with --lease-duration %v", o.RenewDeadline, o.LeaseDuration)
 	}
 	if o.RetryPeriod < minRetryPeriod || float64(o.RenewDeadline) <= 1.2*float64(o.RetryPeriod) {

@@ -44,22 +44,39 @@ const (
 	longValue = 64
 )
 
+// timingRanges lists each timing with its supported range.
+func (o *Options) timingRanges() []timingRange {
+	return []timingRange{
+		{"lease-duration", o.LeaseDuration, minLeaseDuration, maxTiming},
+		{"renew-deadline", o.RenewDeadline, minRenewDeadline, maxTiming},
+		{"retry-period", o.RetryPeriod, minRetryPeriod, maxTiming},
+	}
+}
+
+type timingRange struct {
+	name     string
+	value    time.Duration
+	min, max time.Duration
+}
+
+// outside: a positive value outside the range (a value that is not
+// positive has its own error).
+func (d timingRange) outside() bool {
+	return d.value > 0 && (d.value < d.min || d.value > d.max)
+}
+
+// timingOutOfRange reports whether a timing is outside its supported range.
+func (o *Options) timingOutOfRange() bool {
+	return slices.ContainsFunc(o.timingRanges(), timingRange.outside)
+}
+
 // validateInputs checks the ranges the other checks of Validate do not:
 // the timings' bounds, the identity, the client rate. Each failure is its
 // own error.
 func (o *Options) validateInputs() []error {
 	var errs []error
-	for _, d := range []struct {
-		name     string
-		value    time.Duration
-		min, max time.Duration
-	}{
-		{"lease-duration", o.LeaseDuration, minLeaseDuration, maxTiming},
-		{"renew-deadline", o.RenewDeadline, minRenewDeadline, maxTiming},
-		{"retry-period", o.RetryPeriod, minRetryPeriod, maxTiming},
-	} {
-		// A value that is not positive has its own error.
-		if d.value > 0 && (d.value < d.min || d.value > d.max) {
+	for _, d := range o.timingRanges() {
+		if d.outside() {
 			errs = append(errs, fmt.Errorf("--%s %s is outside the supported range %s..%s", d.name, shortDuration(d.value), shortDuration(d.min), shortDuration(d.max)))
 		}
 	}
@@ -238,6 +255,38 @@ func overlapping(a, b string) bool {
 // Service named leader-elector or leader-elector-* gives LEADER_ELECTOR_*
 // variables that are no settings of the sidecar, and must not stop it.
 var serviceLink = regexp.MustCompile(`^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$`)
+
+// serviceLinkAddressName matches the service link variables whose value is
+// an address, <proto>://<cluster IP>:<port>.
+var serviceLinkAddressName = regexp.MustCompile(`^[A-Z0-9_]+_PORT(_[0-9]+_(TCP|UDP|SCTP))?$`)
+
+// isServiceLinkAddress reports whether name=value is the kubelet's service
+// link for a Service, not a setting: a Service named leader-elector-advertise
+// gives every container of its namespace LEADER_ELECTOR_ADVERTISE_PORT=
+// tcp://<cluster IP>:<port>, the name of --advertise-port's variable.
+//
+// The value, not the name, decides. Renaming the flag would only move the
+// clash to whichever Service name matches the next flag, and break every
+// pod spec that sets the variable. The value is unambiguous instead: no
+// flag whose variable has such a name takes a URL (the flag names are
+// checked by TestNoFlagVariableTakesServiceLinkValues), and an operator's
+// own value in the pod spec replaces the kubelet's, so what is left in this
+// shape is always the kubelet's.
+func isServiceLinkAddress(name, value string) bool {
+	if !serviceLinkAddressName.MatchString(name) {
+		return false
+	}
+	proto, hostPort, ok := strings.Cut(value, "://")
+	if !ok || (proto != "tcp" && proto != "udp" && proto != "sctp") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil || !canonicalPort.MatchString(port) {
+		return false
+	}
+	_, err = netip.ParseAddr(host)
+	return err == nil
+}
 
 // envName is the variable that sets flag name.
 func envName(flag string) string {

@@ -1,8 +1,11 @@
 package options
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestInputRanges: every flag value outside the supported range is refused
@@ -157,4 +160,64 @@ func TestServiceLinkVariablesLogged(t *testing.T) {
 	if strings.Join(o.serviceLinks, ",") != strings.Join(want, ",") {
 		t.Errorf("serviceLinks = %q, want %q", o.serviceLinks, want)
 	}
+}
+
+// TestServiceLinkShadowingFlag: a Service named leader-elector-advertise
+// makes the kubelet set LEADER_ELECTOR_ADVERTISE_PORT=tcp://… (the variable
+// of --advertise-port) in every container of the namespace. That value is a
+// service link, not a setting: the flag keeps its default and the sidecar
+// starts. The environment is the kubelet's for such a Service, exactly.
+func TestServiceLinkShadowingFlag(t *testing.T) {
+	kubelet := map[string]string{
+		"POD_NAME": "pod-a", "POD_NAMESPACE": "ns", "KUBECONFIG": "/nonexistent",
+		"LEADER_ELECTOR_LEASE_NAME":                  "demo",
+		"LEADER_ELECTOR_ADVERTISE_SERVICE_HOST":      "10.96.0.5",
+		"LEADER_ELECTOR_ADVERTISE_SERVICE_PORT":      "80",
+		"LEADER_ELECTOR_ADVERTISE_PORT":              "tcp://10.96.0.5:80",
+		"LEADER_ELECTOR_ADVERTISE_PORT_80_TCP":       "tcp://10.96.0.5:80",
+		"LEADER_ELECTOR_ADVERTISE_PORT_80_TCP_PROTO": "tcp",
+		"LEADER_ELECTOR_ADVERTISE_PORT_80_TCP_PORT":  "80",
+		"LEADER_ELECTOR_ADVERTISE_PORT_80_TCP_ADDR":  "10.96.0.5",
+	}
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		wantPort int
+	}{
+		{name: "the kubelet's variables for the Service", env: kubelet},
+		{name: "udp, IPv6", env: map[string]string{"LEADER_ELECTOR_LEASE_NAME": "demo", "LEADER_ELECTOR_ADVERTISE_PORT": "udp://[fd00::5]:53"}},
+		{name: "sctp", env: map[string]string{"LEADER_ELECTOR_LEASE_NAME": "demo", "LEADER_ELECTOR_ADVERTISE_PORT": "sctp://10.96.0.5:9000"}},
+		// The pod spec's own env wins over the service links in the kubelet,
+		// so a number here is the operator's setting.
+		{name: "the operator's own value", env: map[string]string{"LEADER_ELECTOR_LEASE_NAME": "demo", "POD_IP": "10.0.0.7", "LEADER_ELECTOR_ADVERTISE_PORT": "8080"}, wantPort: 8080},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, err := parse(nil, fakeEnv{hostname: "host-1", vars: tc.env}.environment())
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if o.Advertise.Port != tc.wantPort {
+				t.Errorf("--advertise-port = %d, want %d", o.Advertise.Port, tc.wantPort)
+			}
+			shadowed := slices.Contains(o.shadowingLinks, "LEADER_ELECTOR_ADVERTISE_PORT")
+			if want := tc.wantPort == 0; shadowed != want {
+				t.Errorf("LEADER_ELECTOR_ADVERTISE_PORT ignored as a service link: %v, want %v (shadowingLinks %q)", shadowed, want, o.shadowingLinks)
+			}
+		})
+	}
+}
+
+// TestNoFlagVariableTakesServiceLinkValues: the kubelet's service link
+// variables of a Service named leader-elector-<x> are told apart from
+// settings only by their value where the value is an address
+// (tcp://host:port). A flag whose variable is another service link name
+// (…_SERVICE_HOST, …_SERVICE_PORT, …_PORT_<n>_TCP_PORT, …) would take the
+// kubelet's IP or port number as a valid setting, silently.
+func TestNoFlagVariableTakesServiceLinkValues(t *testing.T) {
+	newFlagSet(newOptions()).VisitAll(func(f *pflag.Flag) {
+		name := envName(f.Name)
+		if serviceLink.MatchString(name) && !serviceLinkAddressName.MatchString(name) {
+			t.Errorf("--%s's variable %s is a name the kubelet gives a service link a plain value under; rename the flag", f.Name, name)
+		}
+	})
 }

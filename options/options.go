@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +89,9 @@ type Options struct {
 	// serviceLinks lists the LEADER_ELECTOR_* variables that are the
 	// kubelet's service links, not settings, for a log line.
 	serviceLinks []string
+	// shadowingLinks lists the service links that have the name of a flag's
+	// variable and were not taken as the flag, for a warning.
+	shadowingLinks []string
 }
 
 // environment is what options read from the process's surroundings, so that
@@ -196,8 +200,10 @@ var deprecatedAliases = map[string]string{
 
 // applyEnvironment sets every flag not given on the command line from its
 // LEADER_ELECTOR_* variable. An alias is not taken from the environment
-// when its flag was given on the command line.
-func applyEnvironment(fs *pflag.FlagSet, env Environment) error {
+// when its flag was given on the command line. A variable whose value is a
+// Kubernetes service link (isServiceLinkAddress) sets nothing; those are
+// returned.
+func applyEnvironment(fs *pflag.FlagSet, env Environment) (skipped []string, err error) {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Changed || f.Name == "help" || f.Name == "version" {
@@ -211,11 +217,15 @@ func applyEnvironment(fs *pflag.FlagSet, env Environment) error {
 		if !ok {
 			return
 		}
+		if isServiceLinkAddress(name, value) {
+			skipped = append(skipped, name)
+			return
+		}
 		if err := fs.Set(f.Name, value); err != nil {
 			errs = append(errs, fmt.Errorf("invalid %s=%q: %w", name, value, err))
 		}
 	})
-	return errors.Join(errs...)
+	return skipped, errors.Join(errs...)
 }
 
 // complete fills in the defaults that depend on the environment. It runs
@@ -301,7 +311,13 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--identity is empty and neither $POD_NAME nor the hostname is available"))
 	}
 
-	errs = append(errs, o.timings().Check(election.FlagTimingNames)...)
+	timingErrs := o.timings().Check(election.FlagTimingNames)
+	if o.timingOutOfRange() {
+		// The margin is then the range error's consequence, not a second
+		// mistake.
+		timingErrs = slices.DeleteFunc(timingErrs, func(err error) bool { return errors.Is(err, election.ErrShortMargin) })
+	}
+	errs = append(errs, timingErrs...)
 	errs = append(errs, o.validateInputs()...)
 
 	for _, a := range []struct{ name, value string }{{"http-address", o.HTTPAddress}, {"probe-address", o.ProbeAddress}} {
@@ -384,7 +400,8 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	if err := o.resolveAliases(fs, resolved); err != nil {
 		return nil, fs, err
 	}
-	if err := applyEnvironment(fs, env); err != nil {
+	shadowing, err := applyEnvironment(fs, env)
+	if err != nil {
 		return nil, fs, err
 	}
 	serviceLinks, err := unknownEnvironment(fs, env)
@@ -392,6 +409,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 		return nil, fs, err
 	}
 	o.serviceLinks = serviceLinks
+	o.shadowingLinks = shadowing
 	if err := o.resolveAliases(fs, resolved); err != nil {
 		return nil, fs, err
 	}
@@ -434,4 +452,15 @@ func (o *Options) LogNotices(logger klog.Logger) {
 	if len(o.serviceLinks) > 0 {
 		logger.Info("Ignoring environment variables that are Kubernetes service links, not settings", "variables", o.serviceLinks)
 	}
+	for _, name := range o.shadowingLinks {
+		// klog has no warning level; the message says it is one.
+		logger.Info("Warning: ignoring a Kubernetes service link that has the name of a flag's variable; the flag keeps its default (set enableServiceLinks: false in the pod spec, or rename the Service)",
+			"variable", name, "flag", "--"+flagOfVariable(name))
+	}
+}
+
+// flagOfVariable is the flag a LEADER_ELECTOR_* variable sets (envName
+// reversed).
+func flagOfVariable(name string) string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix), "_", "-"))
 }

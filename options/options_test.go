@@ -207,6 +207,8 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "partition group name too long for a label", args: []string{"--lease-name=" + strings.Repeat("a", 64), "--partitions=4"}, wantErr: []string{"longer than 63 characters, the most partition mode allows"}},
 		{name: "lease duration equal to renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=10s"}, wantErr: []string{"--lease-duration (10s) must be greater than --renew-deadline (10s)"}},
 		{name: "lease duration below renew deadline", args: []string{"--lease-name=my-app", "--renew-deadline=20s"}, wantErr: []string{"must be greater than --renew-deadline"}},
+		{name: "lease duration 10 ms above renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=15s", "--renew-deadline=14990ms", "--retry-period=100ms"}, wantErr: []string{"--lease-duration (15s) must exceed --renew-deadline (14.99s) by at least 1s"}},
+		{name: "lease duration less than 1% above renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=24h", "--renew-deadline=85537s", "--retry-period=1h"}, wantErr: []string{"must exceed --renew-deadline (23h45m37s) by at least 14m24s"}},
 		{name: "renew deadline equal to retry period × 1.2", args: []string{"--lease-name=my-app", "--renew-deadline=12s", "--retry-period=10s"}, wantErr: []string{"--renew-deadline (12s) must be greater than --retry-period × 1.2"}},
 		{name: "renew deadline below retry period × 1.2", args: []string{"--lease-name=my-app", "--retry-period=9s"}, wantErr: []string{"--retry-period × 1.2"}},
 		{name: "zero lease duration", args: []string{"--lease-name=my-app", "--lease-duration=0"}, wantErr: []string{"--lease-duration must be positive"}},
@@ -291,8 +293,9 @@ func TestParseOptionsValidEdges(t *testing.T) {
 		name string
 		args []string
 	}{
-		{name: "renew deadline just above retry period × 1.2", args: []string{"--renew-deadline=12001ms", "--retry-period=10s", "--lease-duration=13s"}},
-		{name: "lease duration just above renew deadline", args: []string{"--lease-duration=11s", "--renew-deadline=10999ms"}},
+		{name: "renew deadline just above retry period × 1.2", args: []string{"--renew-deadline=12001ms", "--retry-period=10s", "--lease-duration=14s"}},
+		{name: "lease duration a second above renew deadline", args: []string{"--lease-duration=11s", "--renew-deadline=10s"}},
+		{name: "lease duration 1% above renew deadline", args: []string{"--lease-duration=24h", "--renew-deadline=85536s", "--retry-period=1h"}},
 		{name: "IPv6 address", args: []string{"--http-address=[::1]:4040"}},
 		{name: "port 0", args: []string{"--http-address=127.0.0.1:0", "--probe-address=:0"}},
 		{name: "zero qps and burst", args: []string{"--kube-api-qps=0", "--kube-api-burst=0"}},

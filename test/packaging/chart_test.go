@@ -448,6 +448,9 @@ func TestChartGuards(t *testing.T) {
 		// The supported ranges (issue 11): lease 2..86400, renew ≥ 1, retry ≥ 0.1.
 		{"86400", "10", "2"}, {"86401", "10", "2"}, {"2", "1", "0.1"}, {"2", "1", "0.09"},
 		{"1", "0.5", "0.1"}, {"15", "0.9", "0.5"}, {"3600", "1800", "1000"},
+		// The margin, election.MinMargin: at least 1 s and 1% of the lease.
+		{"2", "1.01", "0.1"}, {"15", "14.99", "0.1"}, {"15", "14", "2"}, {"200", "198", "2"},
+		{"200", "198.1", "2"}, {"86400", "85536", "3600"}, {"86400", "85537", "3600"},
 	}
 	for _, tm := range timings {
 		t.Run(fmt.Sprintf("timings %s/%s/%s", tm.lease, tm.renew, tm.retry), func(t *testing.T) {

@@ -60,7 +60,8 @@ func EnvValue(c *corev1.Container, name string) (string, bool) {
 // sidecar listens on; the application API on localhost; requests and limits
 // on every container; a restricted securityContext on every container;
 // a termination grace period; the ServiceAccount's token mounted into the
-// sidecar alone. It returns every problem it finds.
+// sidecar alone; no service link variables (enableServiceLinks: false).
+// It returns every problem it finds.
 func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 	var errs []error
 	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -176,6 +177,12 @@ func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 	}
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		fail("automountServiceAccountToken is not false: every container would get the token")
+	}
+	// The sidecar ignores service links that have a flag variable's name,
+	// but what is shipped does not depend on that: no Service of the
+	// namespace puts variables into these containers.
+	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
+		fail("enableServiceLinks is not false: every Service of the namespace would put variables into the sidecar")
 	}
 	tokenVolumes := map[string]bool{}
 	for _, v := range spec.Volumes {
