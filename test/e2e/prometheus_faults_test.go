@@ -82,6 +82,24 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		})
 	})
 
+	t.Run("LeaderElectorRouteTokenOverridden", func(t *testing.T) {
+		// The shipped endpointslice example; then the slice is planted
+		// with a token no term wrote (as the admin: the policy refuses it
+		// from the sidecar's token): the leader overwrites it at its next
+		// check. The rule has no for to scale.
+		const namespace = "prom-route-token"
+		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
+		slice := watchSlice(t, namespace, lease)
+		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
+		g.waitLeader(30 * time.Second)
+		prom := startPrometheus(t, metricsTargets(t, g.members()), testRules(t, nil))
+		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
+		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteTokenOverridden")
+		proveAlert(t, prom, alerts, "LeaderElectorRouteTokenOverridden", 0, healthy, repairBound+30*time.Second, "the slice was planted with a token no term wrote", func() {
+			plantSlice(t, slice, controlPlane.AdminClient(), namespace, lease, beyondTheLease)
+		})
+	})
+
 	t.Run("LeaderElectorPartitionsUnowned", func(t *testing.T) {
 		// A group of two owning one partition each; then every member is
 		// killed.
