@@ -42,6 +42,18 @@ type Leader struct {
 	// unless it renews.
 	LeaderSince Time `json:"leaderSince,omitzero"`
 	ValidUntil  Time `json:"validUntil,omitzero"`
+	// ValidForMs is how many milliseconds of this pod's claim were left
+	// when the sidecar wrote the answer, measured on its monotonic clock
+	// and rounded down: unlike ValidUntil, a step of the wall clock does
+	// not move it. A request sent at t (on the caller's monotonic clock)
+	// may count on the claim until t + ValidForMs, whatever the wall clock
+	// does; for an answer that waited (a long-poll), count from its
+	// arrival, less the moment the answer takes on loopback. Set only
+	// while IsLeader (0 when less than a millisecond was left), and only
+	// in answers (GET /leader, POST /acquire, POST /release): events and
+	// change notifications are read later than they are written, so they
+	// leave it out.
+	ValidForMs *int64 `json:"validForMs,omitempty"`
 	// HolderAddress is the host:port the holder advertises for its current
 	// term (--advertise-address), for a follower to forward requests to;
 	// left out when there is no holder or its term published none. It is
@@ -174,16 +186,25 @@ type CheckpointStored struct {
 	Checkpoint Checkpoint `json:"checkpoint"`
 }
 
-// Reasons of a 409 answer of PUT /partitions/<i>/checkpoint (Error.Reason).
+// Reasons of a 409 answer (Error.Reason): of PUT
+// /partitions/<i>/checkpoint, and for ReasonTermChanged and
+// ReasonTermCurrent of the calls that take ?fencingToken=.
 const (
 	// ReasonNotOwned: this pod does not own the partition.
 	ReasonNotOwned = "not-owned"
 	// ReasonClaimExpired: this pod's claim ran out (a paused pod, or one
 	// that could not renew); another pod may own the partition now.
 	ReasonClaimExpired = "claim-expired"
-	// ReasonTermChanged: the partition's Lease is in another term than the
-	// one this pod owned it under.
+	// ReasonTermChanged: the Lease is in another term than the one the
+	// write named (?fencingToken=), or than the one this pod owned the
+	// partition under: a checkpoint or release left over from an earlier
+	// term. Nothing was written; the current term goes on.
 	ReasonTermChanged = "term-changed"
+	// ReasonTermCurrent: POST /acquire?fencingToken=N, and term N has not
+	// ended as far as this sidecar knows (it is the Lease's current term,
+	// held by this pod or another, or one this sidecar has not seen yet).
+	// Nothing was attempted.
+	ReasonTermCurrent = "term-current"
 	// ReasonConflict: the Lease kept changing under the write.
 	ReasonConflict = "conflict"
 )

@@ -63,6 +63,16 @@ func (c *Client) Release(ctx context.Context) (Release, error) {
 	return r, c.do(ctx, http.MethodPost, "/release", nil, &r)
 }
 
+// ReleaseTerm asks POST /release?fencingToken=: the leader steps down only
+// if it leads in the term fencingToken (the token the app's work began
+// under). A release left over from an earlier term is answered an *Error
+// with StatusCode 409 and Reason ReasonTermChanged, and the current term
+// goes on; on a pod that does not lead it does nothing (Released false).
+func (c *Client) ReleaseTerm(ctx context.Context, fencingToken int64) (Release, error) {
+	var r Release
+	return r, c.do(ctx, http.MethodPost, "/release", termQuery(fencingToken), &r)
+}
+
 // Acquire asks POST /acquire: try to take the Lease, with the sidecar's
 // --acquire-retries attempts --acquire-retry-delay apart. Acquired is false
 // when another pod holds it; that is no error. An observer
@@ -85,6 +95,22 @@ func (c *Client) TryAcquire(ctx context.Context, attempts int, retryDelay time.D
 func (c *Client) WaitAcquire(ctx context.Context, wait time.Duration) (Acquire, error) {
 	var a Acquire
 	return a, c.do(ctx, http.MethodPost, "/acquire", url.Values{"wait": {wait.String()}}, &a)
+}
+
+// AcquireAfterTerm asks POST /acquire?fencingToken=: campaign only if the
+// term fencingToken (the last one the app knew) has ended, so that an
+// acquisition always begins a later term. An *Error with StatusCode 409
+// and Reason ReasonTermCurrent, and no attempt, while that term is still
+// the Lease's current one (held by this pod or another) or one the
+// sidecar has not seen. A wait above 0 campaigns as WaitAcquire does;
+// otherwise with the sidecar's --acquire-retries.
+func (c *Client) AcquireAfterTerm(ctx context.Context, fencingToken int64, wait time.Duration) (Acquire, error) {
+	var a Acquire
+	q := termQuery(fencingToken)
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	return a, c.do(ctx, http.MethodPost, "/acquire", q, &a)
 }
 
 // Partitions asks GET /partitions (partition mode).
@@ -117,6 +143,29 @@ func (c *Client) ReleasePartition(ctx context.Context, i int) (Partitions, error
 func (c *Client) Checkpoint(ctx context.Context, i int, value string) (CheckpointStored, error) {
 	var s CheckpointStored
 	return s, c.send(ctx, http.MethodPut, "/partitions/"+strconv.Itoa(i)+"/checkpoint", nil, strings.NewReader(value), &s)
+}
+
+// CheckpointTerm is Checkpoint in the term fencingToken: the
+// OwnedPartition.FencingToken the worker started on partition i under.
+// Use it rather than Checkpoint: a worker left over from an earlier term
+// of this pod is then refused (409, ReasonTermChanged) instead of
+// storing its older checkpoint under the current term's token.
+func (c *Client) CheckpointTerm(ctx context.Context, i int, fencingToken int64, value string) (CheckpointStored, error) {
+	var s CheckpointStored
+	return s, c.send(ctx, http.MethodPut, "/partitions/"+strconv.Itoa(i)+"/checkpoint", termQuery(fencingToken), strings.NewReader(value), &s)
+}
+
+// ReleasePartitionTerm is ReleasePartition in the term fencingToken only:
+// a release left over from an earlier term is answered 409 with
+// ReasonTermChanged, and the current term goes on.
+func (c *Client) ReleasePartitionTerm(ctx context.Context, i int, fencingToken int64) (Partitions, error) {
+	var p Partitions
+	return p, c.do(ctx, http.MethodPost, "/partitions/"+strconv.Itoa(i)+"/release", termQuery(fencingToken), &p)
+}
+
+// termQuery is ?fencingToken=.
+func termQuery(fencingToken int64) url.Values {
+	return url.Values{"fencingToken": {strconv.FormatInt(fencingToken, 10)}}
 }
 
 func waitQuery(revision uint64, wait time.Duration) url.Values {

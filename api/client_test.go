@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -126,5 +127,52 @@ func TestClientCheckpoint(t *testing.T) {
 	status, answer, retryAfter = http.StatusTooManyRequests, `{"error":"too fast"}`, "2"
 	if _, err := c.Checkpoint(context.Background(), 2, "x"); !errors.As(err, &e) || e.StatusCode != http.StatusTooManyRequests || e.RetryAfter != 2*time.Second {
 		t.Errorf("rate-limited: %v (%+v), want 429 with RetryAfter 2s", err, e)
+	}
+}
+
+// TestClientTermCalls: the term-scoped calls send ?fencingToken= (and
+// AcquireAfterTerm its wait), and a refusal's reason reaches the *Error.
+func TestClientTermCalls(t *testing.T) {
+	var asked []string
+	status, answer := http.StatusOK, `{}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		asked = append(asked, r.Method+" "+r.URL.RequestURI()+" "+string(b))
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL, srv.Client())
+	ctx := context.Background()
+	if _, err := c.CheckpointTerm(ctx, 2, 41, "offset=9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReleasePartitionTerm(ctx, 2, 41); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReleaseTerm(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AcquireAfterTerm(ctx, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AcquireAfterTerm(ctx, 7, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"PUT /partitions/2/checkpoint?fencingToken=41 offset=9",
+		"POST /partitions/2/release?fencingToken=41 ",
+		"POST /release?fencingToken=7 ",
+		"POST /acquire?fencingToken=7 ",
+		"POST /acquire?fencingToken=7&wait=30s ",
+	}
+	if strings.Join(asked, "\n") != strings.Join(want, "\n") {
+		t.Errorf("asked\n%s\nwant\n%s", strings.Join(asked, "\n"), strings.Join(want, "\n"))
+	}
+	status, answer = http.StatusConflict, `{"error":"checkpoint refused","reason":"term-changed"}`
+	var e *Error
+	if _, err := c.CheckpointTerm(ctx, 2, 40, "x"); !errors.As(err, &e) || e.StatusCode != http.StatusConflict || e.Reason != ReasonTermChanged {
+		t.Errorf("refused: %v, want 409 with reason %s", err, ReasonTermChanged)
 	}
 }

@@ -10,33 +10,46 @@ import (
 	"github.com/leader-elector/leader-elector/api"
 )
 
-// fakeLeader answers as a sidecar whose pod leads until it is asked to
-// release; then another pod leads, until a blocking acquire waits for it to
-// release. A long-poll answers at once with the next revision.
+// fakeLeader answers as a sidecar whose pod leads in term 7 until it is
+// asked to release; then another pod leads, until a blocking acquire waits
+// for it to release and begins the next term. A long-poll answers at once
+// with the next revision. ?fencingToken= is answered as the sidecar does.
 func fakeLeader() *httptest.Server {
-	revision, leads := 1, true
+	revision, leads, token := 1, true, int64(7)
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var extra string
+		term, named := r.URL.Query().Get("fencingToken"), r.URL.Query().Has("fencingToken")
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/release":
+			if named && leads && term != fmt.Sprint(token) {
+				w.WriteHeader(http.StatusConflict)
+				fmt.Fprint(w, `{"error":"this pod leads in another term than the one given","reason":"term-changed"}`)
+				return
+			}
 			extra = fmt.Sprintf(`,"released":%t`, leads)
 			if leads {
 				leads = false
 				revision++
 			}
 		case r.Method == http.MethodPost && r.URL.Path == "/acquire":
+			if named && leads && term == fmt.Sprint(token) {
+				w.WriteHeader(http.StatusConflict)
+				fmt.Fprint(w, `{"error":"term has not ended","reason":"term-current"}`)
+				return
+			}
 			// Another pod holds the Lease, and releases it while a
 			// blocking acquire (?wait=) waits.
 			if !leads && r.URL.Query().Has("wait") {
 				leads = true
 				revision++
+				token++
 			}
 			extra = fmt.Sprintf(`,"acquired":%t`, leads)
 		case r.URL.Query().Has("wait"):
 			revision++
 		}
 		holder := map[bool]string{true: "pod-a", false: ""}[leads]
-		fmt.Fprintf(w, `{"lease":{"namespace":"default","name":"my-app"},"identity":"pod-a","holder":%q,"isLeader":%t,"fencingToken":7,"revision":%d%s}`, holder, leads, revision, extra)
+		fmt.Fprintf(w, `{"lease":{"namespace":"default","name":"my-app"},"identity":"pod-a","holder":%q,"isLeader":%t,"fencingToken":%d,"revision":%d%s}`, holder, leads, token, revision, extra)
 	}))
 }
 
@@ -79,11 +92,17 @@ func Example_steer() {
 	fmt.Println(a.Acquired, a.FencingToken, err)
 	alive, err := c.IsLeader(ctx) // checkAlive: GET /leader, answered locally
 	fmt.Println(alive, err)
-	r, err := c.Release(ctx) // POST /release
+	_, err = c.ReleaseTerm(ctx, a.FencingToken-1) // a release left over from an earlier term
+	fmt.Println(err)
+	r, err := c.ReleaseTerm(ctx, a.FencingToken) // POST /release?fencingToken=: only the term it won
 	fmt.Println(r.Released, err)
+	a, err = c.AcquireAfterTerm(ctx, a.FencingToken, 30*time.Second) // POST /acquire?fencingToken=&wait=30s: a later term only
+	fmt.Println(a.Acquired, a.FencingToken, err)
 	// Output:
 	// false <nil>
-	// true 7 <nil>
+	// true 8 <nil>
 	// true <nil>
+	// 409 Conflict: this pod leads in another term than the one given
 	// true <nil>
+	// true 9 <nil>
 }

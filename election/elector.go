@@ -348,7 +348,23 @@ func (e *Elector) Release(ctx context.Context) (State, error) {
 // election. Partition mode hands a partition over with no sit-out at all:
 // its Gate already keeps this pod from taking it back.
 func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, error) {
-	return e.releaseFor(ctx, sitOut, ReasonReleased)
+	return e.releaseFor(ctx, sitOut, ReasonReleased, AnyTerm)
+}
+
+// ReleaseTerm is Release of one term: it releases only if this pod leads
+// in the term whose fencing token is token (AnyTerm: whichever it leads
+// in), and otherwise returns ErrNotLeader (it does not lead) or
+// ErrOtherTerm (it leads in another term) and changes nothing. The term is
+// checked and the claim given up under one lock, so a term that begins
+// meanwhile is never released by a request meant for an earlier one.
+func (e *Elector) ReleaseTerm(ctx context.Context, token int64) (State, error) {
+	return e.releaseFor(ctx, e.sitOut(), ReasonReleased, token)
+}
+
+// ReleaseTermFor is ReleaseTerm with the time this pod then stays out of
+// the election (see ReleaseFor).
+func (e *Elector) ReleaseTermFor(ctx context.Context, sitOut time.Duration, token int64) (State, error) {
+	return e.releaseFor(ctx, sitOut, ReasonReleased, token)
 }
 
 // StepDown is ReleaseFor with the reason the term ends for (the log line,
@@ -356,7 +372,7 @@ func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, 
 // keeps this pod out of the election for as long as it must (health
 // gating: while its app is unhealthy).
 func (e *Elector) StepDown(ctx context.Context, reason Reason) (State, error) {
-	return e.releaseFor(ctx, 0, reason)
+	return e.releaseFor(ctx, 0, reason, AnyTerm)
 }
 
 // LeaseMissing reports whether the watch has shown that the Lease does not
@@ -377,15 +393,18 @@ func (e *Elector) SittingOut() bool {
 // State.Degraded).
 func (e *Elector) SetDegraded(reason string) { e.tracker.setDegraded(reason) }
 
-func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason Reason) (State, error) {
+func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason Reason, token int64) (State, error) {
 	e.mu.Lock()
-	if !e.tracker.Snapshot().IsLeader || e.releasing != nil || e.cancelRun == nil {
+	if e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
 		return e.Snapshot(), ErrNotLeader
 	}
+	if err := e.tracker.stopClaimingTerm(token, reason); err != nil {
+		e.mu.Unlock()
+		return e.Snapshot(), err
+	}
 	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut, end: make(chan struct{})}
 	e.releasing = req
-	e.tracker.setClaiming(false, reason)
 	e.cancelRun()
 	e.mu.Unlock()
 

@@ -26,10 +26,26 @@ const (
 // acquireHandler answers POST /acquire: try to take the Lease, and say
 // whether this pod leads afterwards.
 func (a *leaderAPI) acquireHandler(w http.ResponseWriter, r *http.Request) {
-	opts, err := parseAcquireQuery(r.URL.Query(), a.acquire)
+	v := r.URL.Query()
+	opts, err := parseAcquireQuery(v, a.acquire)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
+	}
+	if v.Has(termParam) {
+		known, err := parseToken(v.Get(termParam))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		// Checked once, before the attempts: a term that has ended stays
+		// ended (tokens only grow), so no attempt after this check can
+		// find term known current again.
+		if s := a.el.Snapshot(); !termOver(s, known) {
+			writeJSON(w, http.StatusConflict, &api.Error{Reason: api.ReasonTermCurrent,
+				Message: fmt.Sprintf("term %d has not ended as far as this pod knows (the Lease's term is %d, holder %q): not campaigning", known, s.FencingToken, s.Holder)})
+			return
+		}
 	}
 	// The server's WriteTimeout would cut a long call short; this one
 	// response gets the time it may take.
@@ -48,16 +64,26 @@ func (a *leaderAPI) acquireHandler(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, api.Acquire{Leader: leaderJSON(state), Acquired: acquired})
+	writeJSON(w, http.StatusOK, api.Acquire{Leader: a.answer(state), Acquired: acquired})
+}
+
+// termOver reports whether s shows that the term with the fencing token
+// known has ended: a later term has begun, or the Lease is in that term
+// and no one holds it (released, or not renewed for a lease duration). A
+// term this pod still holds, even with its claim lapsed, has not ended; a
+// token above every one this sidecar has seen names a term it cannot know
+// to be over.
+func termOver(s election.State, known int64) bool {
+	return s.FencingToken > known || s.FencingToken == known && s.Holder == ""
 }
 
 // parseAcquireQuery reads ?retries=&retryDelay= or ?wait= over the
-// defaults.
+// defaults; it lets ?fencingToken= through (the handler reads it).
 func parseAcquireQuery(v url.Values, defaults election.AcquireOptions) (election.AcquireOptions, error) {
 	opts := defaults
 	for key := range v {
-		if key != "retries" && key != "retryDelay" && key != "wait" {
-			return opts, fmt.Errorf("unknown query parameter %q (known: retries, retryDelay, wait)", key)
+		if key != "retries" && key != "retryDelay" && key != "wait" && key != termParam {
+			return opts, fmt.Errorf("unknown query parameter %q (known: retries, retryDelay, wait, %s)", key, termParam)
 		}
 		if len(v[key]) > 1 {
 			return opts, fmt.Errorf("query parameter %q given more than once", key)

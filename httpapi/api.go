@@ -6,6 +6,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/election"
@@ -25,8 +28,10 @@ type Election interface {
 	Snapshot() election.State
 	// Watch returns the current state and a channel closed at its next change.
 	Watch() (election.State, <-chan struct{})
-	// Release makes the leader step down; election.ErrNotLeader if it is not.
-	Release(ctx context.Context) (election.State, error)
+	// ReleaseTerm makes the leader step down, only in the term token
+	// (election.AnyTerm: whichever it leads in); election.ErrNotLeader if
+	// it does not lead, election.ErrOtherTerm if it leads in another term.
+	ReleaseTerm(ctx context.Context, token int64) (election.State, error)
 	// Acquire tries to take the Lease and reports whether this pod leads;
 	// election.ErrObserver on an observer.
 	Acquire(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error)
@@ -55,6 +60,12 @@ type APIOptions struct {
 	// and their spacing (--acquire-retries, --acquire-retry-delay); one
 	// attempt if zero.
 	Acquire election.AcquireOptions
+	// Clock is what validForMs is measured on, against the state's
+	// Deadline; the real clock if nil. It must be the clock the Election
+	// measures its claims on: with the real one, both readings carry the
+	// monotonic clock, so a step of the wall clock does not move the
+	// answer.
+	Clock clock.PassiveClock
 }
 
 // NewAPIHandler returns the application API handler.
@@ -62,7 +73,10 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = defaultKeepAlive
 	}
-	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive, acquire: opts.Acquire}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive, acquire: opts.Acquire, clock: opts.Clock}
 	return routes{
 		// The retired k8s.gcr.io/leader-elector image answered every path
 		// with {"name": <holder>} (one catch-all handler) and /isLeader with
@@ -97,6 +111,7 @@ type leaderAPI struct {
 	el        Election
 	keepAlive time.Duration
 	acquire   election.AcquireOptions
+	clock     clock.PassiveClock
 	// encoded is the JSON of the last state served: most requests find the
 	// state unchanged and reuse it.
 	encoded atomic.Pointer[encodedState]
@@ -106,21 +121,88 @@ type leaderAPI struct {
 
 type encodedState struct {
 	state election.State
-	body  []byte
+	// body is the JSON without validForMs, with a trailing newline: an
+	// event's, and an answer's once validForMs is put in at validForAt
+	// (-1: not leading, the answer has none).
+	body       []byte
+	validForAt int
 }
 
-// leaderBody returns the JSON of s, with a trailing newline.
-func (a *leaderAPI) leaderBody(s election.State) ([]byte, error) {
+// encodeLeader returns the JSON of s, with a trailing newline, and where
+// an answer's validForMs goes in it.
+func (a *leaderAPI) encodeLeader(s election.State) (*encodedState, error) {
 	if c := a.encoded.Load(); c != nil && c.state == s {
-		return c.body, nil
+		return c, nil
 	}
-	body, err := marshalJSON(leaderJSON(s))
+	l := leaderJSON(s)
+	body, err := marshalJSON(l)
 	if err != nil {
 		return nil, err
 	}
-	body = append(body, '\n')
-	a.encoded.Store(&encodedState{state: s, body: body})
-	return body, nil
+	c := &encodedState{state: s, body: append(body, '\n'), validForAt: -1}
+	if s.IsLeader {
+		// Where encoding/json puts the field. It cannot be found inside a
+		// string: there a quote is escaped.
+		var zero int64
+		l.ValidForMs = &zero
+		with, err := marshalJSON(l)
+		if err != nil {
+			return nil, err
+		}
+		at := bytes.Index(with, validForField)
+		if at < 0 || !bytes.Equal(with[:at], body[:at]) || !bytes.Equal(with[at+len(validForField)+1:], body[at:]) {
+			return nil, errors.New("validForMs is not where it was expected in the encoding")
+		}
+		c.validForAt = at
+	}
+	a.encoded.Store(c)
+	return c, nil
+}
+
+// validForField is how validForMs begins in an answer; its value follows.
+var validForField = []byte(`,"validForMs":`)
+
+// leaderBody returns the JSON of s without validForMs, with a trailing
+// newline: the data of events, which one encoding serves to every stream
+// and which a stream may send well after the state was taken.
+func (a *leaderAPI) leaderBody(s election.State) ([]byte, error) {
+	c, err := a.encodeLeader(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.body, nil
+}
+
+// answerBody returns the answer of GET /leader for s: its JSON with
+// validForMs measured now, when the answer is written.
+func (a *leaderAPI) answerBody(s election.State) ([]byte, error) {
+	c, err := a.encodeLeader(s)
+	if err != nil || c.validForAt < 0 {
+		return c.body, err
+	}
+	body := make([]byte, 0, len(c.body)+len(validForField)+20)
+	body = append(body, c.body[:c.validForAt]...)
+	body = append(body, validForField...)
+	body = strconv.AppendInt(body, a.validForMs(s), 10)
+	return append(body, c.body[c.validForAt:]...), nil
+}
+
+// validForMs is what is left of the claim s shows, now, in whole
+// milliseconds: s.Deadline carries the monotonic reading of the claim's
+// end, so a step of the wall clock changes nothing.
+func (a *leaderAPI) validForMs(s election.State) int64 {
+	return max(s.Deadline.Sub(a.clock.Now()), 0).Milliseconds()
+}
+
+// answer is s as POST /acquire and POST /release answer it: with
+// validForMs while this pod leads.
+func (a *leaderAPI) answer(s election.State) api.Leader {
+	l := leaderJSON(s)
+	if s.IsLeader {
+		ms := a.validForMs(s)
+		l.ValidForMs = &ms
+	}
+	return l
 }
 
 // leader answers GET /leader, optionally as a long-poll.
@@ -145,7 +227,7 @@ func (a *leaderAPI) leader(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, state.Holder)
 		return
 	}
-	body, err := a.leaderBody(state)
+	body, err := a.answerBody(state)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "could not encode the response")
 		return
@@ -271,10 +353,11 @@ func (a *leaderAPI) compatIsLeader(w http.ResponseWriter, r *http.Request) {
 // be cleared: well within the server's WriteTimeout.
 const releaseAnswerTimeout = 10 * time.Second
 
-// release answers POST /release.
+// release answers POST /release[?fencingToken=].
 func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, "POST /release takes no query parameters")
+	token, err := parseTerm(r.URL.Query(), "POST /release")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	// The claim is given up at once; clearing the Lease can take up to the
@@ -283,12 +366,14 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 	// timeout would cut it off.
 	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
 	defer cancel()
-	state, err := a.el.Release(ctx)
+	state, err := a.el.ReleaseTerm(ctx, token)
 	switch {
 	case errors.Is(err, election.ErrNotLeader):
 		// Releasing what one does not hold is a no-op, not an error (the
-		// release() of a Lease API).
-		writeJSON(w, http.StatusOK, api.Release{Leader: leaderJSON(state), Released: false})
+		// release() of a Lease API), whatever term was named.
+		writeJSON(w, http.StatusOK, api.Release{Leader: a.answer(state), Released: false})
+	case errors.Is(err, election.ErrOtherTerm):
+		writeTermChanged(w, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped leading, but clearing the Lease did not finish within %v (it goes on, or the Lease expires on its own)", releaseAnswerTimeout))
 	case err != nil:
@@ -296,6 +381,6 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 		// failed, so the others take over when it expires.
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("stopped leading, but could not clear the Lease (it expires on its own): %v", err))
 	default:
-		writeJSON(w, http.StatusOK, api.Release{Leader: leaderJSON(state), Released: true})
+		writeJSON(w, http.StatusOK, api.Release{Leader: a.answer(state), Released: true})
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/election"
@@ -60,7 +61,7 @@ func (f *fakeElection) Watch() (election.State, <-chan struct{}) {
 	return s, ch
 }
 
-func (f *fakeElection) Release(ctx context.Context) (election.State, error) {
+func (f *fakeElection) ReleaseTerm(ctx context.Context, _ int64) (election.State, error) {
 	if f.release == nil {
 		return f.Snapshot(), election.ErrNotLeader
 	}
@@ -115,6 +116,7 @@ func leaderState() election.State {
 	s.IsLeader = true
 	s.LeaderSince = leaderSince
 	s.ValidUntil = validUntil
+	s.Deadline = validUntil
 	return s
 }
 
@@ -177,6 +179,7 @@ func TestLeaderJSON(t *testing.T) {
 				"renewTime": "2026-11-29T08:00:00.123456Z",
 				"leaderSince": "2026-11-29T07:58:01.000000Z",
 				"validUntil": "2026-11-29T08:00:10.123456Z",
+				"validForMs": 2500,
 				"revision": 12,
 				"degraded": false
 			}`,
@@ -199,6 +202,7 @@ func TestLeaderJSON(t *testing.T) {
 				"renewTime": "2026-11-29T08:00:00.123456Z",
 				"leaderSince": "2026-11-29T07:58:01.000000Z",
 				"validUntil": "2026-11-29T08:00:10.123456Z",
+				"validForMs": 2500,
 				"revision": 12,
 				"lastChange": {"isLeader": true, "reason": "acquired", "at": "2026-11-29T07:58:01.000000Z", "fencingToken": 7},
 				"degraded": true,
@@ -273,13 +277,16 @@ func TestLeaderJSON(t *testing.T) {
 				"renewTime": "2026-11-29T08:00:00.123456Z",
 				"leaderSince": "2026-11-29T07:58:01.000000Z",
 				"validUntil": "2026-11-29T08:00:10.123456Z",
+				"validForMs": 2500,
 				"revision": 12,
 				"degraded": false
 			}`,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewAPIHandler(newFakeElection(tc.state), APIOptions{})
+			// 2.5 s before the claim's end (the state's Deadline).
+			clk := clocktesting.NewFakePassiveClock(validUntil.Add(-2500 * time.Millisecond))
+			h := NewAPIHandler(newFakeElection(tc.state), APIOptions{Clock: clk})
 			w := serve(h, newRequest(t, http.MethodGet, "/leader"))
 			if w.Code != http.StatusOK {
 				t.Fatalf("status = %d, want 200", w.Code)

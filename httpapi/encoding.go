@@ -82,6 +82,12 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, &api.Error{Message: msg})
 }
 
+// writeTermChanged answers a write refused because it named another term
+// than the current one: 409, reason term-changed.
+func writeTermChanged(w http.ResponseWriter, err error) {
+	writeJSON(w, http.StatusConflict, &api.Error{Message: err.Error(), Reason: api.ReasonTermChanged})
+}
+
 // qValueSyntax is RFC 9110's qvalue: 0 to 1 with at most three decimals.
 // strconv.ParseFloat alone takes NaN, Inf, 2 and -1, and a NaN weight makes
 // the order of the offers depend on the order they were listed in.

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -87,7 +89,7 @@ func checkAnswer(t *testing.T, r *http.Request, w *httptest.ResponseRecorder) {
 
 // FuzzAPIHandler: any request to the leader election API is answered
 // without a 5xx, errors are JSON, and the leader releases only for POST
-// /release with a well-formed, empty query.
+// /release with a well-formed query that is empty or names a term.
 func FuzzAPIHandler(f *testing.F) {
 	for _, seed := range []struct {
 		method         byte
@@ -105,6 +107,10 @@ func FuzzAPIHandler(f *testing.F) {
 		{1, "/release?%", ""},
 		{1, "/release?", ""},
 		{1, "/release?&", ""},
+		{1, "/release?fencingToken=7", ""},
+		{1, "/release?fencingToken=07", ""},
+		{1, "/release?fencingToken=2147483648", ""},
+		{1, "/acquire?fencingToken=6&wait=1s", ""},
 		{3, "/", ""},
 		{0, "http://x/leader?wait=5m", ""},
 	} {
@@ -126,7 +132,7 @@ func FuzzAPIHandler(f *testing.F) {
 		checkAnswer(t, r, w.ResponseRecorder)
 		if releases.Load() > 0 {
 			q, err := url.ParseQuery(r.URL.RawQuery)
-			if r.Method != http.MethodPost || r.URL.Path != "/release" || err != nil || len(q) > 0 {
+			if r.Method != http.MethodPost || r.URL.Path != "/release" || err != nil || !emptyOrTerm(q) {
 				t.Fatalf("%s %s released", r.Method, r.RequestURI)
 			}
 		}
@@ -139,7 +145,7 @@ type fuzzPartitions struct {
 	released atomic.Int32
 }
 
-func (f *fuzzPartitions) Release(_ context.Context, i int) (partition.State, error) {
+func (f *fuzzPartitions) ReleaseTerm(_ context.Context, i int, _ int64) (partition.State, error) {
 	if i < 0 || i >= 4 {
 		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
 	}
@@ -149,9 +155,23 @@ func (f *fuzzPartitions) Release(_ context.Context, i int) (partition.State, err
 
 var canonicalRelease = regexp.MustCompile(`^/partitions/(0|[1-9][0-9]*)/release$`)
 
+// emptyOrTerm reports whether q is empty or exactly ?fencingToken= with a
+// canonical decimal within int32.
+func emptyOrTerm(q url.Values) bool {
+	if len(q) == 0 {
+		return true
+	}
+	v := q[termParam]
+	if len(q) != 1 || len(v) != 1 || !canonicalNumber.MatchString(v[0]) {
+		return false
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	return err == nil && n <= math.MaxInt32
+}
+
 // FuzzPartitionsAPIHandler: the same for partition mode; a partition is
 // released only for POST /partitions/<i>/release with <i> in canonical
-// decimal and a well-formed, empty query.
+// decimal and a well-formed query that is empty or names a term.
 func FuzzPartitionsAPIHandler(f *testing.F) {
 	for _, seed := range []struct {
 		method         byte
@@ -168,6 +188,10 @@ func FuzzPartitionsAPIHandler(f *testing.F) {
 		{1, "/partitions/1/release?%", ""},
 		{1, "/partitions/99999999999999999999/release", ""},
 		{1, "/partitions//release", ""},
+		{1, "/partitions/1/release?fencingToken=3", ""},
+		{1, "/partitions/1/release?fencingToken=-3", ""},
+		{2, "/partitions/1/checkpoint?fencingToken=3", ""},
+		{2, "/partitions/1/checkpoint?fencingToken=3&fencingToken=4", ""},
 		{1, "/partitions/1/checkpoint", ""},
 		{2, "/partitions/1/checkpoint", ""},
 		{2, "/partitions/2/checkpoint", ""},
@@ -187,7 +211,7 @@ func FuzzPartitionsAPIHandler(f *testing.F) {
 		checkAnswer(t, r, w.ResponseRecorder)
 		if p.released.Load() > 0 {
 			q, err := url.ParseQuery(r.URL.RawQuery)
-			if r.Method != http.MethodPost || !canonicalRelease.MatchString(r.URL.EscapedPath()) || err != nil || len(q) > 0 {
+			if r.Method != http.MethodPost || !canonicalRelease.MatchString(r.URL.EscapedPath()) || err != nil || !emptyOrTerm(q) {
 				t.Fatalf("%s %s released a partition", r.Method, r.RequestURI)
 			}
 		}

@@ -27,12 +27,14 @@ type Partitions interface {
 	// Watch returns the current state and a channel closed at its next
 	// change.
 	Watch() (partition.State, <-chan struct{})
-	// Release hands one owned partition back; partition.ErrOutOfRange or
-	// partition.ErrNotOwned when it cannot.
-	Release(ctx context.Context, i int) (partition.State, error)
-	// Checkpoint stores value with partition i's Lease, fenced by this
-	// pod's term (see partition.Member.Checkpoint for its errors).
-	Checkpoint(ctx context.Context, i int, value string) (partition.Checkpoint, error)
+	// ReleaseTerm hands one owned partition back, only in the term token
+	// (election.AnyTerm: the current one); partition.ErrOutOfRange,
+	// partition.ErrNotOwned or election.ErrOtherTerm when it cannot.
+	ReleaseTerm(ctx context.Context, i int, token int64) (partition.State, error)
+	// CheckpointTerm stores value with partition i's Lease, fenced by the
+	// term token (election.AnyTerm: this pod's current term; see
+	// partition.Member.CheckpointTerm for its errors).
+	CheckpointTerm(ctx context.Context, i int, token int64, value string) (partition.Checkpoint, error)
 	// Ready fails while the pod holds less than its fair share after the
 	// group had time to settle.
 	Ready() error
@@ -147,8 +149,9 @@ func (a *partitionsAPI) partitionAction(w http.ResponseWriter, r *http.Request) 
 		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed on "+r.URL.Path+"; allowed: "+method)
 		return
 	}
-	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, method+" /partitions/<i>/"+action+" takes no query parameters")
+	token, err := parseTerm(r.URL.Query(), method+" /partitions/<i>/"+action)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	i, ok := parsePartitionNumber(num)
@@ -157,23 +160,25 @@ func (a *partitionsAPI) partitionAction(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	if action == "checkpoint" {
-		a.checkpoint(w, r, i)
+		a.checkpoint(w, r, i, token)
 		return
 	}
-	a.release(w, r, i)
+	a.release(w, r, i, token)
 }
 
-// release answers POST /partitions/<i>/release.
-func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int) {
+// release answers POST /partitions/<i>/release[?fencingToken=].
+func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int, token int64) {
 	// Bounded as POST /release is (see releaseAnswerTimeout).
 	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
 	defer cancel()
-	state, err := a.p.Release(ctx, i)
+	state, err := a.p.ReleaseTerm(ctx, i, token)
 	switch {
 	case errors.Is(err, partition.ErrOutOfRange):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, partition.ErrNotOwned):
 		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, election.ErrOtherTerm):
+		writeTermChanged(w, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped owning partition %d, but clearing its Lease did not finish within %v (it goes on, or the Lease expires on its own)", i, releaseAnswerTimeout))
 	case err != nil:
@@ -185,9 +190,9 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int) {
 	}
 }
 
-// checkpoint answers PUT /partitions/<i>/checkpoint: the body is the
-// checkpoint's value.
-func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int) {
+// checkpoint answers PUT /partitions/<i>/checkpoint[?fencingToken=]: the
+// body is the checkpoint's value.
+func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int, token int64) {
 	if r.ContentLength > partition.MaxCheckpointBytes {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got %d", partition.ErrCheckpointTooLarge, r.ContentLength))
 		return
@@ -206,7 +211,7 @@ func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int
 	// claim's validUntil.
 	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
 	defer cancel()
-	c, err := a.p.Checkpoint(ctx, i, string(body))
+	c, err := a.p.CheckpointTerm(ctx, i, token, string(body))
 	var limited *partition.RateLimitedError
 	switch {
 	case err == nil:

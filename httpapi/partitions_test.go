@@ -64,7 +64,7 @@ func (f *fakePartitions) set(change func(*partition.State)) {
 	f.changed = make(chan struct{})
 }
 
-func (f *fakePartitions) Release(ctx context.Context, i int) (partition.State, error) {
+func (f *fakePartitions) ReleaseTerm(ctx context.Context, i int, _ int64) (partition.State, error) {
 	f.mu.Lock()
 	f.releaseDeadline, _ = ctx.Deadline()
 	hang := f.hang
@@ -87,7 +87,7 @@ func (f *fakePartitions) Release(ctx context.Context, i int) (partition.State, e
 
 // Checkpoint stores any checkpoint of partition 1 (except "too fast",
 // rate-limited), refuses partition 3's as if its claim had expired.
-func (f *fakePartitions) Checkpoint(_ context.Context, i int, value string) (partition.Checkpoint, error) {
+func (f *fakePartitions) CheckpointTerm(_ context.Context, i int, _ int64, value string) (partition.Checkpoint, error) {
 	switch {
 	case i < 0 || i >= 4:
 		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
@@ -121,7 +121,7 @@ func TestPartitionsAPI(t *testing.T) {
 		{"release write failed", http.MethodPost, "/partitions/3/release", http.StatusBadGateway, `could not clear its Lease`},
 		{"not a number", http.MethodPost, "/partitions/x/release", http.StatusNotFound, `want a number`},
 		{"trailing path", http.MethodPost, "/partitions/1/release/now", http.StatusNotFound, `no such path`},
-		{"query on release", http.MethodPost, "/partitions/1/release?now=1", http.StatusBadRequest, `takes no query parameters`},
+		{"query on release", http.MethodPost, "/partitions/1/release?now=1", http.StatusBadRequest, `unknown query parameter \"now\" of POST /partitions/<i>/release (known: fencingToken)`},
 		{"wrong method", http.MethodDelete, "/partitions", http.StatusMethodNotAllowed, `not allowed`},
 		{"bad revision", http.MethodGet, "/partitions?wait=1s&revision=x", http.StatusBadRequest, `invalid revision`},
 		{"leader is not served", http.MethodGet, "/leader", http.StatusNotFound, `partition mode`},
@@ -135,7 +135,7 @@ func TestPartitionsAPI(t *testing.T) {
 		{"checkpoint refused", http.MethodPut, "/partitions/3/checkpoint", http.StatusConflict, `"reason":"claim-expired"`},
 		{"checkpoint by POST", http.MethodPost, "/partitions/1/checkpoint", http.StatusMethodNotAllowed, `allowed: PUT`},
 		{"release by PUT", http.MethodPut, "/partitions/1/release", http.StatusMethodNotAllowed, `allowed: POST`},
-		{"query on checkpoint", http.MethodPut, "/partitions/1/checkpoint?x=1", http.StatusBadRequest, `takes no query parameters`},
+		{"query on checkpoint", http.MethodPut, "/partitions/1/checkpoint?x=1", http.StatusBadRequest, `unknown query parameter \"x\" of PUT /partitions/<i>/checkpoint (known: fencingToken)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := NewPartitionsAPIHandler(newFakePartitions(), APIOptions{})

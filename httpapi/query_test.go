@@ -20,9 +20,9 @@ type countingPartitions struct {
 	releases atomic.Int32
 }
 
-func (c *countingPartitions) Release(ctx context.Context, i int) (partition.State, error) {
+func (c *countingPartitions) ReleaseTerm(ctx context.Context, i int, token int64) (partition.State, error) {
 	c.releases.Add(1)
-	return c.fakePartitions.Release(ctx, i)
+	return c.fakePartitions.ReleaseTerm(ctx, i, token)
 }
 
 // TestMalformedQuery: a query string url.ParseQuery refuses (a bad
@@ -34,18 +34,20 @@ func TestMalformedQuery(t *testing.T) {
 		{http.MethodGet, "/"},
 		{http.MethodGet, "/events"},
 		{http.MethodPost, "/release"},
+		{http.MethodPost, "/acquire"},
 	}
 	partitionTargets := []struct{ method, path string }{
 		{http.MethodGet, "/partitions"},
 		{http.MethodGet, "/events"},
 		{http.MethodPost, "/partitions/1/release"},
+		{http.MethodPut, "/partitions/1/checkpoint"},
 	}
 	probeTargets := []struct{ method, path string }{
 		{http.MethodGet, "/readyz"},
 		{http.MethodGet, "/healthz"},
 		{http.MethodGet, "/metrics"},
 	}
-	queries := []string{"%", "%zz", "%zz=1", "wait=1ms;revision=1", "a=1;b=2", "wait=%G0", ";", "x=%"}
+	queries := []string{"%", "%zz", "%zz=1", "wait=1ms;revision=1", "a=1;b=2", "wait=%G0", ";", "x=%", "fencingToken=7;x=1", "fencingToken=%G7"}
 
 	for _, q := range queries {
 		for _, tg := range targets {

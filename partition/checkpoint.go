@@ -114,12 +114,23 @@ func newCheckpointLimiter(retryPeriod time.Duration) *rate.Limiter {
 // ErrCheckpointTooLarge, ErrCheckpointNotText, a *RateLimitedError, or
 // ErrCheckpointRefused wrapping the reason the term refused it.
 func (m *Member) Checkpoint(ctx context.Context, i int, value string) (Checkpoint, error) {
-	c, err := m.writeCheckpoint(ctx, i, value)
+	return m.CheckpointTerm(ctx, i, election.AnyTerm, value)
+}
+
+// CheckpointTerm is Checkpoint in the term token of partition i (the
+// fencing token the app was given when it started working on i;
+// election.AnyTerm: this pod's current term). A worker left over from an
+// earlier term of this pod is refused with ErrCheckpointRefused wrapping
+// election.ErrTermChanged, so its checkpoint never lands under the
+// current term's token. The term is checked by the conditional write
+// itself (election.Elector.Annotate), not before it.
+func (m *Member) CheckpointTerm(ctx context.Context, i int, token int64, value string) (Checkpoint, error) {
+	c, err := m.writeCheckpoint(ctx, i, token, value)
 	m.metrics.observeCheckpoint(err)
 	return c, err
 }
 
-func (m *Member) writeCheckpoint(ctx context.Context, i int, value string) (Checkpoint, error) {
+func (m *Member) writeCheckpoint(ctx context.Context, i int, token int64, value string) (Checkpoint, error) {
 	if i < 0 || i >= len(m.partitions) {
 		return Checkpoint{}, fmt.Errorf("%w: %d (the group has partitions 0..%d)", ErrOutOfRange, i, len(m.partitions)-1)
 	}
@@ -133,17 +144,26 @@ func (m *Member) writeCheckpoint(ctx context.Context, i int, value string) (Chec
 	if !s.IsLeader {
 		return Checkpoint{}, fmt.Errorf("%w: %d", ErrNotOwned, i)
 	}
+	switch {
+	case token == election.AnyTerm:
+		token = s.FencingToken
+	case token != s.FencingToken:
+		// Refused before the rate limit, so that a stale worker cannot
+		// spend the current one's checkpoints. Annotate checks it again,
+		// with the write.
+		return Checkpoint{}, fmt.Errorf("%w: partition %d: %w (current %d, given %d)", ErrCheckpointRefused, i, election.ErrTermChanged, s.FencingToken, token)
+	}
 	if r := m.checkpointLimits[i].Reserve(); r.Delay() > 0 {
 		r.Cancel()
 		return Checkpoint{}, &RateLimitedError{Partition: i, RetryAfter: r.Delay()}
 	}
-	c := Checkpoint{Value: value, Holder: m.cfg.Identity, FencingToken: s.FencingToken, Time: m.clock.Now().UTC().Truncate(time.Microsecond)}
+	c := Checkpoint{Value: value, Holder: m.cfg.Identity, FencingToken: token, Time: m.clock.Now().UTC().Truncate(time.Microsecond)}
 	encoded, err := json.Marshal(c)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("encode checkpoint: %w", err)
 	}
 	start := m.clock.Now()
-	err = m.partitions[i].Annotate(ctx, s.FencingToken, CheckpointAnnotation, string(encoded))
+	err = m.partitions[i].Annotate(ctx, token, CheckpointAnnotation, string(encoded))
 	switch {
 	case errors.Is(err, election.ErrNotLeader):
 		return Checkpoint{}, fmt.Errorf("%w: %d", ErrNotOwned, i)

@@ -68,13 +68,29 @@ func (m *Member) Healthy() error {
 // partition is handed over as the rebalance wanted: without the sit-out
 // (the gate keeps this pod off it).
 func (m *Member) Release(ctx context.Context, i int) (State, error) {
+	return m.ReleaseTerm(ctx, i, election.AnyTerm)
+}
+
+// ReleaseTerm is Release of partition i's term token only (the fencing
+// token the app was given for it; election.AnyTerm: whichever this pod
+// owns it in). A release left over from an earlier term is refused with
+// an error wrapping election.ErrOtherTerm, and the current term goes on.
+// The term is checked here, before the draining bookkeeping, and again by
+// the elector together with giving up the claim (election.ReleaseTerm),
+// which is what makes it safe: a term that began between the two checks
+// is not released, though its drain may then be started over.
+func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (State, error) {
 	if i < 0 || i >= len(m.partitions) {
 		return m.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", ErrOutOfRange, i, len(m.partitions)-1)
 	}
-	if !m.partitions[i].Snapshot().IsLeader {
+	s := m.partitions[i].Snapshot()
+	if !s.IsLeader {
 		return m.Snapshot(), fmt.Errorf("%w: %d", ErrNotOwned, i)
 	}
-	release := m.partitions[i].Release
+	if token != election.AnyTerm && token != s.FencingToken {
+		return m.Snapshot(), fmt.Errorf("partition %d: %w (current %d, given %d)", i, election.ErrOtherTerm, s.FencingToken, token)
+	}
+	release := func(ctx context.Context) (election.State, error) { return m.partitions[i].ReleaseTerm(ctx, token) }
 	v := m.assess()
 	m.mu.Lock()
 	if m.draining[i] {
@@ -93,13 +109,16 @@ func (m *Member) Release(ctx context.Context, i int) (State, error) {
 				m.releasing--
 				m.mu.Unlock()
 			}()
-			return m.partitions[i].ReleaseFor(ctx, 0)
+			return m.partitions[i].ReleaseTermFor(ctx, 0, token)
 		}
 	}
 	m.mu.Unlock()
 	if _, err := release(ctx); err != nil {
-		if errors.Is(err, election.ErrNotLeader) {
+		switch {
+		case errors.Is(err, election.ErrNotLeader):
 			err = fmt.Errorf("%w: %d", ErrNotOwned, i)
+		case errors.Is(err, election.ErrOtherTerm):
+			err = fmt.Errorf("partition %d: %w", i, err)
 		}
 		return m.Snapshot(), err
 	}

@@ -191,7 +191,10 @@ func (c Config) consume(ctx context.Context, o api.OwnedPartition, drain <-chan 
 		if !force && time.Now().Before(notBefore) {
 			return true
 		}
-		_, err := c.Sidecar.Checkpoint(ctx, p, CheckpointValue(last))
+		// Under this consumer's own term: a consumer that outlived it
+		// (its partition lost and taken back meanwhile) is refused, and
+		// cannot move the current term's checkpoint back.
+		_, err := c.Sidecar.CheckpointTerm(ctx, p, token, CheckpointValue(last))
 		var e *api.Error
 		switch {
 		case err == nil:
@@ -235,7 +238,7 @@ func (c Config) consume(ctx context.Context, o api.OwnedPartition, drain <-chan 
 			// Finish: the item in hand is applied; store where the sink is,
 			// then hand the partition over.
 			if checkpoint(true) {
-				if _, err := c.Sidecar.ReleasePartition(context.WithoutCancel(ctx), p); err != nil {
+				if _, err := c.Sidecar.ReleasePartitionTerm(context.WithoutCancel(ctx), p, token); err != nil {
 					log.Info("release failed", "err", err)
 				} else {
 					log.Info("drained and released", "offset", last)

@@ -15,7 +15,10 @@ import (
 // README: begin
 
 // Run runs next to the sidecar; consume(ctx, partition, token) is your code
-// and must stop when ctx ends. A consumer stops when its partition is no
+// and must stop when ctx ends. It passes token with every write, to the
+// sidecar too (PUT /partitions/<i>/checkpoint?fencingToken=<token>, POST
+// /partitions/<i>/release?fencingToken=<token>): a consumer that outlives
+// its term is then refused (409). A consumer stops when its partition is no
 // longer listed, and also when its claim's validUntil passes without a fresh
 // answer from the sidecar (the sidecar is unreachable, paused or gone).
 func Run(ctx context.Context, sidecar string, consume func(ctx context.Context, partition int, token int64)) error {
