@@ -44,27 +44,54 @@ type Observation struct {
 }
 
 // Deadline is the moment, on CLOCK_MONOTONIC, at which the claim an answer
-// shows ends: validUntil taken as an offset from the wall-clock moment the
-// request was sent and added to the monotonic moment it was sent. The
-// sidecar runs on the same machine and clock, and it wrote validUntil
-// before it answered, so the result is never later than its own claim
-// unless the wall clock was stepped back in between. What such a step can
-// add is capped: when it answered, the sidecar claimed less than a lease
-// duration ahead (its renew deadline is shorter), so the deadline is never
-// beyond the answer's arrival + a lease duration. (The cap counts from the
-// arrival, not the send: a long-poll may be answered long after it was
-// sent.) An answer that is not a claim gives the send moment: nothing is
-// extended.
+// shows ends. An answer that is not a claim gives the send moment: nothing
+// is extended.
+//
+// The sidecar (the same binary, on the same machine) says how much of its
+// claim was left when it wrote the answer, validForMs, on its monotonic
+// clock. It wrote the answer between the request's send and the answer's
+// arrival, so the claim ends within [sent + validForMs, arrival +
+// validForMs]; neither end depends on the wall clock. The wall-clock
+// arithmetic below picks the exact moment inside that window when the wall
+// clock did not step, and is clamped into it when it did: a step back
+// (which makes validUntil look later) can then add at most the answer's
+// transit on loopback, which killAhead covers; a step forward only makes
+// the deadline earlier. The window matters for long-polls, which may be
+// written long after they were sent.
+//
+// An answer without validForMs (a sidecar older than the field) gets the
+// wall-clock arithmetic alone, capped at the answer's arrival + a lease
+// duration (the sidecar claimed less than that ahead when it answered: its
+// renew deadline is shorter).
 func Deadline(o Observation) Mono {
 	l := o.Leader
-	if o.Err != nil || !l.IsLeader || l.ValidUntil.IsZero() {
+	if o.Err != nil || !l.IsLeader || l.ValidUntil.IsZero() && l.ValidForMs == nil {
 		return o.SentMono
 	}
-	d := o.SentMono + Mono(l.ValidUntil.Sub(o.SentWall.Round(0)))
-	if limit := max(o.RecvMono, o.SentMono) + Mono(time.Duration(l.LeaseDurationSeconds)*time.Second); d > limit {
+	recv := max(o.RecvMono, o.SentMono)
+	if l.ValidForMs != nil {
+		// The sidecar never claims more than a lease duration ahead; the
+		// bound also keeps a malformed value from overflowing.
+		ms := min(max(*l.ValidForMs, 0), int64(max(l.LeaseDurationSeconds, 0))*1000)
+		validFor := Mono(time.Duration(ms) * time.Millisecond)
+		low, high := o.SentMono+validFor, recv+validFor
+		if l.ValidUntil.IsZero() {
+			return low
+		}
+		return min(max(wallDeadline(o), low), high)
+	}
+	d := wallDeadline(o)
+	if limit := recv + Mono(time.Duration(l.LeaseDurationSeconds)*time.Second); d > limit {
 		d = limit
 	}
 	return max(d, o.SentMono)
+}
+
+// wallDeadline is validUntil taken as an offset from the wall-clock moment
+// the request was sent and added to the monotonic moment it was sent: the
+// claim's end, unless the wall clock stepped since the claim's renewal.
+func wallDeadline(o Observation) Mono {
+	return o.SentMono + Mono(o.Leader.ValidUntil.Sub(o.SentWall.Round(0)))
 }
 
 // RenewDeadline is the sidecar's --renew-deadline as an answer shows it:

@@ -30,6 +30,13 @@ func TestDeadline(t *testing.T) {
 		{"not leading extends nothing", Observation{SentWall: wall0, SentMono: sent, Leader: api.Leader{Revision: 2, ValidUntil: api.Time{Time: wall0.Add(time.Hour)}}}, sent},
 		{"a failed read extends nothing", Observation{SentWall: wall0, SentMono: sent, Leader: leading(1, 1, wall0.Add(7*time.Second)), Err: errors.New("timeout")}, sent},
 		{"leading without validUntil extends nothing", Observation{SentWall: wall0, SentMono: sent, Leader: api.Leader{IsLeader: true, FencingToken: 1}}, sent},
+		{"validForMs: the wall clock's exact moment inside the window", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(2*time.Millisecond), Leader: validFor(leading(1, 1, wall0.Add(7*time.Second)), 6999)}, sent + Mono(7*time.Second)},
+		{"validForMs: a wall clock stepped back is clamped to the answer's arrival + validForMs", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(2*time.Millisecond), Leader: validFor(leading(1, 1, wall0.Add(time.Hour)), 6999)}, sent + Mono(2*time.Millisecond+6999*time.Millisecond)},
+		{"validForMs: a wall clock stepped forward is clamped to the send + validForMs", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(2*time.Millisecond), Leader: validFor(leading(1, 1, wall0.Add(-time.Hour)), 6999)}, sent + Mono(6999*time.Millisecond)},
+		{"validForMs: a long-poll written 20 s after it was sent keeps the wall clock's moment", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(20*time.Second), Leader: validFor(leading(1, 1, wall0.Add(30*time.Second)), 10000)}, sent + Mono(30*time.Second)},
+		{"validForMs without validUntil: the send + validForMs", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent + Mono(time.Second), Leader: validFor(api.Leader{IsLeader: true, FencingToken: 1, LeaseDurationSeconds: 15}, 5000)}, sent + Mono(5*time.Second)},
+		{"validForMs is bounded by the lease duration", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent, Leader: validFor(leading(1, 1, wall0.Add(time.Hour)), 1<<62)}, sent + Mono(15*time.Second)},
+		{"a negative validForMs extends nothing", Observation{SentWall: wall0, SentMono: sent, RecvMono: sent, Leader: validFor(leading(1, 1, wall0.Add(time.Hour)), -5)}, sent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Deadline(tc.o); got != tc.want {
@@ -37,6 +44,11 @@ func TestDeadline(t *testing.T) {
 			}
 		})
 	}
+}
+
+func validFor(l api.Leader, ms int64) api.Leader {
+	l.ValidForMs = &ms
+	return l
 }
 
 func TestDeadlineUsesTheSendMomentOnBothClocks(t *testing.T) {
