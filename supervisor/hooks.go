@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,6 +24,10 @@ type hookRun struct {
 // never sees one). A hook that outlives --hook-timeout is SIGKILLed with
 // its process group.
 type hooks struct {
+	// mu guards pid, the running hook's process (0: none), and is held
+	// while a hook starts, so that exclusive sees every hook process.
+	mu      sync.Mutex
+	pid     int
 	timeout time.Duration
 	queue   chan hookRun
 	done    chan struct{}
@@ -54,6 +59,14 @@ func (h *hooks) fire(r hookRun) {
 	}
 }
 
+// exclusive runs f while no hook can start; running tells f whether pid
+// is the hook process that runs (os/exec waits for it: not a leftover).
+func (h *hooks) exclusive(f func(running func(pid int) bool)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f(func(pid int) bool { return pid != 0 && pid == h.pid })
+}
+
 // close waits for the hooks already fired to end (each within its timeout).
 func (h *hooks) close() {
 	close(h.queue)
@@ -76,7 +89,18 @@ func (h *hooks) runOne(r hookRun) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return unix.Kill(-cmd.Process.Pid, unix.SIGKILL) }
 	start := time.Now()
-	err := cmd.Run()
+	h.mu.Lock()
+	err := cmd.Start()
+	if err == nil {
+		h.pid = cmd.Process.Pid
+	}
+	h.mu.Unlock()
+	if err == nil {
+		err = cmd.Wait()
+		h.mu.Lock()
+		h.pid = 0
+		h.mu.Unlock()
+	}
 	took := time.Since(start).Round(time.Millisecond)
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):

@@ -113,6 +113,10 @@ type child struct {
 type supervisor struct {
 	cfg Config
 	log func(format string, args ...any)
+	// foreign are the children this process had before it supervised
+	// anything (a shell that exec'd it may have started some): never the
+	// workload's.
+	foreign map[int]bool
 }
 
 // Run supervises until the child's exit ends it (by the on-exit policy or
@@ -128,6 +132,10 @@ func (s *supervisor) run(ctx context.Context) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	clock := s.cfg.Clock
+	s.foreign = directChildren()
+	if err := becomeSubreaper(); err != nil {
+		s.log("cannot become a child subreaper, so processes that leave the child's process group and are orphaned cannot be found at a stop: %v", err)
+	}
 	obs := make(chan Observation, 16)
 	go s.poll(ctx, obs)
 	go s.longPoll(ctx, obs)
@@ -191,13 +199,14 @@ func (s *supervisor) run(ctx context.Context) int {
 					reason = "the claim ends within --stop-grace and was not renewed"
 				}
 				if reason != "" {
-					s.stop(c, syscall.SIGTERM, now, reason)
+					s.stop(hk, c, syscall.SIGTERM, now, reason)
 				}
 			}
 			c.wd.set(c.killAt)
 			if now >= c.killAt {
 				s.log("the child (pid %d) did not exit by the end of the claim: SIGKILL to its process group", c.cmd.Process.Pid)
 				_ = unix.Kill(-c.wd.cmd.Process.Pid, unix.SIGKILL)
+				s.killLeftovers(hk, c)
 				c.killed = true
 			} else {
 				next = c.killAt
@@ -245,6 +254,8 @@ func (s *supervisor) run(ctx context.Context) int {
 			stopped := c.stopping || c.killed
 			ran := time.Duration(clock.Mono() - c.started)
 			s.log("the child (pid %d) exited: %s after %v", c.cmd.Process.Pid, describe(c.waitErr), ran.Round(time.Millisecond))
+			// Whatever it started goes with it, in its group or not.
+			s.killLeftovers(hk, nil)
 			if !stopped && fired {
 				// The watchdog killed it at the end of the last claim the
 				// supervisor knew of: the supervisor was paused. That is a
@@ -280,7 +291,7 @@ func (s *supervisor) run(ctx context.Context) int {
 				}
 				shutdown = true
 				if c != nil && !c.killed && !c.stopping {
-					s.stop(c, sig.(syscall.Signal), clock.Mono(), "the supervisor is stopping")
+					s.stop(hk, c, sig.(syscall.Signal), clock.Mono(), "the supervisor is stopping")
 				}
 				continue
 			}
@@ -293,6 +304,7 @@ func (s *supervisor) run(ctx context.Context) int {
 				_ = unix.Kill(-c.wd.cmd.Process.Pid, unix.SIGKILL)
 				<-c.done
 				c.wd.finish()
+				s.killLeftovers(hk, nil)
 			}
 			return ExitRuntimeError
 		}
@@ -326,14 +338,53 @@ func childEnv(term Term) []string {
 	return env
 }
 
-// stop sends sig to the child's process group and gives it --stop-grace,
-// never beyond the claim.
-func (s *supervisor) stop(c *child, sig syscall.Signal, now Mono, reason string) {
+// stop sends sig to the child's process group, and to every process the
+// child started that left the group, and gives them --stop-grace, never
+// beyond the claim.
+func (s *supervisor) stop(hk *hooks, c *child, sig syscall.Signal, now Mono, reason string) {
 	c.stopping = true
 	c.killAt = min(c.killAt, now+Mono(s.cfg.StopGrace))
 	c.wd.set(c.killAt)
 	s.log("%s: %s to the child's process group (pid %d), SIGKILL in %v at the latest", reason, unix.SignalName(sig), c.cmd.Process.Pid, time.Duration(c.killAt-now).Round(time.Millisecond))
 	_ = unix.Kill(-c.wd.cmd.Process.Pid, sig)
+	hk.exclusive(func(running func(int) bool) {
+		signalLeftovers(c.roots(), s.keep(running), sig)
+	})
+}
+
+// keep tells the processes that are not the workload's among this
+// process's children: the ones it had before, and the running hook.
+func (s *supervisor) keep(running func(int) bool) func(int) bool {
+	return func(pid int) bool { return s.foreign[pid] || running(pid) }
+}
+
+// killLeftovers SIGKILLs, and reaps, every process the workload left:
+// those of c (nil: the child has exited and the watchdog is gone) and every
+// orphan re-parented to this process (a subreaper), whatever its process
+// group or session.
+func (s *supervisor) killLeftovers(hk *hooks, c *child) {
+	var roots []int
+	if c != nil {
+		roots = c.roots()
+	}
+	var (
+		n   int
+		err error
+	)
+	hk.exclusive(func(running func(int) bool) {
+		n, err = killLeftovers(roots, s.keep(running))
+	})
+	if c == nil && n > 0 {
+		s.log("killed %d processes the child had left behind (outside its process group)", n)
+	}
+	if err != nil {
+		s.log("killing the processes the child left: %v", err)
+	}
+}
+
+// roots are the processes the workload's tree hangs from while c runs.
+func (c *child) roots() []int {
+	return []int{c.cmd.Process.Pid, c.wd.cmd.Process.Pid}
 }
 
 // start starts the watchdog, then the child in the watchdog's process
