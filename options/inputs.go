@@ -40,6 +40,15 @@ const (
 	// --partitions and --retry-period when --kube-api-qps is not given: one
 	// sidecar must not be allowed to flood the API server by default.
 	maxDerivedQPS = 1000
+	// maxQPS and maxBurst bound an explicit --kube-api-qps and
+	// --kube-api-burst: ten times the most the sidecar derives, and twice
+	// that for the burst (the derived burst is twice the need). A pod that
+	// needs more (1024 partitions at a 100 ms retry period want 10250
+	// requests a second) would be a load one API server's default
+	// --max-requests-inflight of 400 cannot carry next to the cluster's own
+	// traffic, and 1e9 is a typo, not a rate.
+	maxQPS   = 10 * maxDerivedQPS
+	maxBurst = 2 * maxQPS
 	// longValue is how much of a rejected value an error message quotes.
 	longValue = 64
 )
@@ -87,6 +96,12 @@ func (o *Options) validateInputs() []error {
 	}
 	if math.IsNaN(float64(o.KubeAPIQPS)) || math.IsInf(float64(o.KubeAPIQPS), 0) {
 		errs = append(errs, fmt.Errorf("--kube-api-qps must be a finite number, got %v", o.KubeAPIQPS))
+	} else if o.KubeAPIQPS > maxQPS {
+		// A negative rate has its own error.
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v is outside the supported range 0..%d (0: the default)", o.KubeAPIQPS, maxQPS))
+	}
+	if o.KubeAPIBurst > maxBurst {
+		errs = append(errs, fmt.Errorf("--kube-api-burst %d is outside the supported range 0..%d (0: the default)", o.KubeAPIBurst, maxBurst))
 	}
 	if err := o.validateDerivedRate(); err != nil {
 		errs = append(errs, err)
