@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -152,6 +153,15 @@ func baseURL(flagURL string, lookupEnv func(string) (string, bool)) (string, err
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return "", fmt.Errorf("%s %q: want http://host:port (the API's address, no path)", name, raw)
+	}
+	// The sidecar of this pod only: the deadline arithmetic takes the
+	// sidecar's claim as measured on this node, and a sidecar elsewhere
+	// would run the child wherever that one leads.
+	if host := u.Hostname(); host != "localhost" {
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !ip.IsLoopback() || ip.Is4In6() || ip.Zone() != "" {
+			return "", fmt.Errorf("%s %q: the host is not a loopback address; only 127.0.0.1, [::1] or localhost (the sidecar in the same pod) is allowed", name, raw)
+		}
 	}
 	return u.Scheme + "://" + u.Host, nil
 }

@@ -80,3 +80,36 @@ func TestMainCopyTo(t *testing.T) {
 		t.Fatalf("copy to a missing directory: exit code %d, %q", code, stderr.String())
 	}
 }
+
+// TestBaseURLIsLoopback: the supervisor's deadline assumes the sidecar of
+// its own pod (the same node's clocks), and a sidecar elsewhere would run
+// the child wherever that one leads; so --url and $LEADER_ELECTOR_URL name
+// a loopback host, as the sidecar's --on-change-url does (review note 9c).
+func TestBaseURLIsLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		raw, want, wantErr string
+	}{
+		{raw: "http://127.0.0.1:4040", want: "http://127.0.0.1:4040"},
+		{raw: "http://[::1]:4040/", want: "http://[::1]:4040"},
+		{raw: "http://localhost:4040", want: "http://localhost:4040"},
+		{raw: "http://127.0.0.2:4040", want: "http://127.0.0.2:4040"},
+		{raw: "http://10.0.0.1:4040", wantErr: "is not a loopback address"},
+		{raw: "http://169.254.169.254:80", wantErr: "is not a loopback address"},
+		{raw: "http://leader.example:4040", wantErr: "is not a loopback address"},
+		{raw: "http://[::ffff:127.0.0.1]:4040", wantErr: "is not a loopback address"},
+		{raw: "http://[fe80::1%25eth0]:4040", wantErr: "is not a loopback address"},
+	} {
+		t.Run(tc.raw, func(t *testing.T) {
+			got, err := baseURL(tc.raw, func(string) (string, bool) { return "", false })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("baseURL(%q) = %q, %v; want an error with %q", tc.raw, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("baseURL(%q) = %q, %v; want %q", tc.raw, got, err, tc.want)
+			}
+		})
+	}
+}
