@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,23 +49,31 @@ const (
 const repairBound = leaseDuration + renewDeadline + retryPeriod
 
 // plantSlice writes token and plantedAddress on the slice with client, as
-// a writer outside every term, and returns when.
+// a writer outside every term, and returns when, once m's watch has seen
+// it (waitSlice looks at the last version seen: before that, it would find
+// the leader's version from before the planting).
 func plantSlice(t *testing.T, m *sliceMonitor, client kubernetes.Interface, namespace, name, token string) time.Time {
 	t.Helper()
 	ctx := context.Background()
 	m.plant(token)
-	slices := client.DiscoveryV1().EndpointSlices(namespace)
-	s, err := slices.Get(ctx, name, metav1.GetOptions{})
+	api := client.DiscoveryV1().EndpointSlices(namespace)
+	s, err := api.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Annotations[routing.FencingTokenAnnotation] = token
 	s.Annotations[routing.HolderAnnotation] = "attacker"
 	s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{plantedAddress}}}
-	if _, err := slices.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+	if _, err := api.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("planting fencing token %s on the slice: %v", token, err)
 	}
-	return time.Now()
+	planted := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return slices.ContainsFunc(m.versions(), func(v sliceVersion) bool { return v.token == token }), nil
+	}); err != nil {
+		t.Fatalf("the watch did not deliver the slice planted with %s", token)
+	}
+	return planted
 }
 
 // plantPod writes token as pod's fencing token with client and returns
