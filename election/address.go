@@ -43,12 +43,20 @@ type holderAddress struct {
 var canonicalPort = regexp.MustCompile(`^[1-9][0-9]{0,4}$`)
 
 // CheckAdvertiseAddress checks an address a leader may advertise: host:port,
-// where the host is an IP address (not unspecified, not multicast, no zone)
-// or a DNS-1123 subdomain, and the port 1..65535. Loopback is allowed: a
-// sidecar run outside a pod (tests, local runs) has nothing else. The
-// options check the flags with it, and readers check every annotation
+// where the host is an IP address (not unspecified, not multicast, not
+// link-local, no zone) or a DNS-1123 subdomain, and the port 1..65535.
+// The options check the flags with it, and readers check every annotation
 // with it, so that an address shown to an app is always one of this form.
-func CheckAdvertiseAddress(address string) error {
+//
+// Anyone who may write the Lease can write the annotation, and followers
+// forward requests, credentials included, to it. A link-local address
+// (169.254.0.0/16, fe80::/10) is never a pod's address but is the cloud
+// metadata service's, so it is refused always. A loopback address
+// (127.0.0.0/8, ::1, the name localhost) would make a follower send the
+// requests to itself; it is allowed only with allowLoopback, for a sidecar
+// run outside a pod (tests, local runs), which has nothing else. A DNS name
+// is not resolved here: what it resolves to is the forwarder's to check.
+func CheckAdvertiseAddress(address string, allowLoopback bool) error {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return errors.New("want host:port")
@@ -56,7 +64,7 @@ func CheckAdvertiseAddress(address string) error {
 	if err := checkAdvertisePort(port); err != nil {
 		return err
 	}
-	return checkAdvertiseHost(host)
+	return checkAdvertiseHost(host, allowLoopback)
 }
 
 func checkAdvertisePort(port string) error {
@@ -67,8 +75,10 @@ func checkAdvertisePort(port string) error {
 	return nil
 }
 
-func checkAdvertiseHost(host string) error {
+func checkAdvertiseHost(host string, allowLoopback bool) error {
+	const loopback = "a loopback address would send every follower's requests to the follower itself (allowed only outside a pod)"
 	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
 		switch {
 		case ip.Zone() != "":
 			return fmt.Errorf("invalid host %q: an address with a zone reaches nothing from another pod", host)
@@ -76,11 +86,18 @@ func checkAdvertiseHost(host string) error {
 			return fmt.Errorf("invalid host %q: the unspecified address reaches nothing", host)
 		case ip.IsMulticast():
 			return fmt.Errorf("invalid host %q: a multicast address is no pod's", host)
+		case ip.IsLinkLocalUnicast():
+			return fmt.Errorf("invalid host %q: a link-local address is no pod's (169.254.169.254 is the cloud metadata service)", host)
+		case ip.IsLoopback() && !allowLoopback:
+			return fmt.Errorf("invalid host %q: %s", host, loopback)
 		}
 		return nil
 	}
 	if msgs := validation.IsDNS1123Subdomain(host); len(msgs) > 0 {
 		return fmt.Errorf("invalid host %q: want an IP address or a DNS-1123 name: %s", host, strings.Join(msgs, "; "))
+	}
+	if !allowLoopback && (host == "localhost" || strings.HasSuffix(host, ".localhost")) {
+		return fmt.Errorf("invalid host %q: %s", host, loopback)
 	}
 	return nil
 }
@@ -128,9 +145,9 @@ func annotateHolderAddress(lease *coordinationv1.Lease, identity, address string
 
 // parseHolderAddress reads the annotation of lease. ok is false if there is
 // none or it is not one a sidecar writes (too long, not the JSON above,
-// unknown fields, no holder, an address CheckAdvertiseAddress refuses):
-// such a value is ignored, never shown.
-func parseHolderAddress(lease *coordinationv1.Lease) (holderAddress, bool) {
+// unknown fields, no holder, an address CheckAdvertiseAddress refuses with
+// allowLoopback): such a value is ignored, never shown.
+func parseHolderAddress(lease *coordinationv1.Lease, allowLoopback bool) (holderAddress, bool) {
 	value, found := lease.Annotations[HolderAddressAnnotation]
 	if !found || len(value) > maxHolderAddressBytes {
 		return holderAddress{}, false
@@ -141,7 +158,7 @@ func parseHolderAddress(lease *coordinationv1.Lease) (holderAddress, bool) {
 	if err := dec.Decode(&a); err != nil || dec.More() {
 		return holderAddress{}, false
 	}
-	if a.Holder == "" || CheckAdvertiseAddress(a.Address) != nil {
+	if a.Holder == "" || CheckAdvertiseAddress(a.Address, allowLoopback) != nil {
 		return holderAddress{}, false
 	}
 	return a, true
@@ -157,10 +174,10 @@ func parseHolderAddress(lease *coordinationv1.Lease) (holderAddress, bool) {
 // holder and token it shows (addressLocked). The last two terms' addresses
 // are kept, so that between the annotation and the record of a new term the
 // previous term still shows its own.
-func (t *tracker) observeHolderAddress(lease *coordinationv1.Lease) {
+func (t *tracker) observeHolderAddress(lease *coordinationv1.Lease, allowLoopback bool) {
 	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
 	token := int64(ptr.Deref(lease.Spec.LeaseTransitions, 0))
-	a, ok := parseHolderAddress(lease)
+	a, ok := parseHolderAddress(lease, allowLoopback)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !ok || a.Holder != holder || a.FencingToken != token {

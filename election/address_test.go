@@ -20,19 +20,64 @@ func annotated(lease *coordinationv1.Lease, value string) *coordinationv1.Lease 
 // observeVersion feeds the tracker one version of the Lease as the cache
 // does: the object (onKeep), then its record (onChange).
 func observeVersion(tr *tracker, lease *coordinationv1.Lease) {
-	tr.observeHolderAddress(lease)
+	tr.observeHolderAddress(lease, false)
 	tr.observeRead(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)))
 }
 
 func TestCheckAdvertiseAddress(t *testing.T) {
-	for _, ok := range []string{"10.0.0.5:8080", "[fd00::5]:443", "127.0.0.1:1", "my-app-0.my-app.ns.svc:65535", "localhost:80"} {
-		if err := CheckAdvertiseAddress(ok); err != nil {
-			t.Errorf("CheckAdvertiseAddress(%q) = %v, want nil", ok, err)
+	for _, ok := range []string{"10.0.0.5:8080", "[fd00::5]:443", "my-app-0.my-app.ns.svc:65535"} {
+		for _, allowLoopback := range []bool{false, true} {
+			if err := CheckAdvertiseAddress(ok, allowLoopback); err != nil {
+				t.Errorf("CheckAdvertiseAddress(%q, %v) = %v, want nil", ok, allowLoopback, err)
+			}
+		}
+	}
+	// Loopback: outside a pod only (issue 30, review note 9b).
+	for _, loopback := range []string{"127.0.0.1:1", "127.1.2.3:80", "[::1]:80", "[::ffff:127.0.0.1]:80", "localhost:80", "app.localhost:80"} {
+		if err := CheckAdvertiseAddress(loopback, true); err != nil {
+			t.Errorf("CheckAdvertiseAddress(%q, true) = %v, want nil", loopback, err)
+		}
+		if err := CheckAdvertiseAddress(loopback, false); err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("CheckAdvertiseAddress(%q, false) = %v, want a loopback error", loopback, err)
+		}
+	}
+	// Link-local (the cloud metadata service): never.
+	for _, linkLocal := range []string{"169.254.169.254:80", "[fe80::1]:80", "[::ffff:169.254.169.254]:80"} {
+		for _, allowLoopback := range []bool{false, true} {
+			if err := CheckAdvertiseAddress(linkLocal, allowLoopback); err == nil || !strings.Contains(err.Error(), "link-local") {
+				t.Errorf("CheckAdvertiseAddress(%q, %v) = %v, want a link-local error", linkLocal, allowLoopback, err)
+			}
 		}
 	}
 	for _, bad := range []string{"", "10.0.0.5", "10.0.0.5:0", "10.0.0.5:65536", "10.0.0.5:+80", "10.0.0.5:080", "0.0.0.0:80", "[::]:80", "224.0.0.1:80", "[fe80::1%eth0]:80", "Bad_Name:80", ":80", "a b:80", "x\x1b[31m:80", strings.Repeat("a", 300) + ":80"} {
-		if err := CheckAdvertiseAddress(bad); err == nil {
+		if err := CheckAdvertiseAddress(bad, true); err == nil {
 			t.Errorf("CheckAdvertiseAddress(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+// TestParseHolderAddressRefusesLoopbackAndLinkLocal: a reader ignores an
+// annotation anyone with write access to the Lease could have planted to
+// send followers' forwarded requests to the metadata service or to
+// themselves (issue 30, review note 9b).
+func TestParseHolderAddressRefusesLoopbackAndLinkLocal(t *testing.T) {
+	for _, tc := range []struct {
+		address       string
+		allowLoopback bool
+		want          bool
+	}{
+		{"169.254.169.254:80", false, false},
+		{"169.254.169.254:80", true, false},
+		{"[fe80::1]:80", true, false},
+		{"127.0.0.1:8080", false, false},
+		{"localhost:8080", false, false},
+		{"[::1]:8080", false, false},
+		{"127.0.0.1:8080", true, true},
+		{"10.0.0.6:8080", false, true},
+	} {
+		v := `{"holder":"pod-b","fencingToken":8,"address":"` + tc.address + `"}`
+		if _, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), v), tc.allowLoopback); ok != tc.want {
+			t.Errorf("parseHolderAddress(%s, allowLoopback=%v) ok = %v, want %v", tc.address, tc.allowLoopback, ok, tc.want)
 		}
 	}
 }
@@ -73,7 +118,7 @@ func TestAnnotateHolderAddress(t *testing.T) {
 
 func TestParseHolderAddressIgnoresMalformed(t *testing.T) {
 	good := `{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080"}`
-	if a, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), good)); !ok || a.Address != "10.0.0.6:8080" {
+	if a, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), good), false); !ok || a.Address != "10.0.0.6:8080" {
 		t.Fatalf("parse(%s) = %+v, %v", good, a, ok)
 	}
 	for _, bad := range []string{
@@ -90,7 +135,7 @@ func TestParseHolderAddressIgnoresMalformed(t *testing.T) {
 		`{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080","holder":"` + strings.Repeat("x", maxHolderAddressBytes) + `"}`,
 		`{"holder":"pod-b","fencingToken":99999999999999999999,"address":"10.0.0.6:8080"}`,
 	} {
-		if a, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), bad)); ok {
+		if a, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), bad), false); ok {
 			t.Errorf("parse(%q) = %+v, want it ignored", bad, a)
 		}
 	}
@@ -185,7 +230,7 @@ func TestElectorAdvertisesAddress(t *testing.T) {
 	checkLease := func(holder, address string) {
 		t.Helper()
 		lease := getLease(t, client)
-		a, ok := parseHolderAddress(lease)
+		a, ok := parseHolderAddress(lease, false)
 		if !ok || a.Holder != holder || a.Address != address || a.FencingToken != int64(ptr.Deref(lease.Spec.LeaseTransitions, -1)) || ptr.Deref(lease.Spec.HolderIdentity, "") != holder {
 			t.Errorf("Lease: holder %q token %d, annotation %q; want %s's term with %s", ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, -1), lease.Annotations[HolderAddressAnnotation], holder, address)
 		}
@@ -235,7 +280,7 @@ func TestElectorReleaseRemovesAddress(t *testing.T) {
 	}
 	stop := runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
-	if _, ok := parseHolderAddress(getLease(t, client)); !ok {
+	if _, ok := parseHolderAddress(getLease(t, client), false); !ok {
 		t.Fatalf("no address on the Lease while leading: %v", getLease(t, client).Annotations)
 	}
 	if err := stop(); err != nil {

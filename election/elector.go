@@ -111,6 +111,13 @@ type Config struct {
 	// Lease with every term it holds (HolderAddressAnnotation), for followers to
 	// forward requests to (State.HolderAddress); see CheckAdvertiseAddress.
 	AdvertiseAddress string
+	// AllowLoopbackAddress lets this pod advertise, and show as
+	// State.HolderAddress, a loopback address: for a sidecar that runs
+	// outside a pod (tests, local runs), where candidates share one host.
+	// In a pod it must be false: a follower that forwards to a loopback
+	// address sends the requests to itself. Link-local addresses are
+	// refused either way (CheckAdvertiseAddress).
+	AllowLoopbackAddress bool
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
@@ -148,7 +155,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("campaign %q is unknown (want %q, %q or %q)", c.Campaign, CampaignAuto, CampaignManual, CampaignNever))
 	}
 	if c.AdvertiseAddress != "" {
-		if err := CheckAdvertiseAddress(c.AdvertiseAddress); err != nil {
+		if err := CheckAdvertiseAddress(c.AdvertiseAddress, c.AllowLoopbackAddress); err != nil {
 			errs = append(errs, fmt.Errorf("advertise address %q: %w", c.AdvertiseAddress, err))
 		}
 	}
@@ -269,7 +276,7 @@ func New(cfg Config) (*Elector, error) {
 	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
 	e.cache.onKeep = func(lease *coordinationv1.Lease) {
 		t.observeObject(lease)
-		t.observeHolderAddress(lease)
+		t.observeHolderAddress(lease, cfg.AllowLoopbackAddress)
 	}
 	e.cache.beforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
 		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)

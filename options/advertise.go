@@ -22,6 +22,8 @@ type advertiseOptions struct {
 	// hostGiven: the host came from the flag or its variable, not from
 	// $POD_IP.
 	hostGiven bool
+	// inPod: the sidecar runs in a pod; loopback addresses are refused.
+	inPod bool
 }
 
 // addFlags registers the flags on fs.
@@ -33,6 +35,11 @@ func (a *advertiseOptions) addFlags(fs *pflag.FlagSet) {
 // complete takes the host from the downward API's $POD_IP if the port is
 // set and the host is not.
 func (a *advertiseOptions) complete(env Environment) {
+	// The kubelet sets $KUBERNETES_SERVICE_HOST in every container of a
+	// pod, with or without service links; a sidecar run by hand or by the
+	// tests has none, and may then advertise and show loopback addresses.
+	v, _ := env.lookupEnv("KUBERNETES_SERVICE_HOST")
+	a.inPod = v != ""
 	a.hostGiven = a.Host != ""
 	if a.Host == "" && a.Port != 0 {
 		a.Host, _ = env.lookupEnv("POD_IP")
@@ -59,7 +66,7 @@ func (a *advertiseOptions) validate(partitions int) []error {
 	case a.Port != 0 && a.Host == "":
 		errs = append(errs, errors.New("--advertise-port needs --advertise-address or $POD_IP (the downward API's status.podIP)"))
 	case a.Port != 0:
-		if err := election.CheckAdvertiseAddress(a.address()); err != nil {
+		if err := election.CheckAdvertiseAddress(a.address(), !a.inPod); err != nil {
 			errs = append(errs, fmt.Errorf("--advertise-address %s: %w", quoteShort(a.Host), err))
 		}
 	}

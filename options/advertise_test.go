@@ -8,6 +8,9 @@ import (
 func TestParseAdvertiseOptions(t *testing.T) {
 	pod := fakeEnv{hostname: "h", vars: map[string]string{"POD_NAME": "app-0", "POD_IP": "10.0.0.7"}}
 	noIP := fakeEnv{hostname: "h", vars: map[string]string{"POD_NAME": "app-0"}}
+	// The kubelet sets $KUBERNETES_SERVICE_HOST in every container, service
+	// links or not.
+	inPod := fakeEnv{hostname: "h", vars: map[string]string{"POD_NAME": "app-0", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -32,6 +35,11 @@ func TestParseAdvertiseOptions(t *testing.T) {
 		{name: "the unspecified address", args: []string{"--advertise-address=0.0.0.0", "--advertise-port=8080"}, env: pod, wantErr: []string{"unspecified address"}},
 		{name: "a name that is no DNS name", args: []string{"--advertise-address=My_Host", "--advertise-port=8080"}, env: pod, wantErr: []string{`invalid host "My_Host"`}},
 		{name: "a $POD_IP that is no address", args: []string{"--advertise-port=8080"}, env: fakeEnv{hostname: "h", vars: map[string]string{"POD_IP": "not an ip"}}, wantErr: []string{"invalid host"}},
+		{name: "link-local, the metadata service", args: []string{"--advertise-address=169.254.169.254", "--advertise-port=80"}, env: pod, wantErr: []string{"link-local"}},
+		{name: "link-local IPv6", args: []string{"--advertise-address=fe80::1", "--advertise-port=80"}, env: noIP, wantErr: []string{"link-local"}},
+		{name: "loopback in a pod", args: []string{"--advertise-address=127.0.0.1", "--advertise-port=8080"}, env: inPod, wantErr: []string{"loopback"}},
+		{name: "localhost in a pod", args: []string{"--advertise-address=localhost", "--advertise-port=8080"}, env: inPod, wantErr: []string{"loopback"}},
+		{name: "IPv6 loopback in a pod", args: []string{"--advertise-address=::1", "--advertise-port=8080"}, env: inPod, wantErr: []string{"loopback"}},
 		{name: "with --partitions", args: []string{"--advertise-port=8080", "--partitions=4"}, env: pod, wantErr: []string{"cannot be combined with --partitions"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

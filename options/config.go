@@ -41,15 +41,16 @@ func (o *Options) timings() election.Timings {
 // electionConfig is the part of the options the elector takes.
 func (o *Options) electionConfig() election.Config {
 	return election.Config{
-		Namespace:         o.LeaseNamespace,
-		Name:              o.LeaseName,
-		Identity:          o.Identity,
-		LeaseDuration:     o.LeaseDuration,
-		RenewDeadline:     o.RenewDeadline,
-		RetryPeriod:       o.RetryPeriod,
-		ReleaseOnShutdown: o.ReleaseOnShutdown,
-		Campaign:          o.campaign(),
-		AdvertiseAddress:  o.Advertise.address(),
+		Namespace:            o.LeaseNamespace,
+		Name:                 o.LeaseName,
+		Identity:             o.Identity,
+		LeaseDuration:        o.LeaseDuration,
+		RenewDeadline:        o.RenewDeadline,
+		RetryPeriod:          o.RetryPeriod,
+		ReleaseOnShutdown:    o.ReleaseOnShutdown,
+		Campaign:             o.campaign(),
+		AdvertiseAddress:     o.Advertise.address(),
+		AllowLoopbackAddress: !o.Advertise.inPod,
 	}
 }
 

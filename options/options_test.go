@@ -99,6 +99,8 @@ func TestParseOptionsDefaults(t *testing.T) {
 		RetryPeriod:       2 * time.Second,
 		ReleaseOnShutdown: true,
 		Campaign:          election.CampaignAuto,
+		// No $KUBERNETES_SERVICE_HOST: not in a pod.
+		AllowLoopbackAddress: true,
 	}
 	if got := o.electionConfig(); !reflect.DeepEqual(got, wantCfg) {
 		t.Errorf("electionConfig() = %+v, want %+v", got, wantCfg)
