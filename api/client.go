@@ -40,9 +40,10 @@ func (c *Client) Leader(ctx context.Context) (Leader, error) {
 }
 
 // WaitLeader long-polls GET /leader: it answers once the state's revision
-// differs from revision, or after wait (the sidecar caps it at 5 minutes)
-// with the state unchanged. Pass the Revision of the last answer to learn
-// of the next change without missing one.
+// differs from revision, or after wait with the state unchanged. A wait
+// above 5 minutes is refused (an *Error with StatusCode 400), not
+// shortened. Pass the Revision of the last answer to learn of the next
+// change without missing one.
 func (c *Client) WaitLeader(ctx context.Context, revision uint64, wait time.Duration) (Leader, error) {
 	var l Leader
 	return l, c.do(ctx, http.MethodGet, "/leader", waitQuery(revision, wait), &l)

@@ -42,7 +42,10 @@ type Election interface {
 }
 
 const (
-	// maxWait caps ?wait= on long-polls.
+	// maxWait bounds ?wait= on every endpoint that takes one (GET /leader,
+	// GET /partitions, POST /acquire); a longer wait is refused with 400,
+	// not shortened, so that a caller never waits less than it asked for
+	// without a word.
 	maxWait = 5 * time.Minute
 	// writeGrace is how long one response write may block before the client
 	// is considered gone; it bounds what a slow client can hold on to.
@@ -309,7 +312,10 @@ func parseLeaderQuery(v url.Values) (leaderQuery, error) {
 		if d < 0 {
 			return q, fmt.Errorf("invalid wait %q: must not be negative", s)
 		}
-		q.wait = min(d, maxWait)
+		if d > maxWait {
+			return q, fmt.Errorf("invalid wait %q: want a duration of at most %v, such as 30s", s, maxWait)
+		}
+		q.wait = d
 	}
 	if v.Has("revision") {
 		s := v.Get("revision")

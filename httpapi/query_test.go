@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -163,5 +164,42 @@ func TestAcceptQValues(t *testing.T) {
 				t.Errorf("wantsPlainText(%q) = %v, %v; want %v, error %v", tc.accept, plain, err, tc.wantPlain, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestWaitAboveBoundRefused: a ?wait= above the longest one call may take
+// is refused with a 400 that names the bound, on every endpoint that takes
+// one, as POST /acquire always did; GET /leader and GET /partitions no
+// longer cap it to 5m without a word.
+func TestWaitAboveBoundRefused(t *testing.T) {
+	for _, wait := range []string{"10m", "5m0.000000001s", "1000h"} {
+		for _, tc := range []struct {
+			name    string
+			handler http.Handler
+			method  string
+			path    string
+		}{
+			{"GET /leader", NewAPIHandler(newFakeElection(followerState()), APIOptions{}), http.MethodGet, "/leader"},
+			{"GET /leader with revision", NewAPIHandler(newFakeElection(followerState()), APIOptions{}), http.MethodGet, "/leader?revision=1&"},
+			{"POST /acquire", NewAPIHandler(newFakeElection(followerState()), APIOptions{}), http.MethodPost, "/acquire"},
+			{"GET /partitions", NewPartitionsAPIHandler(newFakePartitions(), APIOptions{}), http.MethodGet, "/partitions"},
+		} {
+			t.Run(tc.name+" wait="+wait, func(t *testing.T) {
+				target := tc.path
+				if !strings.Contains(target, "?") {
+					target += "?"
+				}
+				target += "wait=" + wait
+				// A wait that were served would long-poll: the deadline ends
+				// it in a 200 the test refuses, rather than after 5 minutes.
+				r := newRequest(t, tc.method, target)
+				ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+				defer cancel()
+				msg := checkJSONError(t, serve(tc.handler, r.WithContext(ctx)), http.StatusBadRequest)
+				if !strings.Contains(msg, "at most 5m0s") {
+					t.Errorf("error %q does not name the bound 5m0s", msg)
+				}
+			})
+		}
 	}
 }
