@@ -13,7 +13,7 @@
 #
 # Build arguments:
 #   VERSION     reported by --version and in the image labels
-#   REVISION    the git commit, for the labels
+#   REVISION    the git commit, for the labels and leader_elector_build_info
 #   GO_IMAGE    the build stage's image; needs the Go toolchain of go.mod and
 #               access to a Go module proxy. Where no image can be pulled (as
 #               on the project's CI machine), pass a locally made image that
@@ -36,6 +36,7 @@ FROM --platform=$BUILDPLATFORM ${GO_IMAGE} AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
 ARG VERSION=dev
+ARG REVISION=unknown
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 COPY go.mod go.sum ./
@@ -45,7 +46,7 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" \
       -o /out/leader-elector .
 
 FROM ${BASE_IMAGE}

@@ -5,7 +5,9 @@ GO      ?= go
 # the image's tag and labels, and the chart's version and appVersion all
 # come from it (`make release VERSION=…` overrides it for one run).
 VERSION ?= $(shell cat $(dir $(lastword $(MAKEFILE_LIST)))VERSION)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+# The commit, for the image's labels and leader_elector_build_info.
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.revision=$(REVISION)
 HOLD    ?=
 
 # Tests that need more than the Go toolchain and an unprivileged user (built
@@ -190,7 +192,6 @@ PLATFORMS     ?= linux/amd64,linux/arm64
 GO_IMAGE      ?= golang:1.26
 BASE_IMAGE    ?= gcr.io/distroless/static-debian12:nonroot
 IMAGE_ARCHIVE ?= _output/leader-elector-image.oci.tar
-REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDAH_STORE ?= $(HOME)/.cache/leader-elector/buildah
 BUILDAH_FLAGS := --storage-driver vfs --root $(BUILDAH_STORE)/root --runroot $(BUILDAH_STORE)/runroot
 TEST_IMAGE_ARCHIVE := _output/leader-elector-image-test.oci.tar

@@ -27,6 +27,11 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// revision is the commit, set at build time with -ldflags
+// "-X main.revision=..." where Go cannot stamp it (the image is built
+// without .git); empty: the one Go stamped, if any.
+var revision string
+
 // Exit codes of the contract (docs/api.md).
 const (
 	exitOK           = 0
@@ -74,7 +79,9 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	stopSignals := app.ShutdownOnSignals(logger, cancel, make(chan os.Signal, 2))
 	defer stopSignals()
 
-	if err := app.Run(ctx, opts.AppConfig(version)); err != nil {
+	cfg := opts.AppConfig(version)
+	cfg.Revision = revision
+	if err := app.Run(ctx, cfg); err != nil {
 		logger.Error(err, "Exiting")
 		klog.Flush()
 		return exitRuntimeError

@@ -31,8 +31,11 @@ const eventsFlushTimeout = 2 * time.Second
 // Config is everything Run needs, each part in the form of the package
 // that uses it.
 type Config struct {
-	// Version is reported in the startup log line.
-	Version string
+	// Version is reported in the startup log line and, with Revision (the
+	// commit; empty: the one Go stamped into the binary, if any), in
+	// leader_elector_build_info.
+	Version  string
+	Revision string
 	// Client is how to reach the API server.
 	Client ClientConfig
 	// HTTPAddress is the application API's listen address, ProbeAddress

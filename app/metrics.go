@@ -2,9 +2,11 @@ package app
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/version"
 )
 
 // metrics is the sidecar's one registry, served on /metrics.
@@ -20,9 +22,9 @@ type metrics struct {
 	own prometheus.Registerer
 }
 
-// newMetrics registers the Go runtime's, the process's and client-go's
-// collectors, without labels of ours: they describe the process, not the
-// Lease.
+// newMetrics registers the Go runtime's, the process's, client-go's and the
+// build's collectors, without labels of ours: they describe the process,
+// not the Lease.
 func newMetrics(cfg Config) (*metrics, error) {
 	registry := prometheus.NewRegistry()
 	clientGo, err := clientGoCollectors()
@@ -32,6 +34,7 @@ func newMetrics(cfg Config) (*metrics, error) {
 	all := append([]prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(cfg.Version, cfg.Revision),
 	}, clientGo...)
 	for _, c := range all {
 		if err := registry.Register(c); err != nil {
@@ -53,4 +56,33 @@ func (m *metrics) registerOwn(cs []prometheus.Collector) error {
 		}
 	}
 	return nil
+}
+
+// buildInfo is leader_elector_build_info, a gauge of 1 labelled by the
+// build, in the shape of Prometheus' <program>_build_info: during a
+// rollout, `* on (namespace, pod) group_left (version)
+// leader_elector_build_info` says which version each pod runs. Written
+// here rather than taken from client_golang's collectors/version: that one
+// reads prometheus/common/version's package variables, which only -ldflags
+// on that package set, while the binary's version is main.version, handed
+// in through Config; its branch, goos, goarch and tags labels would be
+// empty or say what go_info and the image already do. The revision falls
+// back to the one Go stamps into a binary built in a git checkout (the
+// image is built without .git and is given it by -ldflags).
+func buildInfo(ver, revision string) prometheus.Collector {
+	if ver == "" {
+		ver = "unknown"
+	}
+	if revision == "" {
+		revision = version.GetRevision()
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "leader_elector_build_info",
+		Help: "A metric with a constant '1' value labelled by the version, revision and goversion from which leader-elector was built.",
+		ConstLabels: prometheus.Labels{
+			"version":   ver,
+			"revision":  revision,
+			"goversion": runtime.Version(),
+		},
+	}, func() float64 { return 1 })
 }

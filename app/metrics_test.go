@@ -5,21 +5,27 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
 )
 
 // TestMetricsLabels checks the label policy: the project's series carry
-// lease and lease_namespace, nothing else carries them, and no series of
-// ours has a namespace label (Prometheus' target label).
+// lease and lease_namespace, nothing else carries them (not
+// leader_elector_build_info either: it describes the binary, as go_info
+// does), and no series of ours has a namespace label (Prometheus' target
+// label).
 func TestMetricsLabels(t *testing.T) {
 	m := newTestMetrics(t)
 	fams, err := m.registry.Gather()
@@ -35,7 +41,7 @@ func TestMetricsLabels(t *testing.T) {
 				t.Errorf("%s%v has a namespace label, which collides with Prometheus' target label", name, labels)
 			}
 			switch {
-			case strings.HasPrefix(name, "leader_elector_"):
+			case strings.HasPrefix(name, "leader_elector_") && name != "leader_elector_build_info":
 				own++
 				if labels["lease"] != "my-lease" || labels["lease_namespace"] != "my-ns" {
 					t.Errorf("%s%v: want lease=my-lease and lease_namespace=my-ns", name, labels)
@@ -155,4 +161,59 @@ func labelMap(s *dto.Metric) map[string]string {
 		out[l.GetName()] = l.GetValue()
 	}
 	return out
+}
+
+// TestBuildInfoScraped: GET /metrics of the probe server, as Run builds
+// it, serves leader_elector_build_info = 1 labelled by the version given
+// in Config (main.version), the revision and the Go version, and no
+// labels of ours: it describes the binary, not the Lease.
+func TestBuildInfoScraped(t *testing.T) {
+	cfg := Config{
+		Version:  "1.2.3",
+		Revision: "0123abc",
+		Election: election.Config{
+			Namespace: "my-ns", Name: "my-lease", Identity: "pod-a",
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
+		},
+		Readiness: httpapi.ReadyWhenLeader,
+	}
+	m, err := newMetrics(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	w, err := newWorkload(cfg, &clients{requests: client, watches: client, serverClock: election.NewServerClock(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.registerOwn(w.collectors); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	w.probes(m.registry).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d %s", rec.Code, rec.Body)
+	}
+	want := `leader_elector_build_info{goversion="` + runtime.Version() + `",revision="0123abc",version="1.2.3"} 1`
+	if !strings.Contains(rec.Body.String(), "\n"+want+"\n") {
+		t.Errorf("GET /metrics has no line %s:\n%s", want, rec.Body)
+	}
+	if !strings.Contains(rec.Body.String(), "# TYPE leader_elector_build_info gauge") {
+		t.Error("leader_elector_build_info is not typed gauge")
+	}
+}
+
+// TestBuildInfoDefaults: without a version or revision from the build, the
+// labels say "unknown" (a label with an empty value is no label at all to
+// Prometheus), and the revision is the one Go stamped, if any.
+func TestBuildInfoDefaults(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(buildInfo("", ""))
+	s := find(gatherMap(t, reg)["leader_elector_build_info"], map[string]string{"version": "unknown", "goversion": runtime.Version()})
+	if s == nil || s.GetGauge().GetValue() != 1 {
+		t.Fatalf("leader_elector_build_info: want 1 with version=unknown, got %v", s)
+	}
+	if rev := labelMap(s)["revision"]; rev == "" {
+		t.Error("empty revision label")
+	}
 }
