@@ -20,8 +20,10 @@ const reportedTokens = 256
 //
 // The Lease is the truth: a routing object's fencing token is refused (the
 // write is not sent) only if some term of the Lease can have written it,
-// that is if it is at most the highest token this process has seen on the
-// Lease or the token the Lease carries now. Any other token — not a
+// that is if it is at most the token of the Lease as this process last saw
+// it (its current term's, which only grows while sidecars run and is the new,
+// low one after the Lease's tokens went back) or the token the Lease carries
+// when it is read then. Any other token — not a
 // number, out of the Lease's int32 range, or above both — was written by
 // no term: with a stolen ServiceAccount token, or before the Lease's
 // tokens went back (docs/safety.md, int32 exhaustion). It is overwritten
@@ -81,7 +83,7 @@ func (f fence) newer(ctx context.Context, obj v1.Object, token int64) error {
 	}
 	highest := f.leadership.Snapshot().FencingToken
 	if theirs > highest {
-		// Above all this process has seen. A new term writes the Lease
+		// Above the Lease as this process last saw it. A new term writes the Lease
 		// before its routing, so reading the Lease now tells a term this
 		// process has not seen yet from a token no term wrote.
 		onLease, err := f.leaseToken(ctx)

@@ -114,14 +114,17 @@ func BuildBinary(ctx context.Context, out string, b Build) error {
 }
 
 // CleanEnv is this process's environment without the variables the
-// sidecar reads as settings (LEADER_ELECTOR_*, POD_*, KUBECONFIG): a test's
-// or the tool cache's own LEADER_ELECTOR_* variables are no settings of the
-// sidecar, which refuses unknown ones, and the candidates are configured by
-// their flags alone.
+// sidecar reads as settings (LEADER_ELECTOR_*, POD_*, KUBECONFIG) or as
+// facts about where it runs (KUBERNETES_*: with KUBERNETES_SERVICE_HOST set
+// it believes it runs in a pod and refuses loopback holder addresses): a
+// test's or the tool cache's own LEADER_ELECTOR_* variables are no settings
+// of the sidecar, which refuses unknown ones, a test run inside a pod is no
+// pod of the candidates', and the candidates are configured by their flags
+// alone.
 func CleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "LEADER_ELECTOR_") || strings.HasPrefix(kv, "POD_") || strings.HasPrefix(kv, "KUBECONFIG=") {
+		if strings.HasPrefix(kv, "LEADER_ELECTOR_") || strings.HasPrefix(kv, "POD_") || strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "KUBERNETES_") {
 			continue
 		}
 		env = append(env, kv)

@@ -35,7 +35,7 @@ if [[ "$version" == "$pinned" ]]; then
 	exit 2
 fi
 
-etcd_dir="$(bash "$here/build.sh")"
+etcd_dir="$(bash "$here/build.sh" etcd)"
 cache_root="${LEADER_ELECTOR_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/leader-elector/tools}"
 key="$({ echo "$version"; cat "$here/kube-version.sh"; } | sha256sum | cut -c1-16)"
 out="$cache_root/kube-$version-$key"

@@ -547,7 +547,7 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 told otherwise through extraArgs or extraEnv would write what its policy
 refuses (or, for the ServiceAccount, be matched by none). */}}
 {{- if include "leader-elector.admissionPolicies" . }}
-{{- $owned := dict "lease-name" "lease.name" "leader-label" "routing.leaderLabel" "route" "routing.mode" "service" "routing.service" "partitions" "partitions.count" }}
+{{- $owned := dict "lease-name" "lease.name" "election" "lease.name" "leader-label" "routing.leaderLabel" "route" "routing.mode" "service" "routing.service" "partitions" "partitions.count" }}
 {{- range .Values.sidecar.extraArgs }}
 {{- $arg := . }}
 {{- range $flag, $value := $owned }}
