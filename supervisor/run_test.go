@@ -135,6 +135,10 @@ type running struct {
 	log     *syncBuffer
 }
 
+// startRunBackoff is the restart back-off of the supervisors that startRun
+// starts.
+const startRunBackoff = 200 * time.Millisecond
+
 func startRun(t *testing.T, srv *httptest.Server, onExit string, grace time.Duration, command ...string) *running {
 	return startRunWith(t, srv, func(*Config) {}, onExit, grace, command...)
 }
@@ -149,7 +153,7 @@ func startRunWith(t *testing.T, srv *httptest.Server, change func(*Config), onEx
 		PollInterval:    50 * time.Millisecond,
 		StopGrace:       grace,
 		OnExit:          onExit,
-		RestartBackoff:  200 * time.Millisecond,
+		RestartBackoff:  startRunBackoff,
 		WatchdogCommand: []string{os.Args[0], WatchdogArg},
 		Clock:           systemClock{},
 		Signals:         r.signals,
@@ -372,9 +376,13 @@ func TestRunOnExit(t *testing.T) {
 		// Back-off 200ms doubling: starts at about 0, 0.2, 0.6, 1.4, 3.0 s.
 		poll(t, 10*time.Second, "four starts", func() bool { return len(readPids(t, starts)) >= 4 })
 		begun := time.Now()
-		time.Sleep(time.Second) // an absence: the fifth start is 1.6 s after the fourth
+		// An absence: the fifth start comes 8 × RestartBackoff after the
+		// fourth, which the poll saw up to schedulingSlack late; without
+		// a back-off it would come at once.
+		fifth := 8 * startRunBackoff
+		time.Sleep(fifth - schedulingSlack)
 		if n := len(readPids(t, starts)); n != 4 {
-			t.Fatalf("%d starts within %v of the fourth: no back-off", n, time.Since(begun))
+			t.Fatalf("%d starts within %v of the fourth (the fifth is due %v after it): no back-off", n, time.Since(begun), fifth)
 		}
 		r.signals <- syscall.SIGTERM
 		if code := r.exitCode(t, 5*time.Second); code != 0 {
