@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -26,8 +27,11 @@ func becomeSubreaper() error {
 
 // proc is one process as /proc/<pid>/stat shows it.
 type proc struct {
-	pid, ppid int
-	zombie    bool
+	pid, ppid, pgid int
+	zombie          bool
+	// start is the process's start time in clock ticks since boot: a pid
+	// may be reused, a (pid, start) pair names one process.
+	start uint64
 }
 
 // processes lists every process visible in /proc.
@@ -46,23 +50,60 @@ func processes() ([]proc, error) {
 		if err != nil {
 			continue // exited meanwhile
 		}
-		// pid (comm) state ppid …; comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
+		p, ok := parseStat(pid, string(b))
+		if ok {
+			out = append(out, p)
 		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, err := strconv.Atoi(f[1])
-		if err != nil {
-			continue
-		}
-		out = append(out, proc{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"})
 	}
 	return out, nil
+}
+
+// parseStat reads /proc/<pid>/stat: "pid (comm) state ppid pgrp … starttime
+// …" (proc(5): fields 3, 4, 5 and 22); comm may hold spaces and
+// parentheses.
+func parseStat(pid int, s string) (proc, bool) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return proc{}, false
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3
+	if len(f) < 20 {
+		return proc{}, false
+	}
+	ppid, err1 := strconv.Atoi(f[1])
+	pgid, err2 := strconv.Atoi(f[2])
+	start, err3 := strconv.ParseUint(f[19], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return proc{}, false
+	}
+	return proc{pid: pid, ppid: ppid, pgid: pgid, start: start, zombie: f[0] == "Z" || f[0] == "X"}, true
+}
+
+// signal sends sig to p if p is still the process the walk saw, never to
+// another that reused its pid since: a pidfd names one process, and the
+// start time read after opening it tells whether that is p. (Without
+// pidfd_open, Linux before 5.3, the start time is compared right before a
+// plain kill, which leaves a window of microseconds; so where a seccomp
+// profile refuses pidfd_open.)
+func (p proc) signal(sig unix.Signal) error {
+	fd, err := unix.PidfdOpen(p.pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	if err == nil {
+		defer unix.Close(fd)
+	}
+	b, rerr := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/stat")
+	if rerr != nil {
+		return rerr
+	}
+	if now, ok := parseStat(p.pid, string(b)); !ok || now.start != p.start {
+		return unix.ESRCH
+	}
+	if err != nil {
+		return unix.Kill(p.pid, sig)
+	}
+	return unix.PidfdSendSignal(fd, sig, nil, 0)
 }
 
 // directChildren lists the pids whose parent is this process.
@@ -84,7 +125,7 @@ func directChildren() map[int]bool {
 // and the children this process had before it supervised anything), with
 // all their descendants. It returns the live ones, and the orphans that
 // are zombies (to reap).
-func workloadTree(roots []int, keep func(int) bool) (live, zombies []int, err error) {
+func workloadTree(roots []int, keep func(int) bool) (live []proc, zombies []int, err error) {
 	all, err := processes()
 	if err != nil {
 		return nil, nil, err
@@ -114,21 +155,32 @@ func workloadTree(roots []int, keep func(int) bool) (live, zombies []int, err er
 		p := queue[0]
 		queue = queue[1:]
 		if !p.zombie {
-			live = append(live, p.pid)
+			live = append(live, p)
 		}
 		queue = append(queue, kids[p.pid]...)
 	}
 	return live, zombies, nil
 }
 
-// signalLeftovers sends sig once to every live process of the workload's
-// tree (workloadTree). It is the stop's SIGTERM to what left the group.
-func signalLeftovers(roots []int, keep func(int) bool, sig unix.Signal) int {
+// signalLeftovers sends sig to every live process of the workload's tree
+// (workloadTree) outside the process group pgid: the stop's signal to what
+// left the group, after the one to the group. A process of the group is
+// skipped, or it would get the signal twice (Go apps built on client-go's
+// or controller-runtime's signal handler take a second SIGTERM as "exit
+// now", skipping their graceful stop), and so is the watchdog, the group's
+// leader, which ignores it anyway.
+func signalLeftovers(roots []int, keep func(int) bool, pgid int, sig unix.Signal) int {
 	live, _, _ := workloadTree(roots, keep)
-	for _, pid := range live {
-		_ = unix.Kill(pid, sig)
+	n := 0
+	for _, p := range live {
+		if p.pgid == pgid {
+			continue
+		}
+		if p.signal(sig) == nil {
+			n++
+		}
 	}
-	return len(live)
+	return n
 }
 
 // leftoverTimeout bounds killLeftovers: a process in uninterruptible sleep
@@ -156,9 +208,9 @@ func killLeftovers(roots []int, keep func(int) bool) (int, error) {
 			var ws unix.WaitStatus
 			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
-		for _, pid := range live {
-			if err := unix.Kill(pid, unix.SIGKILL); err == nil {
-				killed[pid] = true
+		for _, p := range live {
+			if err := p.signal(unix.SIGKILL); err == nil {
+				killed[p.pid] = true
 			}
 		}
 		// Done when nothing is alive or unreaped outside the roots (the

@@ -339,8 +339,8 @@ func childEnv(term Term) []string {
 }
 
 // stop sends sig to the child's process group, and to every process the
-// child started that left the group, and gives them --stop-grace, never
-// beyond the claim.
+// child started that left the group (each process gets it once), and
+// gives them --stop-grace, never beyond the claim.
 func (s *supervisor) stop(hk *hooks, c *child, sig syscall.Signal, now Mono, reason string) {
 	c.stopping = true
 	c.killAt = min(c.killAt, now+Mono(s.cfg.StopGrace))
@@ -348,7 +348,7 @@ func (s *supervisor) stop(hk *hooks, c *child, sig syscall.Signal, now Mono, rea
 	s.log("%s: %s to the child's process group (pid %d), SIGKILL in %v at the latest", reason, unix.SignalName(sig), c.cmd.Process.Pid, time.Duration(c.killAt-now).Round(time.Millisecond))
 	_ = unix.Kill(-c.wd.cmd.Process.Pid, sig)
 	hk.exclusive(func(running func(int) bool) {
-		signalLeftovers(c.roots(), s.keep(running), sig)
+		signalLeftovers(c.roots(), s.keep(running), c.wd.cmd.Process.Pid, sig)
 	})
 }
 

@@ -1,0 +1,95 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunSignalsEachProcessOnce: at a stop the child's group gets SIGTERM,
+// and so does every process of its tree outside the group, each exactly
+// once: Go apps that take a second SIGTERM as "exit now" (client-go's and
+// controller-runtime's signal handlers) would otherwise skip their
+// graceful stop. The child and a setsid grandchild count the SIGTERMs they
+// receive and keep running; they are SIGKILLed when --stop-grace is over.
+func TestRunSignalsEachProcessOnce(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid(1) on this machine")
+	}
+	f, srv := newFakeSidecar(t)
+	dir := t.TempDir()
+	pids, escaped := filepath.Join(dir, "pids"), filepath.Join(dir, "escaped")
+	childLog, escapedLog := filepath.Join(dir, "child.log"), filepath.Join(dir, "escaped.log")
+	script := `echo $$ >> ` + pids + `
+setsid sh -c 'trap "echo TERM >> ` + escapedLog + `" TERM; echo $$ >> ` + escaped + `; while :; do sleep 0.02; done' &
+trap 'echo TERM >> ` + childLog + `' TERM
+while :; do sleep 0.02; done`
+	t.Cleanup(func() {
+		for _, pid := range readPids(t, escaped) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	const grace = 700 * time.Millisecond
+	r := startRun(t, srv, OnExitRelease, grace, "sh", "-c", script)
+	f.set(true, 31)
+	poll(t, 5*time.Second, "the child and the escaped process start", func() bool {
+		return len(readPids(t, pids)) == 1 && len(readPids(t, escaped)) == 1
+	})
+	child, esc := readPids(t, pids)[0], readPids(t, escaped)[0]
+
+	f.set(false, 31)
+	// Both ignore SIGTERM (they count it) and die of the SIGKILL at the
+	// end of the grace.
+	poll(t, grace+3*schedulingSlack, "the child and the escaped process are killed", func() bool {
+		return !alive(child) && !alive(esc)
+	})
+	for _, tc := range []struct{ name, log string }{{"child", childLog}, {"escaped process", escapedLog}} {
+		b, _ := os.ReadFile(tc.log)
+		if n := strings.Count(string(b), "TERM"); n != 1 {
+			t.Errorf("the %s received SIGTERM %d times, want exactly once", tc.name, n)
+		}
+	}
+	r.signals <- syscall.SIGTERM
+	r.exitCode(t, 5*time.Second)
+}
+
+// TestProcSignalRefusesAnotherProcess: a pid seen in a walk may belong to
+// another process by the time it is signalled (the first exited, the pid
+// was reused); the start time tells them apart, and the other process is
+// left alone.
+func TestProcSignalRefusesAnotherProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := parseStat(cmd.Process.Pid, string(b))
+	if !ok {
+		t.Fatalf("cannot parse %q", b)
+	}
+	if p.ppid != os.Getpid() || p.start == 0 {
+		t.Fatalf("parsed %+v: want ppid %d and a start time", p, os.Getpid())
+	}
+	reused := p
+	reused.start++ // the process a walk saw under this pid
+	if err := reused.signal(syscall.SIGKILL); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("signal to a pid now held by another process: %v, want ESRCH", err)
+	}
+	if !alive(cmd.Process.Pid) {
+		t.Fatal("the process that reused the pid was killed")
+	}
+	if err := p.signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("signal to the process the walk saw: %v", err)
+	}
+	_ = cmd.Wait()
+}
