@@ -18,6 +18,9 @@ import (
 // re-parented to it rather than to init, and stays findable through
 // /proc/<pid>/stat's parent pid. On every stop it signals the whole tree the
 // workload left, not only the group, and it reaps the orphans it killed.
+// The orphans that exit while the child runs are reaped when they do (on
+// SIGCHLD): a child that keeps orphaning short jobs would otherwise fill
+// the pid space with zombies over a long term.
 
 // becomeSubreaper makes orphaned descendants this process's children. It
 // is called before the first child starts, so no orphan can escape it.
@@ -204,10 +207,7 @@ func killLeftovers(roots []int, keep func(int) bool) (int, error) {
 		if err != nil {
 			return len(killed), err
 		}
-		for _, pid := range zombies {
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-		}
+		reap(zombies)
 		for _, p := range live {
 			if err := p.signal(unix.SIGKILL); err == nil {
 				killed[p.pid] = true
@@ -223,4 +223,28 @@ func killLeftovers(roots []int, keep func(int) bool) (int, error) {
 		}
 		<-tick.C
 	}
+}
+
+// reapOrphans reaps the zombies among the orphans re-parented to this
+// process (workloadTree's), never a root or a kept process: os/exec waits
+// for those, and a wait here would steal their exit status. For the same
+// reason it waits for each zombie by its pid, never for any child (-1).
+// It returns how many it reaped.
+func reapOrphans(roots []int, keep func(int) bool) int {
+	_, zombies, err := workloadTree(roots, keep)
+	if err != nil {
+		return 0
+	}
+	return reap(zombies)
+}
+
+func reap(zombies []int) int {
+	n := 0
+	for _, pid := range zombies {
+		var ws unix.WaitStatus
+		if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil && got == pid {
+			n++
+		}
+	}
+	return n
 }

@@ -93,3 +93,48 @@ func TestProcSignalRefusesAnotherProcess(t *testing.T) {
 	}
 	_ = cmd.Wait()
 }
+
+// TestRunReapsOrphansDuringATerm: the supervisor, a subreaper, adopts every
+// orphan below it, so it must reap them while the child runs too, not only
+// at a stop: a child that keeps starting short-lived background jobs
+// (here one every 20 ms, orphaned at once) would otherwise fill the pid
+// space with zombies over a long term.
+func TestRunReapsOrphansDuringATerm(t *testing.T) {
+	f, srv := newFakeSidecar(t)
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	script := `echo $$ >> ` + pids + `
+while :; do (sleep 0.01 &); sleep 0.02; done`
+	r := startRun(t, srv, OnExitRelease, 500*time.Millisecond, "sh", "-c", script)
+	f.set(true, 41)
+	poll(t, 5*time.Second, "the child starts", func() bool { return len(readPids(t, pids)) == 1 })
+	// 2 s: a hundred orphans; every one is a zombie for a moment.
+	deadline := time.Now().Add(2 * time.Second)
+	most := 0
+	for time.Now().Before(deadline) {
+		most = max(most, zombieChildren(t))
+		time.Sleep(50 * time.Millisecond) // sampling, not synchronisation
+	}
+	const bound = 5
+	if most > bound {
+		t.Errorf("up to %d zombie children of the supervisor while the child ran, want at most %d", most, bound)
+	}
+	t.Logf("at most %d zombie children at once", most)
+	f.set(false, 41)
+	r.signals <- syscall.SIGTERM
+	r.exitCode(t, 5*time.Second)
+}
+
+func zombieChildren(t *testing.T) int {
+	all, err := processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range all {
+		if p.ppid == os.Getpid() && p.zombie {
+			n++
+		}
+	}
+	return n
+}

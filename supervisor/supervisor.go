@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"syscall"
 	"time"
@@ -136,6 +137,11 @@ func (s *supervisor) run(ctx context.Context) int {
 	if err := becomeSubreaper(); err != nil {
 		s.log("cannot become a child subreaper, so processes that leave the child's process group and are orphaned cannot be found at a stop: %v", err)
 	}
+	// Every orphan below this process is its child now: reap them as they
+	// exit, not only at a stop.
+	orphaned := make(chan os.Signal, 1)
+	signal.Notify(orphaned, syscall.SIGCHLD)
+	defer signal.Stop(orphaned)
 	obs := make(chan Observation, 16)
 	go s.poll(ctx, obs)
 	go s.longPoll(ctx, obs)
@@ -248,6 +254,14 @@ func (s *supervisor) run(ctx context.Context) int {
 				}
 			}
 		case <-timer.C:
+		case <-orphaned:
+			var roots []int
+			if c != nil {
+				roots = c.roots()
+			}
+			hk.exclusive(func(running func(int) bool) {
+				reapOrphans(roots, s.keep(running))
+			})
 		case <-done:
 			code := exitCode(c.waitErr)
 			fired := c.wd.finish()
