@@ -34,14 +34,24 @@ func monoNow() Mono {
 }
 
 // Observation is one answer of GET /leader (or its error) with the moment
-// its request was sent, on both clocks, and the moment the answer came.
+// its request was sent and the moment the answer's first byte came, on
+// both clocks (RecvWall zero: not known).
 type Observation struct {
 	SentWall time.Time
 	SentMono Mono
+	RecvWall time.Time
 	RecvMono Mono
 	Leader   api.Leader
 	Err      error
 }
+
+// wallStepTolerance is how far the wall clock may run from the monotonic
+// one over a request before the supervisor takes it for a step: NTP's
+// slewing moves it at most 500 ppm in the kernel (15 ms over a long-poll's
+// 30 s). A faster slew counts as a step, which is the safe side. A step
+// within it makes the deadline later than the claim's end by no more than
+// itself, which killAhead covers.
+const wallStepTolerance = 20 * time.Millisecond
 
 // Deadline is the moment, on CLOCK_MONOTONIC, at which the claim an answer
 // shows ends. An answer that is not a claim gives the send moment: nothing
@@ -49,15 +59,19 @@ type Observation struct {
 //
 // The sidecar (the same binary, on the same machine) says how much of its
 // claim was left when it wrote the answer, validForMs, on its monotonic
-// clock. It wrote the answer between the request's send and the answer's
-// arrival, so the claim ends within [sent + validForMs, arrival +
-// validForMs]; neither end depends on the wall clock. The wall-clock
-// arithmetic below picks the exact moment inside that window when the wall
-// clock did not step, and is clamped into it when it did: a step back
-// (which makes validUntil look later) can then add at most the answer's
-// transit on loopback, which killAhead covers; a step forward only makes
-// the deadline earlier. The window matters for long-polls, which may be
-// written long after they were sent.
+// clock. It wrote the answer between the request's send and the arrival of
+// the answer's first byte, so the claim ends within [sent + validForMs,
+// arrival + validForMs]; neither end depends on the wall clock. The
+// wall-clock arithmetic below picks the exact moment inside that window
+// when the wall clock did not step, and is clamped into it when it did.
+// The upper end is late by the answer's transit, from the sidecar's write
+// to the supervisor's reading of its clock, which includes any delay in
+// scheduling the supervisor (CPU throttling, GC): so a step seen during the
+// request (the wall clock's elapsed time differs from the monotonic one's
+// by more than wallStepTolerance) takes the lower end, always safe. A step
+// back before the send is not seen that way and can add at most that
+// transit; a step forward only makes the deadline earlier. The window
+// matters for long-polls, which may be written long after they were sent.
 //
 // An answer without validForMs (a sidecar older than the field) gets the
 // wall-clock arithmetic alone, capped at the answer's arrival + a lease
@@ -75,7 +89,7 @@ func Deadline(o Observation) Mono {
 		ms := min(max(*l.ValidForMs, 0), int64(max(l.LeaseDurationSeconds, 0))*1000)
 		validFor := Mono(time.Duration(ms) * time.Millisecond)
 		low, high := o.SentMono+validFor, recv+validFor
-		if l.ValidUntil.IsZero() {
+		if l.ValidUntil.IsZero() || wallStepped(o) {
 			return low
 		}
 		return min(max(wallDeadline(o), low), high)
@@ -85,6 +99,20 @@ func Deadline(o Observation) Mono {
 		d = limit
 	}
 	return max(d, o.SentMono)
+}
+
+// wallStepped reports whether the wall clock was seen to step (or slew
+// faster than NTP does) between the request's send and the answer's
+// arrival.
+func wallStepped(o Observation) bool {
+	if o.RecvWall.IsZero() {
+		return false
+	}
+	// Round(0): the difference of the wall readings, not of Go's monotonic
+	// ones.
+	wall := o.RecvWall.Round(0).Sub(o.SentWall.Round(0))
+	mono := time.Duration(o.RecvMono - o.SentMono)
+	return wall-mono > wallStepTolerance || mono-wall > wallStepTolerance
 }
 
 // wallDeadline is validUntil taken as an offset from the wall-clock moment

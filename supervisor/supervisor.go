@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -450,10 +452,8 @@ func (s *supervisor) poll(ctx context.Context, out chan<- Observation) {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
-		wall, mono := s.cfg.Clock.Wall(), s.cfg.Clock.Mono()
-		l, err := s.cfg.API.Leader(ctx)
 		select {
-		case out <- Observation{SentWall: wall, SentMono: mono, RecvMono: s.cfg.Clock.Mono(), Leader: l, Err: err}:
+		case out <- s.observe(ctx, s.cfg.API.Leader):
 		case <-ctx.Done():
 			return
 		}
@@ -470,15 +470,16 @@ func (s *supervisor) poll(ctx context.Context, out chan<- Observation) {
 func (s *supervisor) longPoll(ctx context.Context, out chan<- Observation) {
 	var rev uint64
 	for {
-		wall, mono := s.cfg.Clock.Wall(), s.cfg.Clock.Mono()
-		l, err := s.cfg.LongPoll.WaitLeader(ctx, rev, longPollWait)
+		o := s.observe(ctx, func(ctx context.Context) (api.Leader, error) {
+			return s.cfg.LongPoll.WaitLeader(ctx, rev, longPollWait)
+		})
 		select {
-		case out <- Observation{SentWall: wall, SentMono: mono, RecvMono: s.cfg.Clock.Mono(), Leader: l, Err: err}:
+		case out <- o:
 		case <-ctx.Done():
 			return
 		}
-		if err == nil {
-			rev = l.Revision
+		if o.Err == nil {
+			rev = o.Leader.Revision
 			continue
 		}
 		select {
@@ -487,6 +488,36 @@ func (s *supervisor) longPoll(ctx context.Context, out chan<- Observation) {
 			return
 		}
 	}
+}
+
+// observe asks for GET /leader and notes the request's send and the
+// answer's arrival on both clocks. The arrival is taken when the answer's
+// first byte comes, before its body is read and decoded: the sidecar wrote
+// validForMs before that byte, and every moment after it would only make
+// the window's upper end (Deadline) later.
+func (s *supervisor) observe(ctx context.Context, ask func(context.Context) (api.Leader, error)) Observation {
+	clock := s.cfg.Clock
+	var (
+		mu       sync.Mutex
+		recvWall time.Time
+		recvMono Mono
+		arrived  bool
+	)
+	trace := &httptrace.ClientTrace{GotFirstResponseByte: func() {
+		wall, mono := clock.Wall(), clock.Mono()
+		mu.Lock()
+		defer mu.Unlock()
+		recvWall, recvMono, arrived = wall, mono, true
+	}}
+	o := Observation{SentWall: clock.Wall(), SentMono: clock.Mono()}
+	o.Leader, o.Err = ask(httptrace.WithClientTrace(ctx, trace))
+	mu.Lock()
+	defer mu.Unlock()
+	if !arrived {
+		recvWall, recvMono = clock.Wall(), clock.Mono()
+	}
+	o.RecvWall, o.RecvMono = recvWall, recvMono
+	return o
 }
 
 // exitCode is the child's exit code as a shell gives it: 128+n when killed
