@@ -195,7 +195,7 @@ type notifiedPod struct {
 
 // sameState reports whether two GET /leader JSON bodies describe the same
 // state: equal in every field but renewTime and validUntil, which move on
-// with each renewal without a new revision.
+// with each renewal without a new revision, and validForMs.
 func sameState(a, b string) bool {
 	var ma, mb map[string]any
 	if json.Unmarshal([]byte(a), &ma) != nil || json.Unmarshal([]byte(b), &mb) != nil {
@@ -204,6 +204,9 @@ func sameState(a, b string) bool {
 	for _, m := range []map[string]any{ma, mb} {
 		delete(m, "renewTime")
 		delete(m, "validUntil")
+		// GET /leader's time left, measured as it answers; notifications
+		// leave it out, since they are read later than they are written.
+		delete(m, "validForMs")
 	}
 	return reflect.DeepEqual(ma, mb)
 }
