@@ -61,19 +61,40 @@ func minimalPod(sa string) *corev1.PodSpec {
 // another namespace, as the label-mode Role does in its own.
 func grantPodPatch(t *testing.T, in, namespace, sa string) {
 	t.Helper()
+	grantRole(t, in, namespace, sa, "patch-pods", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}})
+}
+
+// grantRole creates the Role name with rule in the namespace in, bound to
+// the ServiceAccount namespace/sa.
+func grantRole(t *testing.T, in, namespace, sa, name string, rule rbacv1.PolicyRule) {
+	t.Helper()
 	ctx := context.Background()
 	rbac := controlPlane.AdminClient().RbacV1()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "patch-pods"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "patch"}}}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule}}
 	if _, err := rbac.Roles(in).Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "patch-pods"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}},
 	}
 	if _, err := rbac.RoleBindings(in).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// checkPolicyVerdict fails the test unless err is what the admission policy
+// should answer: nil if allow, else a refusal by a ValidatingAdmissionPolicy.
+func checkPolicyVerdict(t *testing.T, what string, allow bool, err error) {
+	t.Helper()
+	switch {
+	case allow && err != nil:
+		t.Errorf("%s with the sidecar's token: %v, want allowed", what, err)
+	case !allow && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")):
+		t.Errorf("%s with the sidecar's token: %v, want forbidden by the admission policy", what, err)
+	default:
+		t.Logf("%s: %v", what, err)
 	}
 }
 
@@ -152,14 +173,7 @@ func TestLabelPolicyForAnExistingServiceAccount(t *testing.T) {
 		{what: "step down, keeping the token", pod: "pod-b", body: meta(follower, nil), allow: true},
 	} {
 		_, err := client.Pods(namespace).Patch(ctx, tc.pod, types.MergePatchType, tc.body, dry)
-		switch {
-		case tc.allow && err != nil:
-			t.Errorf("%s with the sidecar's token: %v, want allowed", tc.what, err)
-		case !tc.allow && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")):
-			t.Errorf("%s with the sidecar's token: %v, want forbidden by the admission policy", tc.what, err)
-		default:
-			t.Logf("%s: %v", tc.what, err)
-		}
+		checkPolicyVerdict(t, tc.what, tc.allow, err)
 	}
 
 	// Elsewhere the same token is not the policy's business.
@@ -262,14 +276,7 @@ func TestSlicePolicyBoundsTheToken(t *testing.T) {
 		{what: "remove the token", slice: noToken},
 	} {
 		_, err := slices.Update(ctx, tc.slice, dry)
-		switch {
-		case tc.allow && err != nil:
-			t.Errorf("%s with the sidecar's token: %v, want allowed", tc.what, err)
-		case !tc.allow && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy")):
-			t.Errorf("%s with the sidecar's token: %v, want forbidden by the admission policy", tc.what, err)
-		default:
-			t.Logf("%s: %v", tc.what, err)
-		}
+		checkPolicyVerdict(t, tc.what, tc.allow, err)
 	}
 }
 

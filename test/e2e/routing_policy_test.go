@@ -358,19 +358,7 @@ func TestRouteLabelRefusesATakenLabel(t *testing.T) {
 func grantReplicaSetReads(t *testing.T, namespace, sa string) {
 	t.Helper()
 	ctx := context.Background()
-	rbac := controlPlane.AdminClient().RbacV1()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "read-replicasets"}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}}}}
-	if _, err := rbac.Roles(namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "read-replicasets"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: namespace}},
-	}
-	if _, err := rbac.RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grantRole(t, namespace, namespace, sa, "read-replicasets", rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get"}})
 	// RBAC takes a moment to see a new binding.
 	ok := func(context.Context) (bool, error) {
 		r, err := controlPlane.AdminClient().AuthorizationV1().SubjectAccessReviews().Create(ctx, subjectAccessReview(namespace, sa), metav1.CreateOptions{})
