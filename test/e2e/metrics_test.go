@@ -106,10 +106,11 @@ func TestMetricsScrape(t *testing.T) {
 }
 
 // checkLabelPolicy: lease and lease_namespace on every leader_elector_*
-// series and on no other; namespace on none.
+// series but leader_elector_build_info (one series, 1, of the binary) and on
+// no other; namespace on none.
 func checkLabelPolicy(t *testing.T, fams map[string]*dto.MetricFamily) {
 	t.Helper()
-	var own int
+	var own, buildInfo int
 	for name, f := range fams {
 		for _, s := range f.GetMetric() {
 			labels := map[string]string{}
@@ -121,18 +122,28 @@ func checkLabelPolicy(t *testing.T, fams map[string]*dto.MetricFamily) {
 			if _, ok := labels["namespace"]; ok {
 				t.Errorf("%s%v has a namespace label", name, labels)
 			}
-			if strings.HasPrefix(name, "leader_elector_") {
+			switch {
+			case name == "leader_elector_build_info":
+				// It describes the binary, as go_info does: no lease labels.
+				buildInfo++
+				if hasLease || hasLeaseNS || labels["version"] == "" || labels["goversion"] == "" || labels["revision"] == "" || s.GetGauge().GetValue() != 1 {
+					t.Errorf("%s%v = %v, want 1 with version, goversion and revision and no lease labels", name, labels, s.GetGauge().GetValue())
+				}
+			case strings.HasPrefix(name, "leader_elector_"):
 				own++
 				if !hasLease || !hasLeaseNS {
 					t.Errorf("%s%v lacks lease or lease_namespace", name, labels)
 				}
-			} else if hasLease || hasLeaseNS {
+			case hasLease || hasLeaseNS:
 				t.Errorf("%s%v carries lease or lease_namespace", name, labels)
 			}
 		}
 	}
 	if own == 0 {
 		t.Error("no leader_elector_* series")
+	}
+	if buildInfo != 1 {
+		t.Errorf("%d leader_elector_build_info series, want 1", buildInfo)
 	}
 	if s := series(fams, "go_goroutines", nil); s == nil || len(s.GetLabel()) != 0 {
 		t.Errorf("go_goroutines: %v, want one series without labels", s)
