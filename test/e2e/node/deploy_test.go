@@ -43,6 +43,10 @@ type deployment struct {
 	// the sidecar elects one leader; lease is then the group's name.
 	partitions int
 	client     kubernetes.Interface
+	// policies and bindings are the cluster-scoped admission objects it
+	// installed: deleting the namespace leaves them, and a later install
+	// into a namespace of the same name would meet them.
+	policies, bindings []string
 }
 
 // routed reports whether the leader publishes itself (every pod is Ready).
@@ -175,6 +179,12 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 		partitions: partitions,
 		client:     theNode.Client(),
 	}
+	for _, u := range objs.OfKind("ValidatingAdmissionPolicy") {
+		dep.policies = append(dep.policies, u.GetName())
+	}
+	for _, u := range objs.OfKind("ValidatingAdmissionPolicyBinding") {
+		dep.bindings = append(dep.bindings, u.GetName())
+	}
 	if v, ok := packaging.FlagValue(sidecar.Args, "route"); ok {
 		dep.route = v
 	} else if v, ok := packaging.EnvValue(sidecar, "LEADER_ELECTOR_ROUTE"); ok {
@@ -194,11 +204,23 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 	return dep
 }
 
-// remove deletes the namespace and waits until its pods are gone, so the
-// next test starts on an empty node.
+// remove deletes the cluster-scoped admission objects it installed (as helm
+// uninstall does) and the namespace, and waits until its pods are gone, so
+// the next test starts on an empty node.
 func (d *deployment) remove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	admission := d.client.AdmissionregistrationV1()
+	for _, name := range d.bindings {
+		if err := admission.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ValidatingAdmissionPolicyBinding %s: %v", name, err)
+		}
+	}
+	for _, name := range d.policies {
+		if err := admission.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ValidatingAdmissionPolicy %s: %v", name, err)
+		}
+	}
 	if err := d.client.CoreV1().Namespaces().Delete(ctx, d.namespace, metav1.DeleteOptions{}); err != nil {
 		t.Errorf("deleting namespace %s: %v", d.namespace, err)
 		return
