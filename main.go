@@ -24,13 +24,10 @@ import (
 	"github.com/leader-elector/leader-elector/supervisor"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-// revision is the commit, set at build time with -ldflags
-// "-X main.revision=..." where Go cannot stamp it (the image is built
-// without .git); empty: the one Go stamped, if any.
-var revision string
+// version and revision (the commit, where Go cannot stamp it: the image is
+// built without .git) are set at build time with -ldflags "-X main.version=…
+// -X main.revision=…"; an empty revision means the one Go stamped, if any.
+var version, revision = "dev", ""
 
 // Exit codes of the contract (docs/api.md).
 const (
@@ -69,7 +66,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 
-	setGCPercent(os.LookupEnv, debug.SetGCPercent)
+	app.SetGCPercent(os.LookupEnv, debug.SetGCPercent)
 	app.SetUpLogging(opts.LogFormat, opts.Verbosity, stderr)
 	logger := klog.Background().WithName("leader-elector")
 	opts.LogNotices(logger)
@@ -89,21 +86,4 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	logger.Info("Stopped")
 	klog.Flush()
 	return exitOK
-}
-
-// sidecarGCPercent is the garbage collector's target for the sidecar: the
-// heap may grow by half its live size before a collection, not by all of
-// it (Go's default, GOGC=100). The live heap is a few MiB and steady (the
-// API types' scheme, one Lease, the metrics), so the heap's peak, which the
-// container's working set counts, shrinks, for a few more collections of a
-// small heap: see docs/performance.md for the figures.
-const sidecarGCPercent = 50
-
-// setGCPercent sets sidecarGCPercent unless GOGC is set: the user's
-// setting wins (the runtime has read it already).
-func setGCPercent(lookupEnv func(string) (string, bool), set func(int) int) {
-	if _, ok := lookupEnv("GOGC"); ok {
-		return
-	}
-	set(sidecarGCPercent)
 }
