@@ -16,6 +16,7 @@ import (
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/health"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/notify"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/routing"
 )
@@ -63,7 +64,7 @@ type Config struct {
 	Routing routing.Config
 	// Notify POSTs each change of the leader election's state to the app
 	// (URL empty: not at all).
-	Notify httpapi.NotifyOptions
+	Notify notify.Options
 }
 
 // partitionMode reports whether the pod is a partition group member.

@@ -11,6 +11,7 @@ import (
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/health"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/notify"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -19,7 +20,7 @@ import (
 type workload struct {
 	run        func(context.Context) error
 	elector    *election.Elector // leader election only (--route publishes its leadership)
-	notifier   *httpapi.Notifier // leader election with --on-change-url only
+	notifier   *notify.Notifier  // leader election with --on-change-url only
 	collectors []prometheus.Collector
 	api        http.Handler
 	probes     func(prometheus.Gatherer) http.Handler
@@ -66,7 +67,7 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 	}
 	// The notifier is given every new state by the elector itself, so that
 	// it misses none; it is built on the elector, hence the pointer.
-	var notifier atomic.Pointer[httpapi.Notifier]
+	var notifier atomic.Pointer[notify.Notifier]
 	if cfg.Notify.URL != "" {
 		ecfg.OnState = func(s election.State) {
 			if n := notifier.Load(); n != nil {
@@ -106,7 +107,7 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		}
 	}
 	if cfg.Notify.URL != "" {
-		w.notifier = httpapi.NewNotifier(elector, cfg.Notify)
+		w.notifier = notify.New(elector, cfg.Notify)
 		notifier.Store(w.notifier)
 		w.collectors = append(w.collectors, w.notifier.Collectors()...)
 	}

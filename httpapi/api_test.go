@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -1082,5 +1083,24 @@ func TestEventsAfterShutdownBegan(t *testing.T) {
 	}
 	if n := srv.running(); n != 0 {
 		t.Errorf("%d streams run", n)
+	}
+}
+
+// TestLeaderBodyIsTheAnswer: what --on-change-url receives (LeaderBody) is
+// GET /leader's answer at the same state, less validForMs, so that the two
+// bodies cannot drift apart.
+func TestLeaderBodyIsTheAnswer(t *testing.T) {
+	validForMs := regexp.MustCompile(`,"validForMs":[0-9]+`)
+	for name, s := range map[string]election.State{"follower": followerState(), "leader": leaderState()} {
+		t.Run(name, func(t *testing.T) {
+			w := serve(NewAPIHandler(newFakeElection(s), APIOptions{}), newRequest(t, http.MethodGet, "/leader"))
+			body, err := LeaderBody(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := validForMs.ReplaceAllString(w.Body.String(), ""); string(body) != want {
+				t.Errorf("LeaderBody = %s, want GET /leader's %s", body, want)
+			}
+		})
 	}
 }

@@ -35,6 +35,17 @@ func leaderJSON(s election.State) api.Leader {
 	}
 }
 
+// LeaderBody is the JSON body of GET /leader at s, without validForMs (a
+// remaining time that is stale once the body is stored or sent later): what
+// --on-change-url receives (package notify).
+func LeaderBody(s election.State) ([]byte, error) {
+	body, err := marshalJSON(leaderJSON(s))
+	if err != nil {
+		return nil, err
+	}
+	return append(body, '\n'), nil
+}
+
 // changeJSON is c as the API writes it; nil before the first change.
 func changeJSON(c election.Change) *api.Change {
 	if c.Reason == "" {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/notify"
 )
 
 // The supported range of the change notification flags.
@@ -32,7 +32,7 @@ type notifyOptions struct {
 }
 
 func newNotifyOptions() notifyOptions {
-	return notifyOptions{Timeout: httpapi.DefaultNotifyTimeout, Retries: httpapi.DefaultNotifyRetries}
+	return notifyOptions{Timeout: notify.DefaultTimeout, Retries: notify.DefaultRetries}
 }
 
 // addFlags registers the notification flags on fs.
@@ -102,6 +102,6 @@ func validateNotifyURL(raw string) error {
 }
 
 // notifyConfig is the part of the options the notifier takes.
-func (o *Options) notifyConfig() httpapi.NotifyOptions {
-	return httpapi.NotifyOptions{URL: o.Notify.URL, Timeout: o.Notify.Timeout, Retries: o.Notify.Retries}
+func (o *Options) notifyConfig() notify.Options {
+	return notify.Options{URL: o.Notify.URL, Timeout: o.Notify.Timeout, Retries: o.Notify.Retries}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/notify"
 )
 
 // TestNotifyOptions: --on-change-url reaches the app in the same pod only,
@@ -15,16 +15,16 @@ func TestNotifyOptions(t *testing.T) {
 		name    string
 		args    []string
 		env     map[string]string
-		want    httpapi.NotifyOptions
+		want    notify.Options
 		wantErr []string
 	}{
-		{name: "off by default", want: httpapi.NotifyOptions{Timeout: 2 * time.Second, Retries: 3}},
+		{name: "off by default", want: notify.Options{Timeout: 2 * time.Second, Retries: 3}},
 		{name: "IPv4 loopback", args: []string{"--on-change-url=http://127.0.0.1:8081/leader-changed"},
-			want: httpapi.NotifyOptions{URL: "http://127.0.0.1:8081/leader-changed", Timeout: 2 * time.Second, Retries: 3}},
+			want: notify.Options{URL: "http://127.0.0.1:8081/leader-changed", Timeout: 2 * time.Second, Retries: 3}},
 		{name: "IPv6 loopback and the range's ends", args: []string{"--on-change-url=http://[::1]:65535/", "--on-change-timeout=100ms", "--on-change-retries=0"},
-			want: httpapi.NotifyOptions{URL: "http://[::1]:65535/", Timeout: 100 * time.Millisecond}},
+			want: notify.Options{URL: "http://[::1]:65535/", Timeout: 100 * time.Millisecond}},
 		{name: "localhost with a query, from the environment", env: map[string]string{"LEADER_ELECTOR_ON_CHANGE_URL": "http://localhost:1/hook?from=sidecar", "LEADER_ELECTOR_ON_CHANGE_TIMEOUT": "30s", "LEADER_ELECTOR_ON_CHANGE_RETRIES": "10"},
-			want: httpapi.NotifyOptions{URL: "http://localhost:1/hook?from=sidecar", Timeout: 30 * time.Second, Retries: 10}},
+			want: notify.Options{URL: "http://localhost:1/hook?from=sidecar", Timeout: 30 * time.Second, Retries: 10}},
 
 		{name: "another host", args: []string{"--on-change-url=http://10.0.0.5:8080/"}, wantErr: []string{`--on-change-url "http://10.0.0.5:8080/": host "10.0.0.5" is not a loopback address`}},
 		{name: "a host name", args: []string{"--on-change-url=http://app.example:8080/"}, wantErr: []string{`host "app.example" is not a loopback address`}},

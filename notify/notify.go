@@ -1,4 +1,9 @@
-package httpapi
+// Package notify delivers --on-change-url: it POSTs the GET /leader JSON to
+// the app at every change of the election state, in order, from goroutines
+// of its own so that the elector never waits for the app. It is the one
+// outbound HTTP client of the sidecar, kept apart from httpapi (which only
+// answers) so that each package has one direction.
+package notify
 
 import (
 	"bytes"
@@ -19,16 +24,17 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
 )
 
 // RevisionHeader carries the notification's revision, so that an app can
 // drop a duplicate without parsing the body.
 const RevisionHeader = "Leader-Elector-Revision"
 
-// Defaults of NotifyOptions.
+// Defaults of Options.
 const (
-	DefaultNotifyTimeout = 2 * time.Second
-	DefaultNotifyRetries = 3
+	DefaultTimeout = 2 * time.Second
+	DefaultRetries = 3
 	// defaultNotifyQueue bounds the changes waiting for a slow app. Changes
 	// come at most a few per lease duration; 128 is minutes of them.
 	defaultNotifyQueue = 128
@@ -46,12 +52,12 @@ const (
 	notifyResponseLimit = 64 << 10
 )
 
-// NotifyOptions configure the change notifications (--on-change-url).
-type NotifyOptions struct {
+// Options configure the change notifications (--on-change-url).
+type Options struct {
 	// URL is where each new state is POSTed; empty: no notifications.
 	// Options accept only http:// to a loopback address.
 	URL string
-	// Timeout bounds each attempt; DefaultNotifyTimeout if zero.
+	// Timeout bounds each attempt; DefaultTimeout if zero.
 	Timeout time.Duration
 	// Retries is how many times a failed delivery is retried before it is
 	// given up (0: one attempt).
@@ -63,16 +69,23 @@ type NotifyOptions struct {
 	FlushTimeout time.Duration
 }
 
+// Source is the election as the notifier follows it (httpapi.Election
+// has these methods too).
+type Source interface {
+	Snapshot() election.State
+	Watch() (election.State, <-chan struct{})
+}
+
 // Notifier POSTs the GET /leader JSON to the app at every change of the
 // election state, in order. The elector gives it every new state through
 // Observe (election.Config.OnState), which only queues it; it also follows
-// the state through Election.Watch, as the long-poll does, for its first
-// and last states (and for an Election without the hook). It delivers on
+// the state through Source.Watch, as the long-poll does, for its first
+// and last states (and for a Source without the hook). It delivers on
 // goroutines of its own: the elector never waits for it, and a slow or
 // absent app delays only its own notifications.
 type Notifier struct {
-	el     Election
-	opts   NotifyOptions
+	el     Source
+	opts   Options
 	client *http.Client
 
 	mu sync.Mutex
@@ -103,10 +116,10 @@ const (
 	notifyDropped   = "dropped"
 )
 
-// NewNotifier returns a notifier of el's changes; Run starts it.
-func NewNotifier(el Election, opts NotifyOptions) *Notifier {
+// New returns a notifier of el's changes; Run starts it.
+func New(el Source, opts Options) *Notifier {
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultNotifyTimeout
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.Retries < 0 {
 		opts.Retries = 0
@@ -231,7 +244,7 @@ func (n *Notifier) enqueue(ctx context.Context, s election.State) {
 	if queued {
 		return
 	}
-	body, err := marshalJSON(leaderJSON(s))
+	body, err := httpapi.LeaderBody(s)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Cannot encode a change notification", "revision", s.Revision)
 		return
@@ -247,7 +260,7 @@ func (n *Notifier) enqueue(ctx context.Context, s election.State) {
 		n.results.WithLabelValues(notifyDropped).Inc()
 	}
 	// As GET /leader answers, with the trailing newline.
-	n.queue = append(n.queue, notification{revision: s.Revision, body: append(body, '\n')})
+	n.queue = append(n.queue, notification{revision: s.Revision, body: body})
 	n.lastQueued = s.Revision
 	n.mu.Unlock()
 	n.signal()

@@ -1,11 +1,10 @@
-package httpapi
+package notify
 
 import (
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/httpapi"
 )
 
 // receiver is an app that records the notifications it answers with 204;
@@ -87,9 +87,72 @@ func (rc *receiver) waitDelivered(t *testing.T, n int) []uint64 {
 	return rc.delivered()
 }
 
+// fakeSource is an election whose state the test sets.
+type fakeSource struct {
+	mu      sync.Mutex
+	state   election.State
+	changed chan struct{}
+}
+
+func newFakeSource(s election.State) *fakeSource {
+	return &fakeSource{state: s, changed: make(chan struct{})}
+}
+
+func (f *fakeSource) Snapshot() election.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state
+}
+
+func (f *fakeSource) Watch() (election.State, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state, f.changed
+}
+
+// set changes the state, counts a revision and wakes the watchers.
+func (f *fakeSource) set(change func(s *election.State)) election.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(&f.state)
+	f.state.Revision++
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return f.state
+}
+
+var (
+	renewTime   = time.Date(2026, 11, 29, 8, 0, 0, 123456789, time.UTC)
+	leaderSince = time.Date(2026, 11, 29, 7, 58, 1, 0, time.UTC)
+	validUntil  = time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
+)
+
+func followerState() election.State {
+	return election.State{
+		Namespace:            "default",
+		Name:                 "my-app",
+		Identity:             "my-app-7d9f-abcde",
+		Holder:               "my-app-7d9f-xyz12",
+		FencingToken:         7,
+		LeaseDurationSeconds: 15,
+		RenewTime:            renewTime,
+		Revision:             12,
+	}
+}
+
+func leaderState() election.State {
+	s := followerState()
+	s.Holder = s.Identity
+	s.IsLeader = true
+	s.LeaderSince = leaderSince
+	s.ValidUntil = validUntil
+	s.Deadline = validUntil
+	return s
+}
+
 // notifierFixture runs a notifier of a fake election until the test ends.
 type notifierFixture struct {
-	el     *fakeElection
+	el     *fakeSource
 	n      *Notifier
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -97,12 +160,12 @@ type notifierFixture struct {
 	states map[uint64]election.State
 }
 
-func startNotifier(t *testing.T, url string, opts NotifyOptions) *notifierFixture {
+func startNotifier(t *testing.T, url string, opts Options) *notifierFixture {
 	_, ctx := ktesting.NewTestContext(t)
 	opts.URL = url
-	f := &notifierFixture{el: newFakeElection(followerState()), done: make(chan struct{}), states: map[uint64]election.State{}}
+	f := &notifierFixture{el: newFakeSource(followerState()), done: make(chan struct{}), states: map[uint64]election.State{}}
 	f.states[f.el.state.Revision] = f.el.state
-	f.n = NewNotifier(f.el, opts)
+	f.n = New(f.el, opts)
 	ctx, f.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(f.done)
@@ -167,21 +230,21 @@ func (f *notifierFixture) count(result string) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// wantBody is what GET /leader answers at the state with this revision.
+// wantBody is the body of the state with this revision as GET /leader
+// answers it, without validForMs (httpapi's TestLeaderBodyIsTheAnswer keeps
+// LeaderBody equal to the handler's answer).
 func (f *notifierFixture) wantBody(t *testing.T, rev uint64) string {
 	t.Helper()
 	s, ok := f.states[rev]
 	if !ok {
 		t.Fatalf("no state with revision %d", rev)
 	}
-	el := newFakeElection(s)
-	w := serve(NewAPIHandler(el, APIOptions{}), newRequest(t, http.MethodGet, "/leader"))
-	// Without validForMs: a notification is delivered later than it is
-	// made (and may be retried), so it carries none.
-	return validForMsField.ReplaceAllString(w.Body.String(), "")
+	body, err := httpapi.LeaderBody(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
-
-var validForMsField = regexp.MustCompile(`,"validForMs":[0-9]+`)
 
 func TestNotifierDeliversEveryChangeInOrder(t *testing.T) {
 	// The app is slow at first: the changes queue up behind the first.
@@ -192,7 +255,7 @@ func TestNotifierDeliversEveryChangeInOrder(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL+"/leader-changed", NotifyOptions{})
+	f := startNotifier(t, rc.srv.URL+"/leader-changed", Options{})
 	for range 10 {
 		f.change(t, toggle)
 	}
@@ -226,7 +289,7 @@ func TestNotifierRetriesThenGivesUp(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL, NotifyOptions{Retries: 2})
+	f := startNotifier(t, rc.srv.URL, Options{Retries: 2})
 	f.change(t, toggle)
 	f.change(t, toggle)
 	got := rc.waitDelivered(t, 2)
@@ -255,7 +318,7 @@ func TestNotifierTimeout(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL, NotifyOptions{Timeout: 100 * time.Millisecond, Retries: 1})
+	f := startNotifier(t, rc.srv.URL, Options{Timeout: 100 * time.Millisecond, Retries: 1})
 	f.change(t, toggle)
 	start := time.Now()
 	got := rc.waitDelivered(t, 1)
@@ -283,7 +346,7 @@ func TestNotifierQueueOverflow(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL, NotifyOptions{QueueSize: 2})
+	f := startNotifier(t, rc.srv.URL, Options{QueueSize: 2})
 	// Wait until revision 12 is in flight, so the queue is empty.
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		rc.mu.Lock()
@@ -314,7 +377,7 @@ func TestNotifierFlushesAtShutdown(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL, NotifyOptions{})
+	f := startNotifier(t, rc.srv.URL, Options{})
 	f.change(t, toggle) // leader
 	// Shutdown: the elector stops leading; then the notifier is stopped.
 	s := f.el.set(toggle)
@@ -341,7 +404,7 @@ func TestNotifierShutdownIsBounded(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL, NotifyOptions{Timeout: 30 * time.Second, FlushTimeout: 200 * time.Millisecond})
+	f := startNotifier(t, rc.srv.URL, Options{Timeout: 30 * time.Second, FlushTimeout: 200 * time.Millisecond})
 	f.change(t, toggle)
 	start := time.Now()
 	f.cancel()
@@ -360,7 +423,7 @@ func TestNotifierShutdownIsBounded(t *testing.T) {
 
 // The client connects to loopback addresses only, whatever the URL names.
 func TestNotifierRefusesOtherAddresses(t *testing.T) {
-	n := NewNotifier(newFakeElection(followerState()), NotifyOptions{URL: "http://192.0.2.1:80/", Timeout: time.Second})
+	n := New(newFakeSource(followerState()), Options{URL: "http://192.0.2.1:80/", Timeout: time.Second})
 	err := n.attempt(context.Background(), notification{revision: 1, body: []byte("{}\n")})
 	if err == nil || !containsAll(err.Error(), "not a loopback address") {
 		t.Errorf("attempt to 192.0.2.1: %v, want a refusal", err)
@@ -387,7 +450,7 @@ func TestNotifierDoesNotFollowRedirects(t *testing.T) {
 		}
 		return 0
 	})
-	f := startNotifier(t, rc.srv.URL, NotifyOptions{})
+	f := startNotifier(t, rc.srv.URL, Options{})
 	f.change(t, toggle)
 	if got := rc.waitDelivered(t, 1); got[0] != 13 {
 		t.Errorf("delivered %v, want [13]", got)
