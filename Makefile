@@ -423,11 +423,12 @@ qemu-deps: ## install qemu-aarch64-static (Debian's qemu-user-static, to run the
 # release's kube-apiserver, kube-controller-manager and kubectl built from the
 # Go module proxy into a cache directory of its own (test/tools/kube-version.sh;
 # the pinned release is build.sh's). Not part of `make test`: a cold build
-# costs several minutes per release. Run it before each release; the oldest
-# release listed is the oldest supported (docs/deploy.md, "Supported
-# Kubernetes versions"), and the results go in docs/development.md.
+# costs several minutes per release. Run it before each release. The releases
+# are app/kube-versions.txt, the supported range written once (its oldest is
+# the oldest supported release, docs/operations.md "Supported Kubernetes
+# versions"); the results go in docs/development.md.
 .PHONY: e2e-matrix
-KUBE_VERSIONS ?= v1.30.14 v1.34.4 v1.37.2
+KUBE_VERSIONS ?= $(shell sed -e '/^#/d' app/kube-versions.txt)
 
 e2e-matrix: monitoring-deps packaging-tools qemu-deps ## the e2e suite against each of KUBE_VERSIONS (built from the Go module proxy, cached); per release pass/fail and the handover and takeover figures
 	bash hack/e2e-matrix.sh $(KUBE_VERSIONS)

@@ -2,20 +2,42 @@ package app
 
 import (
 	"context"
+	_ "embed"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/discovery"
 	"k8s.io/klog/v2"
 )
 
-// The supported Kubernetes releases: those `make e2e-matrix` runs the e2e
-// suite against (docs/operations.md, "Supported Kubernetes versions"). Keep
-// them in step with KUBE_VERSIONS in the Makefile and the chart's check in
-// templates/_helpers.tpl.
-var (
-	oldestSupported = version.MajorMinor(1, 30)
-	newestTested    = version.MajorMinor(1, 37)
-)
+// testedReleases is the supported range, written once: the releases the
+// tests run against, oldest first (see the file's own comment).
+//
+//go:embed kube-versions.txt
+var testedReleases string
+
+// oldestSupported and newestTested are the minors of the first and last
+// release of kube-versions.txt; a malformed file fails every test of this
+// package, not a user's start.
+var oldestSupported, newestTested = supportedRange(testedReleases)
+
+// supportedRange reads the releases of kube-versions.txt.
+func supportedRange(file string) (oldest, newest *version.Version) {
+	for _, line := range strings.Split(file, "\n") {
+		if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		v := version.MustParseSemantic(line)
+		if oldest == nil {
+			oldest = v
+		}
+		newest = v
+	}
+	if oldest == nil {
+		panic("app/kube-versions.txt lists no release")
+	}
+	return version.MajorMinor(oldest.Major(), oldest.Minor()), version.MajorMinor(newest.Major(), newest.Minor())
+}
 
 // reportServerVersion logs the API server's release at startup and says
 // when it is outside the supported range: older, where native sidecars may
