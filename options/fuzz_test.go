@@ -98,10 +98,8 @@ func checkSupported(t *testing.T, o *Options) {
 	if overlapping(o.HTTPAddress, o.ProbeAddress) {
 		t.Errorf("accepted overlapping listen addresses %q and %q", o.HTTPAddress, o.ProbeAddress)
 	}
-	if o.Routing.Mode == "endpointslice" {
-		if err := validatePodIP(o.Routing.PodIP); err != nil {
-			t.Errorf("accepted --pod-ip %q: %v", o.Routing.PodIP, err)
-		}
+	if err := o.routingConfig().Validate(); err != nil {
+		t.Errorf("accepted a routing configuration its mode refuses: %v", err)
 	}
 	qps, burst := o.clientRates()
 	if math.IsNaN(float64(qps)) || math.IsInf(float64(qps), 0) || qps < 0 || burst < 0 {

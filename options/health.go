@@ -2,23 +2,11 @@ package options
 
 import (
 	"errors"
-	"fmt"
-	"net"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/leader-elector/leader-elector/health"
-)
-
-// The supported ranges of the health gating flags.
-const (
-	minHealthPeriod    = 100 * time.Millisecond
-	maxHealthPeriod    = 5 * time.Minute
-	maxHealthThreshold = 100
 )
 
 // healthOptions configures health-gated candidacy (--app-health-url).
@@ -40,66 +28,17 @@ func (h *healthOptions) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&h.Successes, "app-health-successes", h.Successes, "With --app-health-url: consecutive successful probes that make the app healthy (it starts unhealthy).")
 }
 
-// validate checks the health gating flags; every failure is its own error.
+// validateHealth checks the health gating flags (health's rules, with
+// this pod's Lease) and what they cannot be combined with.
 func (o *Options) validateHealth() []error {
-	h := o.Health
 	var errs []error
-	if h.Period < minHealthPeriod || h.Period > maxHealthPeriod {
-		errs = append(errs, fmt.Errorf("--app-health-period %s is outside the supported range %s..%s", h.Period, shortDuration(minHealthPeriod), shortDuration(maxHealthPeriod)))
+	if err := o.healthSettings().Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	for _, t := range []struct {
-		name  string
-		value int
-	}{{"app-health-failures", h.Failures}, {"app-health-successes", h.Successes}} {
-		if t.value < 1 || t.value > maxHealthThreshold {
-			errs = append(errs, fmt.Errorf("--%s must be within 1..%d, got %d", t.name, maxHealthThreshold, t.value))
-		}
-	}
-	if h.URL == "" {
-		return errs
-	}
-	if err := validateHealthURL(h.URL); err != nil {
-		errs = append(errs, fmt.Errorf("--app-health-url %q: %w", h.URL, err))
-	}
-	if o.Partitions > 0 {
+	if o.Health.URL != "" && o.Partitions > 0 {
 		errs = append(errs, errors.New("--app-health-url gates one election; it cannot be combined with --partitions"))
 	}
-	if o.LeaseName != "" {
-		if msgs := validation.IsDNS1123Subdomain(o.LeaseName + health.CandidatesLeaseSuffix); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--lease-name %q is too long for health gating: its candidates Lease %q is not a valid name: %s", o.LeaseName, o.LeaseName+health.CandidatesLeaseSuffix, msgs[0]))
-		}
-	}
 	return errs
-}
-
-// validateHealthURL accepts http:// to a loopback IP address with a port:
-// the app runs in the same pod, and a probe of any other address would let
-// whoever sets the flag make the sidecar send requests into the network.
-// Host names are refused, "localhost" too: a name is resolved at every
-// probe, and a resolver may answer with any address.
-func validateHealthURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return errors.New("not a URL")
-	}
-	if u.Scheme != "http" {
-		return errors.New("want http://127.0.0.1:PORT/PATH (scheme http)")
-	}
-	if u.User != nil {
-		return errors.New("must not carry credentials")
-	}
-	if u.Fragment != "" {
-		return errors.New("must not have a fragment")
-	}
-	host, port := u.Hostname(), u.Port()
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return errors.New("the host must be a loopback IP address (127.0.0.1 or [::1]): the app is in the same pod")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return errors.New("needs a port within 1..65535")
-	}
-	return nil
 }
 
 // healthConfig is the part of the options health gating takes; empty when
@@ -108,6 +47,12 @@ func (o *Options) healthConfig() health.Config {
 	if o.Health.URL == "" {
 		return health.Config{}
 	}
+	return o.healthSettings()
+}
+
+// healthSettings are the health gating flags as health.Config, whether or
+// not gating is on.
+func (o *Options) healthSettings() health.Config {
 	return health.Config{
 		URL:           o.Health.URL,
 		Period:        o.Health.Period,

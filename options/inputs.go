@@ -15,7 +15,6 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // The supported range of the timing flags (docs/security.md, "Inputs").
@@ -163,41 +162,6 @@ func (o *Options) validateDerivedRate() error {
 	shortest := time.Duration(math.Ceil(float64(o.Partitions+1)*1000/maxDerivedQPS)) * time.Millisecond
 	return fmt.Errorf("--partitions=%d with --retry-period=%v needs %.0f Lease requests per second per pod, more than the derived client rate allows (at most %d); lengthen --retry-period to at least %v, or set --kube-api-qps",
 		o.Partitions, o.RetryPeriod, need, maxDerivedQPS, shortest)
-}
-
-// validatePodIP requires the address other pods reach this one at: an IP
-// in Kubernetes' strict form (no leading zeros, no IPv4-mapped IPv6, no
-// zone) that is unicast and routable. apimachinery has the format check;
-// the refusal of special addresses, which the EndpointSlice API applies
-// too, lives in k8s.io/kubernetes (not importable), hence netip here.
-func validatePodIP(ip string) error {
-	if errs := validation.IsValidIP(field.NewPath("pod-ip"), ip); len(errs) > 0 {
-		details := make([]string, 0, len(errs))
-		for _, e := range errs {
-			details = append(details, e.Detail)
-		}
-		return fmt.Errorf("--pod-ip %s is not an IP address: %s", quoteShort(ip), strings.Join(details, "; "))
-	}
-	addr, err := netip.ParseAddr(ip)
-	if err != nil {
-		return fmt.Errorf("--pod-ip %s is not an IP address: %w", quoteShort(ip), err)
-	}
-	var why string
-	switch {
-	case addr.IsUnspecified():
-		why = "it is the unspecified address"
-	case addr.IsLoopback():
-		why = "it is a loopback address"
-	case addr.IsMulticast():
-		why = "it is a multicast address"
-	case addr.IsLinkLocalUnicast():
-		why = "it is a link-local address"
-	case addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		why = "it is the broadcast address"
-	default:
-		return nil
-	}
-	return fmt.Errorf("--pod-ip %q is not a routable unicast address: %s (want the pod's IP, status.podIP)", ip, why)
 }
 
 // canonicalPort is a port number in canonical decimal: strconv.Atoi alone

@@ -347,7 +347,10 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validatePartitions()...)
 	errs = append(errs, o.validateHealth()...)
 	errs = append(errs, o.validateCampaign()...)
-	errs = append(errs, o.Routing.validate(o.LeaseName)...)
+	// What each routing mode needs is routing's rule (routing.Config.Validate).
+	if err := o.routingConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, o.Advertise.validate(o.Partitions)...)
 	errs = append(errs, o.Notify.validate(o.Partitions)...)
 	return errors.Join(errs...)

@@ -123,25 +123,18 @@ type Router struct {
 
 // New returns a Router for cfg, or nil for ModeNone.
 func New(cfg Config) (*Router, error) {
-	m := newMetrics(cfg.Mode)
-	f := newFence(cfg.Leadership, m, leaseToken(cfg))
-	r := &Router{cfg: cfg, metrics: m}
-	switch cfg.Mode {
-	case ModeNone, "":
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	mode := modes[cfg.mode()]
+	if mode.publisher == nil {
 		return nil, nil
 	}
 	if cfg.LeaseName == "" {
 		return nil, errors.New("routing needs the name of the Lease, whose fencing tokens it writes")
 	}
-	switch cfg.Mode {
-	case ModeEndpointSlice:
-		r.pub = &sliceWriter{cfg: cfg, fence: f, metrics: m}
-	case ModeLabel:
-		r.pub = &labelWriter{cfg: cfg, fence: f, metrics: m}
-	default:
-		return nil, errors.New("unknown routing mode " + string(cfg.Mode))
-	}
-	return r, nil
+	m := newMetrics(cfg.Mode)
+	return &Router{cfg: cfg, metrics: m, pub: mode.publisher(cfg, newFence(cfg.Leadership, m, leaseToken(cfg)), m)}, nil
 }
 
 // leaseToken reads the fencing token the Lease carries now: a quorum read
