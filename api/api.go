@@ -106,13 +106,44 @@ type Lost struct {
 type Change struct {
 	// IsLeader is true when this pod became leader, false when it stopped.
 	IsLeader bool `json:"isLeader"`
-	// Reason is one of the fixed vocabulary: acquired, released, shutdown,
+	// Reason is one of ChangeReasons: acquired, released, shutdown,
 	// renew-deadline, taken-over, lease-deleted, app-unhealthy.
 	Reason string `json:"reason"`
 	// At is when: for renew-deadline the moment the claim ran out.
 	At Time `json:"at"`
 	// FencingToken is the token of the term the change is about.
 	FencingToken int64 `json:"fencingToken"`
+}
+
+// The reasons of a Change (and of the "lost" event of GET /events): a fixed
+// vocabulary, which the log line, the Event and the transitions metric of
+// every change carry too. An app may switch on them.
+const (
+	// ChangeAcquired: this pod wrote itself into the Lease as a new term.
+	ChangeAcquired = "acquired"
+	// ChangeReleased: the leader stepped down on request (POST /release),
+	// or partition mode handed the partition over.
+	ChangeReleased = "released"
+	// ChangeShutdown: the sidecar is stopping (SIGTERM).
+	ChangeShutdown = "shutdown"
+	// ChangeRenewDeadline: the last successful renewal started a renew
+	// deadline ago (the API server did not answer in time, or the process
+	// was paused); At is the moment the claim ran out.
+	ChangeRenewDeadline = "renew-deadline"
+	// ChangeTakenOver: the Lease was seen naming another holder or another
+	// term.
+	ChangeTakenOver = "taken-over"
+	// ChangeLeaseDeleted: the Lease was seen deleted (or not found).
+	ChangeLeaseDeleted = "lease-deleted"
+	// ChangeAppUnhealthy: the leader stepped down because its app failed
+	// its health checks while another candidate was healthy.
+	ChangeAppUnhealthy = "app-unhealthy"
+)
+
+// ChangeReasons returns every reason of a Change, in the order the docs
+// list them (a new slice each time: the vocabulary cannot be changed).
+func ChangeReasons() []string {
+	return []string{ChangeAcquired, ChangeReleased, ChangeShutdown, ChangeRenewDeadline, ChangeTakenOver, ChangeLeaseDeleted, ChangeAppUnhealthy}
 }
 
 // Partitions is the answer of GET /partitions and POST
