@@ -56,7 +56,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	opts, err := options.Parse(args, options.OSEnvironment)
 	switch {
 	case errors.Is(err, options.ErrHelp):
-		fmt.Fprintf(stdout, "Usage of leader-elector:\n%s", options.Usage())
+		fmt.Fprint(stdout, options.Usage())
 		return exitOK
 	case err != nil:
 		fmt.Fprintf(stderr, "leader-elector: invalid configuration: %s\n", options.OneLine(err))

@@ -34,13 +34,19 @@ func TestExecute(t *testing.T) {
 			name:       "help",
 			args:       []string{"--help"},
 			wantCode:   0,
-			wantStdout: "Usage of leader-elector:\n",
+			wantStdout: "Usage:\n  leader-elector [flags]",
 		},
 		{
 			name:       "-h",
 			args:       []string{"-h"},
 			wantCode:   0,
-			wantStdout: "Usage of leader-elector:\n",
+			wantStdout: "Usage:\n  leader-elector [flags]",
+		},
+		{
+			name:       "misspelt subcommand",
+			args:       []string{"stauts"},
+			wantCode:   2,
+			wantStderr: []string{`unknown command "stauts" (did you mean "status"?)`},
 		},
 		{
 			name:       "unknown flag",
@@ -90,7 +96,7 @@ func TestExecute(t *testing.T) {
 				if stderr.Len() != 0 {
 					t.Errorf("stderr = %q, want nothing", stderr.String())
 				}
-				if tc.wantStdout == "Usage of leader-elector:\n" {
+				if tc.wantStdout == "Usage:\n  leader-elector [flags]" {
 					for _, flag := range []string{"--lease-name", "--lease-namespace", "--identity", "--release-on-shutdown", "--version", "-v, --v"} {
 						if !strings.Contains(stdout.String(), flag) {
 							t.Errorf("usage does not mention %s", flag)
@@ -199,5 +205,17 @@ func TestExecuteRun(t *testing.T) {
 	stderr.Reset()
 	if code := execute([]string{"__run-watchdog"}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "watchdog: want one argument") {
 		t.Fatalf("watchdog without a deadline: exit code %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestCommandsAreDispatched: every subcommand the usage text names (and
+// "did you mean" suggests) is one execute runs: its --help is its own.
+func TestCommandsAreDispatched(t *testing.T) {
+	for _, cmd := range options.Commands {
+		var stdout, stderr bytes.Buffer
+		code := execute([]string{cmd, "--help"}, &stdout, &stderr)
+		if code != 0 || !strings.HasPrefix(stdout.String()+stderr.String(), "Usage: leader-elector "+cmd) {
+			t.Errorf("leader-elector %s --help: exit %d, %q", cmd, code, stdout.String()+stderr.String())
+		}
 	}
 }

@@ -306,20 +306,52 @@ func unknownEnvironment(fs *pflag.FlagSet, env Environment) (serviceLinks []stri
 	return serviceLinks, errors.Join(errs...)
 }
 
-// nearestName returns the known name closest to name if it is close enough
-// to be a misspelling of it, else "".
+// nearestName returns the known variable closest to name if it is close
+// enough to be a misspelling of it, else "".
 func nearestName(name string, known []string) string {
-	suffix := strings.TrimPrefix(name, envPrefix)
+	suffixes := make([]string, len(known))
+	for i, k := range known {
+		suffixes[i] = strings.TrimPrefix(k, envPrefix)
+	}
+	if near := nearest(strings.TrimPrefix(name, envPrefix), suffixes); near != "" {
+		return envPrefix + near
+	}
+	return ""
+}
+
+// nearest returns the known word closest to word if it is close enough to
+// be a misspelling of it (at most 3 edits, and fewer than half its length),
+// else "".
+func nearest(word string, known []string) string {
 	best, bestDistance := "", math.MaxInt
 	for _, k := range known {
-		if d := editDistance(suffix, strings.TrimPrefix(k, envPrefix)); d < bestDistance {
+		if d := editDistance(word, k); d < bestDistance {
 			best, bestDistance = k, d
 		}
 	}
-	if bestDistance <= 3 && 2*bestDistance < len(suffix) {
+	if bestDistance <= 3 && 2*bestDistance < len(word) {
 		return best
 	}
 	return ""
+}
+
+// suggestFlag adds "did you mean" to pflag's error for an unknown long
+// flag, when one of fs's flags is a likely spelling of it.
+func suggestFlag(fs *pflag.FlagSet, err error) error {
+	var unknown *pflag.NotExistError
+	if !errors.As(err, &unknown) || !strings.HasPrefix(err.Error(), "unknown flag: --") {
+		return err
+	}
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Deprecated == "" && !f.Hidden {
+			names = append(names, f.Name)
+		}
+	})
+	if near := nearest(unknown.GetSpecifiedName(), names); near != "" {
+		return fmt.Errorf("%w (did you mean --%s?)", err, near)
+	}
+	return err
 }
 
 // editDistance is the Levenshtein distance of a and b, in bytes (the names

@@ -373,8 +373,27 @@ func Parse(args []string, env Environment) (*Options, error) {
 
 // Usage lists the flags, for --help.
 func Usage() string {
-	return newFlagSet(newOptions()).FlagUsages()
+	return usageHeader + newFlagSet(newOptions()).FlagUsages() + usageFooter
 }
+
+// Commands are the subcommands main dispatches before these flags are
+// parsed; named here for the usage text and for "did you mean" (main's
+// test checks that each is dispatched).
+var Commands = []string{"run", "status"}
+
+const usageHeader = `Usage:
+  leader-elector [flags]                       elect on --lease-name; serve /leader on --http-address
+  leader-elector run [flags] -- CMD [ARG...]   run CMD only while this pod leads (run --help)
+  leader-elector status [flags]                who leads, as the local sidecar sees it (status --help)
+
+Every flag can also be set as LEADER_ELECTOR_<FLAG> (--lease-name: LEADER_ELECTOR_LEASE_NAME).
+
+Flags:
+`
+
+const usageFooter = `
+Docs: https://github.com/leader-elector/leader-elector/blob/main/docs/operations.md#flags
+`
 
 // newFlagSet registers o's flags on a new flag set.
 func newFlagSet(o *Options) *pflag.FlagSet {
@@ -391,9 +410,12 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	o := newOptions()
 	fs := newFlagSet(o)
 	if err := fs.Parse(args); err != nil {
-		return nil, fs, err
+		return nil, fs, suggestFlag(fs, err)
 	}
 	if fs.NArg() > 0 {
+		if near := nearest(fs.Arg(0), Commands); near != "" && len(args) > 0 && args[0] == fs.Arg(0) {
+			return nil, fs, fmt.Errorf("unknown command %q (did you mean %q?)", fs.Arg(0), near)
+		}
 		return nil, fs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	if o.Version {
