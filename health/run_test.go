@@ -153,11 +153,20 @@ func TestRunDecides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := decode(l)
-	m["b"] = entry{Healthy: true, OK: true, Seq: 1}
-	l.Annotations[CandidatesAnnotation] = mustJSON(t, m)
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// The fake clientset drops an event made between the informer's list
+	// and its watch (a real API server replays it from the list's
+	// resourceVersion), and the next resync is a lease duration away: so
+	// the entry is published again, with a new seq, until it is seen.
+	for seq := 1; ; seq++ {
+		m := decode(l)
+		m["b"] = entry{Healthy: true, OK: true, Seq: int64(seq)}
+		l.Annotations[CandidatesAnnotation] = mustJSON(t, m)
+		if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if waitFor(100*time.Millisecond, func() bool { _, s, _ := el.get(); return len(s) > 0 }) || seq == 100 {
+			break
+		}
 	}
 	poll(t, "the step-down", func() bool { _, s, _ := el.get(); return len(s) == 1 && s[0] == election.ReasonAppUnhealthy })
 	poll(t, "degraded cleared", func() bool { d, _, _ := el.get(); return d == "" })
@@ -171,6 +180,14 @@ func TestRunDecides(t *testing.T) {
 	if _, ok := decode(mustGet(t, client))["a"]; ok {
 		t.Error("own entry still there after shutdown")
 	}
+}
+
+// waitFor reports whether cond holds within d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	return err == nil
 }
 
 func mustJSON(t *testing.T, m map[string]entry) string {
