@@ -445,6 +445,7 @@ func testPodSpecSnippet(t *testing.T, b snippets.Block) {
 	if err := yaml.UnmarshalStrict([]byte(b.Text), &pod); err != nil {
 		t.Fatalf("%s: %v", b, err)
 	}
+	checkRecommendedShape(t, &pod.Spec)
 	if _, err := controlPlane.AdminClient().CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -463,6 +464,44 @@ func testPodSpecSnippet(t *testing.T, b snippets.Block) {
 	e := electFromSpec(t, &pod.Spec, namespace, "docs")
 	if holder := leaseHolder(t, namespace, e.lease); holder != e.leader {
 		t.Errorf("Lease %s names %q, %s leads", e.lease, holder, e.leader)
+	}
+}
+
+// checkRecommendedShape: the pod spec newcomers copy is the shape the
+// example ships: the sidecar a native sidecar (an init container that
+// restarts always: up before the app, down after it) with resources, and
+// the ServiceAccount's token mounted into the sidecar alone.
+func checkRecommendedShape(t *testing.T, spec *corev1.PodSpec) {
+	t.Helper()
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("the pod automounts the ServiceAccount token into every container, the app's too")
+	}
+	tokenVolumes := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.Projected != nil && slices.ContainsFunc(v.Projected.Sources, func(p corev1.VolumeProjection) bool { return p.ServiceAccountToken != nil }) {
+			tokenVolumes[v.Name] = true
+		}
+	}
+	var sidecar *corev1.Container
+	for i, c := range spec.InitContainers {
+		if c.Name == "leader-elector" {
+			sidecar = &spec.InitContainers[i]
+		}
+	}
+	switch {
+	case sidecar == nil:
+		t.Fatal("no leader-elector init container: the sidecar is not a native sidecar")
+	case sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways:
+		t.Error("the leader-elector init container has no restartPolicy: Always (it would run to completion before the app)")
+	case sidecar.Resources.Requests.Memory().IsZero() || sidecar.Resources.Limits.Memory().IsZero():
+		t.Error("the sidecar has no memory request and limit")
+	case !slices.ContainsFunc(sidecar.VolumeMounts, func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] }):
+		t.Error("the sidecar does not mount the ServiceAccount token")
+	}
+	for _, c := range spec.Containers {
+		if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] }) {
+			t.Errorf("container %s mounts the ServiceAccount token: only the sidecar needs it", c.Name)
+		}
 	}
 }
 
