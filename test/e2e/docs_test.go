@@ -121,28 +121,77 @@ func runShellSnippet(t *testing.T, b snippets.Block) {
 	}
 	sh := &shell{t: t, root: root, cwd: root, old: root, leaders: map[string]string{}}
 	env := expand.ListEnviron(os.Environ()...)
-	var run func(cmd syntax.Command)
-	run = func(cmd syntax.Command) {
-		switch c := cmd.(type) {
+	var run func(stmt *syntax.Stmt)
+	run = func(stmt *syntax.Stmt) {
+		switch c := stmt.Cmd.(type) {
 		case *syntax.BinaryCmd:
 			if c.Op != syntax.AndStmt {
 				t.Fatalf("%s: only && joins commands here, not %s", b, c.Op)
 			}
-			run(c.X.Cmd)
-			run(c.Y.Cmd)
+			run(c.X)
+			run(c.Y)
 		case *syntax.CallExpr:
 			args, err := expand.Fields(&expand.Config{Env: env}, c.Args...)
 			if err != nil {
 				t.Fatalf("%s: %v", b, err)
 			}
+			if len(stmt.Redirs) > 0 {
+				sh.writeHeredoc(b, args, stmt.Redirs, env)
+				return
+			}
 			sh.command(args)
 		default:
-			t.Fatalf("%s: a %T, which this test cannot run: keep snippets to simple commands", b, cmd)
+			t.Fatalf("%s: a %T, which this test cannot run: keep snippets to simple commands", b, stmt.Cmd)
 		}
 	}
 	for _, stmt := range f.Stmts {
-		run(stmt.Cmd)
+		run(stmt)
 	}
+}
+
+// writeHeredoc runs `cat > FILE <<'EOF'`, the one redirection snippets
+// use: a file of the user's own. Like mkdir, it must write only where git
+// ignores (a newcomer's checkout stays clean).
+func (sh *shell) writeHeredoc(b snippets.Block, args []string, redirs []*syntax.Redirect, env expand.Environ) {
+	t := sh.t
+	var file, text string
+	for _, r := range redirs {
+		var err error
+		switch r.Op {
+		case syntax.RdrOut:
+			file, err = expand.Literal(&expand.Config{Env: env}, r.Word)
+		case syntax.Hdoc:
+			text, err = expand.Document(&expand.Config{Env: env}, r.Hdoc)
+		default:
+			t.Fatalf("%s: only `cat > FILE <<'EOF'` is run here, not %s", b, r.Op)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+	}
+	if len(args) != 1 || args[0] != "cat" || file == "" {
+		t.Fatalf("%s: only `cat > FILE <<'EOF'` is run here", b)
+	}
+	t.Logf("$ cat > %s\n%s", file, text)
+	if err := os.WriteFile(sh.ignoredPath(file), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ignoredPath is name under the current directory, which must be a path
+// the repository's .gitignore covers: what a snippet writes must not show
+// in the user's `git status`.
+func (sh *shell) ignoredPath(name string) string {
+	t := sh.t
+	path := filepath.Join(sh.cwd, name)
+	rel, err := filepath.Rel(sh.root, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		t.Fatalf("%s is outside the checkout", name)
+	}
+	if out, err := exec.Command("git", "-C", repoRoot, "check-ignore", "--no-index", rel).CombinedOutput(); err != nil {
+		t.Errorf("the snippet writes %s, which git does not ignore (the user's checkout would not stay clean): %v %s", rel, err, out)
+	}
+	return path
 }
 
 func (sh *shell) command(args []string) {
@@ -160,6 +209,13 @@ func (sh *shell) command(args []string) {
 			next = filepath.Join(sh.cwd, args[1])
 		}
 		sh.old, sh.cwd = sh.cwd, next
+	case "mkdir":
+		if len(args) != 3 || args[1] != "-p" {
+			t.Fatalf("%q: only mkdir -p DIR is run here", strings.Join(args, " "))
+		}
+		if err := os.MkdirAll(sh.ignoredPath(args[2]), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	case "kustomize":
 		sh.tool("kustomize", args[1:]...)
 	case "helm":
