@@ -1,42 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/harness"
 )
-
-// syncBuffer is a bytes.Buffer that the progress goroutine and the test may
-// use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestBuildingSaysProgress: while a build runs, the demo says what it
 // builds and how long it has been running, again and again; then that it
 // is done, or nothing more when the build failed.
 func TestBuildingSaysProgress(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &harness.SyncBuffer{}
 	out, progressEvery = buf, 20*time.Millisecond
 	t.Cleanup(func() { out, progressEvery = nil, 10*time.Second })
 

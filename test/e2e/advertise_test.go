@@ -31,14 +31,14 @@ import (
 // API server holds carries the address of exactly the term it names.
 func TestAdvertiseAddress(t *testing.T) {
 	lease := leaseName(t)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	leases := watchLeaseVersions(t, lease)
 
 	addressOf := map[string]string{}
 	start := func(name string, port int) {
 		addressOf[name] = fmt.Sprintf("127.0.0.1:%d", port)
-		g.add(startCandidate(t, name, candidateOptions{lease: lease, extraArgs: []string{"--advertise-address=127.0.0.1", fmt.Sprintf("--advertise-port=%d", port)}}))
+		g.Add(startCandidate(t, name, candidateOptions{lease: lease, extraArgs: []string{"--advertise-address=127.0.0.1", fmt.Sprintf("--advertise-port=%d", port)}}))
 	}
 	for i := range 3 {
 		start(fmt.Sprintf("%s-%d", lease, i), 17001+i)
@@ -49,7 +49,7 @@ func TestAdvertiseAddress(t *testing.T) {
 	everyPodShows := func(leader *candidate) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			for _, c := range g.members() {
+			for _, c := range g.Members() {
 				if !c.running() {
 					continue
 				}
@@ -61,7 +61,7 @@ func TestAdvertiseAddress(t *testing.T) {
 			return true, nil
 		})
 		if err != nil {
-			for _, c := range g.members() {
+			for _, c := range g.Members() {
 				if c.running() {
 					s, err := c.state()
 					t.Logf("%s: holder %q, holderAddress %q (%v)", c.name, s.Holder, s.HolderAddress, err)
@@ -71,14 +71,14 @@ func TestAdvertiseAddress(t *testing.T) {
 		}
 	}
 
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	everyPodShows(leader)
 
 	// A graceful handover.
 	if code, _, body, err := leader.do("POST", "/release", nil); err != nil || code != 200 {
 		t.Fatalf("POST /release on the leader = %d %s %v", code, body, err)
 	}
-	next := g.waitLeader(leaseDuration, leader)
+	next := g.WaitLeader(leaseDuration, leader)
 	everyPodShows(next)
 
 	// A crash: the term ends by expiry only. Its last renewal was sent
@@ -90,7 +90,7 @@ func TestAdvertiseAddress(t *testing.T) {
 	}
 	const watchSlack = 500 * time.Millisecond
 	expired := time.Now().Add(leaseDuration + watchSlack)
-	third := g.waitLeader(leaseDuration+5*time.Second, next)
+	third := g.WaitLeader(leaseDuration+5*time.Second, next)
 	everyPodShows(third)
 
 	// The monitor's answers: every address shown is the shown holder's own,

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestArm64Binary runs the arm64 build of the sidecar, cross-built as the
@@ -59,18 +60,18 @@ func TestArm64Binary(t *testing.T) {
 	}
 
 	lease := leaseName(t)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	start = time.Now()
 	arm := startCandidate(t, "arm64", candidateOptions{lease: lease, binary: wrapper})
-	g.add(arm)
-	if leader := g.waitLeader(30 * time.Second); leader != arm {
+	g.Add(arm)
+	if leader := g.WaitLeader(30 * time.Second); leader != arm {
 		t.Fatalf("%s leads, want the arm64 candidate", leader.name)
 	}
 	elected := time.Since(start)
 	native := startCandidate(t, "amd64", candidateOptions{lease: lease})
-	g.add(native)
-	waitFollowing(t, native, arm)
+	g.Add(native)
+	harnesstest.WaitFollowing(t, native, arm)
 	before, err := arm.state()
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +79,7 @@ func TestArm64Binary(t *testing.T) {
 
 	sent := time.Now()
 	arm.signal(syscall.SIGTERM)
-	if next := g.waitLeader(leaseDuration+2*time.Second, arm); next != native {
+	if next := g.WaitLeader(leaseDuration+2*time.Second, arm); next != native {
 		t.Fatalf("%s leads after the arm64 candidate's SIGTERM, want the native one", next.name)
 	}
 	took := time.Since(sent)

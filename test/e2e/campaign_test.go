@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // acquire asks POST /acquire with query q and decodes the answer.
@@ -75,7 +76,7 @@ func noLeaderFor(t testing.TB, d time.Duration, cs ...*candidate) {
 // again; releasing what one does not hold is a no-op.
 func TestManualCampaign(t *testing.T) {
 	g := newGroup(t, 3, candidateOptions{extraArgs: []string{"--campaign=manual"}})
-	a, b, c := g.members()[0], g.members()[1], g.members()[2]
+	a, b, c := g.Members()[0], g.Members()[1], g.Members()[2]
 
 	// Nobody asks: nobody leads, and the Lease is not even created.
 	noLeaderFor(t, 2*leaseDuration, a, b, c)
@@ -131,7 +132,7 @@ func TestManualCampaign(t *testing.T) {
 	case <-time.After(35 * time.Second):
 		t.Fatal("the blocking acquire did not return")
 	}
-	if got := g.waitLeader(5 * time.Second); got != b {
+	if got := g.WaitLeader(5 * time.Second); got != b {
 		t.Errorf("leader = %s, want %s", got.name, b.name)
 	}
 	// Releasing what one does not hold: a no-op.
@@ -160,7 +161,7 @@ func TestManualCampaign(t *testing.T) {
 // duration; POST /acquire ends that early.
 func TestAcquireEndsSitOut(t *testing.T) {
 	g := newGroup(t, 1, candidateOptions{})
-	a := g.waitLeader(30 * time.Second)
+	a := g.WaitLeader(30 * time.Second)
 	if r := a.release(t); !r.Released {
 		t.Fatalf("release = %+v", r)
 	}
@@ -283,7 +284,7 @@ func TestLostReasons(t *testing.T) {
 	ctx := context.Background()
 
 	// lease-deleted: the Lease is deleted under the leader.
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	events := openEvents(t, leader)
 	if err := leases.Delete(ctx, g.lease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -295,7 +296,7 @@ func TestLostReasons(t *testing.T) {
 	checkTransitions(t, leader, "lease-deleted", 1)
 
 	// taken-over: another holder is written into the Lease (a hand edit).
-	leader = g.waitLeader(30 * time.Second)
+	leader = g.WaitLeader(30 * time.Second)
 	events = openEvents(t, leader)
 	intruder := "someone-else"
 	// The leader renews every retry period: a renewal between the read and
@@ -320,15 +321,15 @@ func TestLostReasons(t *testing.T) {
 
 	// renew-deadline: the leader is frozen past its deadline; after it
 	// resumes it reports the end of its term by time, and the new holder.
-	leader = g.waitLeader(30 * time.Second)
+	leader = g.WaitLeader(30 * time.Second)
 	events = openEvents(t, leader)
 	leader.signal(syscall.SIGSTOP)
-	next := g.waitLeader(3*leaseDuration, leader)
+	next := g.WaitLeader(3*leaseDuration, leader)
 	leader.signal(syscall.SIGCONT)
 	if lost := events.waitLost(10 * time.Second); lost.Reason != "renew-deadline" {
 		t.Errorf("%s: lost after a freeze: %+v, want renew-deadline", leader.name, lost)
 	}
-	waitFollowing(t, leader, next)
+	harnesstest.WaitFollowing(t, leader, next)
 	checkTransitions(t, leader, "renew-deadline", 1)
 
 	// released: POST /release.
@@ -356,13 +357,13 @@ func checkTransitions(t *testing.T, c *candidate, reason string, want float64) {
 // real sidecars with --campaign=manual.
 func TestAcquireClient(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{extraArgs: []string{"--campaign=manual"}})
-	a, b := g.members()[0].api(), g.members()[1].api()
+	a, b := g.Members()[0].api(), g.Members()[1].api()
 	ctx := context.Background()
 
 	if got, err := a.WaitAcquire(ctx, 20*time.Second); err != nil || !got.Acquired || got.FencingToken == 0 {
 		t.Fatalf("WaitAcquire = %+v, %v; want acquired with a token", got, err)
 	}
-	if got, err := b.TryAcquire(ctx, 2, 100*time.Millisecond); err != nil || got.Acquired || got.Holder != g.members()[0].name {
+	if got, err := b.TryAcquire(ctx, 2, 100*time.Millisecond); err != nil || got.Acquired || got.Holder != g.Members()[0].name {
 		t.Errorf("TryAcquire while the other leads = %+v, %v; want not acquired, and the holder", got, err)
 	}
 	if alive, err := a.IsLeader(ctx); err != nil || !alive {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // Timings used by the e2e tests: short, so that failovers take seconds, and
@@ -107,8 +107,8 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	return c
 }
 
-// process names this candidate's process: its name and pid.
-func (c *candidate) process() string { return c.h.String() }
+// Process is its harness process: a candidate is a harness.Member.
+func (c *candidate) Process() *harness.Candidate { return c.h }
 
 func (c *candidate) running() bool { return c.h.Running() }
 
@@ -163,12 +163,21 @@ func leaseName(t testing.TB) string {
 }
 
 // group is a set of candidates racing for one Lease, watched by a monitor.
+// Its waits (WaitLeader) are the harness's, failing the test.
 type group struct {
-	t          testing.TB
-	lease      string
-	mu         sync.Mutex
-	candidates []*candidate
-	monitor    *monitor
+	harnesstest.Group[*candidate]
+	lease   string
+	monitor *monitor
+}
+
+// groupOf is a group of the candidates cs (none yet, often) on lease,
+// without a monitor.
+func groupOf(t testing.TB, lease string, cs ...*candidate) *group {
+	g := &group{Group: harnesstest.Group[*candidate]{T: t}, lease: lease}
+	for _, c := range cs {
+		g.Add(c)
+	}
+	return g
 }
 
 func newGroup(t testing.TB, n int, o candidateOptions) *group {
@@ -176,72 +185,12 @@ func newGroup(t testing.TB, n int, o candidateOptions) *group {
 	if o.lease == "" {
 		o.lease = leaseName(t)
 	}
-	g := &group{t: t, lease: o.lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, o.lease)
+	g.monitor = startMonitor(t, g.Members)
 	for i := range n {
-		g.add(startCandidate(t, fmt.Sprintf("%s-%d", o.lease, i), o))
+		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", o.lease, i), o))
 	}
 	return g
-}
-
-func (g *group) add(c *candidate) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.candidates = append(g.candidates, c)
-}
-
-func (g *group) members() []*candidate {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]*candidate(nil), g.candidates...)
-}
-
-// waitLeader waits until exactly one live candidate (other than those in
-// exclude) reports isLeader and returns it.
-func (g *group) waitLeader(timeout time.Duration, exclude ...*candidate) *candidate {
-	g.t.Helper()
-	var leader *candidate
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		leader = nil
-		count := 0
-		for _, c := range g.members() {
-			if !c.running() || contains(exclude, c) {
-				continue
-			}
-			s, err := c.state()
-			if err == nil && s.IsLeader {
-				leader = c
-				count++
-			}
-		}
-		return count == 1, nil
-	})
-	if err != nil {
-		g.t.Fatalf("no single leader within %v", timeout)
-	}
-	return leader
-}
-
-func contains(list []*candidate, c *candidate) bool {
-	for _, x := range list {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
-
-// waitFollowing waits until c reports leader as the holder.
-func waitFollowing(t testing.TB, c, leader *candidate) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		s, err := c.state()
-		return err == nil && s.Holder == leader.name && !s.IsLeader, nil
-	})
-	if err != nil {
-		s, _ := c.state()
-		t.Fatalf("%s does not follow %s: %+v", c.name, leader.name, s)
-	}
 }
 
 // holdsFor calls check every interval for d (first at once) and returns

@@ -117,15 +117,15 @@ func waitOldPaths(t *testing.T, members []*candidate, leader *candidate) {
 // and say what the retired flags were mapped to.
 func TestContribDropIn(t *testing.T) {
 	lease := leaseName(t)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	for i := range 3 {
-		g.add(startContribCandidate(t, fmt.Sprintf("%s-%d", lease, i), lease))
+		g.Add(startContribCandidate(t, fmt.Sprintf("%s-%d", lease, i), lease))
 	}
-	leader := g.waitLeader(30 * time.Second)
-	waitOldPaths(t, g.members(), leader)
+	leader := g.WaitLeader(30 * time.Second)
+	waitOldPaths(t, g.Members(), leader)
 
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		s, err := c.state()
 		if err != nil {
 			t.Fatal(err)
@@ -153,13 +153,13 @@ func TestContribDropIn(t *testing.T) {
 	}
 	sent := time.Now()
 	leader.signal(syscall.SIGTERM)
-	next := g.waitLeader(contribTTL, leader)
+	next := g.WaitLeader(contribTTL, leader)
 	took := time.Since(sent)
 	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("%s exited %d, %v after SIGTERM", leader.name, code, err)
 	}
 	var rest []*candidate
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if c.running() {
 			rest = append(rest, c)
 		}

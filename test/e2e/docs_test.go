@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +28,8 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/cluster"
+	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 	"github.com/leader-elector/leader-elector/test/packaging"
 	"github.com/leader-elector/leader-elector/test/registry"
 	"github.com/leader-elector/leader-elector/test/snippets"
@@ -457,15 +458,15 @@ func electFromSpec(t *testing.T, spec *corev1.PodSpec, namespace, prefix string)
 	if lease == "" {
 		t.Fatalf("the sidecar of %s names no Lease", prefix)
 	}
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	for _, pod := range []string{prefix + "-a", prefix + "-b"} {
-		g.add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
+		g.Add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
 	}
 	// A new Lease is taken one lease duration (15 s by default) after the
 	// candidates first see it.
-	leader := g.waitLeader(45 * time.Second)
-	for _, c := range g.members() {
+	leader := g.WaitLeader(45 * time.Second)
+	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something:\n%s", c.name, c.log())
 		}
@@ -518,7 +519,7 @@ func testPodSpecSnippet(t *testing.T, b snippets.Block) {
 		t.Fatalf("the API server refuses the README's pod: %v", err)
 	}
 	e := electFromSpec(t, &pod.Spec, namespace, "docs")
-	if holder := leaseHolder(t, namespace, e.lease); holder != e.leader {
+	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, e.lease); holder != e.leader {
 		t.Errorf("Lease %s names %q, %s leads", e.lease, holder, e.leader)
 	}
 }
@@ -643,7 +644,7 @@ func testPythonSteerExample(t *testing.T, b snippets.Block) {
 		t.Fatalf("python3 is needed to run the Python snippet: %v", err)
 	}
 	g := newGroup(t, 1, candidateOptions{extraArgs: []string{"--campaign=manual"}})
-	sidecar := g.members()[0]
+	sidecar := g.Members()[0]
 	script := filepath.Join(t.TempDir(), "app.py")
 	if err := os.WriteFile(script, []byte(b.Text), 0o644); err != nil {
 		t.Fatal(err)
@@ -652,14 +653,14 @@ func testPythonSteerExample(t *testing.T, b snippets.Block) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, script)
 	cmd.Env = append(os.Environ(), "LEADER_ELECTOR_URL="+sidecar.apiURL)
-	out := &lockedBuffer{}
+	out := &harness.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	leader := g.waitLeader(45 * time.Second)
+	leader := g.WaitLeader(45 * time.Second)
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return strings.Contains(out.String(), "leading with fencing token"), nil
 	}); err != nil {
@@ -672,24 +673,6 @@ func testPythonSteerExample(t *testing.T, b snippets.Block) {
 	if got := out.String(); !strings.Contains(got, "lost leadership: released") {
 		t.Errorf("the app printed %q, want the reason its term ended", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that a process writes while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // testGoForwardExample: the follower-forwarding snippet is the code of
@@ -785,7 +768,7 @@ subjects: [{kind: ServiceAccount, name: my-app, namespace: ` + namespace + `}]
 		}},
 	}
 	e := electFromSpec(t, spec, namespace, "migration")
-	if holder := leaseHolder(t, namespace, e.lease); holder != e.leader {
+	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, e.lease); holder != e.leader {
 		t.Errorf("Lease %s names %q, %s leads", e.lease, holder, e.leader)
 	}
 }
@@ -942,7 +925,7 @@ func testLeaderAnswerSample(t *testing.T, b snippets.Block) {
 		t.Errorf("%s: the sample is not an api.Leader: %v", b, err)
 	}
 	g := newGroup(t, 1, candidateOptions{})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	code, _, real, err := leader.do("GET", "/leader", nil)
 	if err != nil || code != 200 {
 		t.Fatalf("GET /leader: %d %v", code, err)

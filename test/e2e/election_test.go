@@ -24,7 +24,7 @@ import (
 func TestFirstElection(t *testing.T) {
 	start := time.Now()
 	g := newGroup(t, 3, candidateOptions{})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	t.Logf("MEASURED first election: %v from starting 3 candidates to one leader", time.Since(start).Round(time.Millisecond))
 
 	ls, err := leader.state()
@@ -49,7 +49,7 @@ func TestFirstElection(t *testing.T) {
 		t.Errorf("Lease leaseTransitions = %d, API fencingToken = %d", got, ls.FencingToken)
 	}
 
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		// Followers learn the holder on their next retry.
 		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 			s, err := c.state()
@@ -124,14 +124,14 @@ func TestGracefulHandover(t *testing.T) {
 	var handovers []time.Duration
 	var previous *candidate
 	for round := range 3 {
-		leader := g.waitLeader(30*time.Second, previous)
+		leader := g.WaitLeader(30*time.Second, previous)
 		before, err := leader.state()
 		if err != nil {
 			t.Fatal(err)
 		}
 		sent := time.Now()
 		leader.signal(syscall.SIGTERM)
-		next := g.waitLeader(leaseDuration+2*time.Second, leader)
+		next := g.WaitLeader(leaseDuration+2*time.Second, leader)
 		took := time.Since(sent)
 		handovers = append(handovers, took)
 		code, err := leader.waitExit(10 * time.Second)
@@ -157,7 +157,7 @@ func TestGracefulHandover(t *testing.T) {
 		}
 		t.Logf("round %d: %s exited %v after SIGTERM; %s leads %v after SIGTERM (token %d → %d)", round, leader.name, released.Round(time.Millisecond), next.name, took.Round(time.Millisecond), before.FencingToken, after.FencingToken)
 		// Replace the one that left so there are always standbys.
-		g.add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+		g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
 		previous = leader
 	}
 	t.Logf("MEASURED graceful handover (SIGTERM → new leader answers isLeader): %v", handovers)
@@ -165,7 +165,7 @@ func TestGracefulHandover(t *testing.T) {
 	// an info line (v=2): in a healthy handover no candidate writes an
 	// error line from client-go's elector.
 	lost := 0
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		for line := range strings.SplitSeq(c.log(), "\n") {
 			if strings.HasPrefix(line, "E") && strings.Contains(line, "leaderelection.go") {
 				t.Errorf("%s: an error line in a healthy handover: %s", c.name, line)
@@ -186,21 +186,21 @@ func TestCrashFailover(t *testing.T) {
 	var failovers []time.Duration
 	var previous *candidate
 	for round := range 2 {
-		leader := g.waitLeader(30*time.Second, previous)
+		leader := g.WaitLeader(30*time.Second, previous)
 		killed := time.Now()
 		leader.signal(syscall.SIGKILL)
 		if _, err := leader.waitExit(5 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 		bound := leaseDuration + time.Duration(1.2*float64(retryPeriod)) + time.Second
-		next := g.waitLeader(bound+5*time.Second, leader)
+		next := g.WaitLeader(bound+5*time.Second, leader)
 		took := time.Since(killed)
 		failovers = append(failovers, took)
 		if took > bound {
 			t.Errorf("round %d: failover took %v, bound %v", round, took, bound)
 		}
 		t.Logf("round %d: %s killed; %s leads after %v", round, leader.name, next.name, took.Round(time.Millisecond))
-		g.add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+		g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
 		previous = leader
 	}
 	t.Logf("MEASURED crash failover (SIGKILL → new leader): %v", failovers)
@@ -210,10 +210,10 @@ func TestCrashFailover(t *testing.T) {
 // over; on SIGCONT its very first answer is "not leader".
 func TestFrozenLeader(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	frozen := time.Now()
 	leader.signal(syscall.SIGSTOP)
-	next := g.waitLeader(leaseDuration+5*time.Second, leader)
+	next := g.WaitLeader(leaseDuration+5*time.Second, leader)
 	t.Logf("%s frozen; %s leads after %v", leader.name, next.name, time.Since(frozen).Round(time.Millisecond))
 
 	// Send the request first, then resume: the answer is computed after the
@@ -274,9 +274,9 @@ func TestFrozenLeader(t *testing.T) {
 // does nothing (released: false).
 func TestRelease(t *testing.T) {
 	g := newGroup(t, 3, candidateOptions{})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	var follower *candidate
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if c != leader {
 			follower = c
 			break
@@ -290,7 +290,7 @@ func TestRelease(t *testing.T) {
 	if r := leader.release(t); !r.Released || r.IsLeader {
 		t.Errorf("POST /release on leader = %+v, want released true and not leading", r)
 	}
-	next := g.waitLeader(leaseDuration, leader)
+	next := g.WaitLeader(leaseDuration, leader)
 	t.Logf("MEASURED release: %s leads %v after POST /release", next.name, time.Since(sent).Round(time.Millisecond))
 	waitChangeLogged(t, leader, "Stopped leading", "released")
 	waitChangeRecorded(t, leader, g.lease, "stopped leading", "released")
@@ -311,11 +311,11 @@ func TestRelease(t *testing.T) {
 // term: the fencing token grows.
 func TestRestartStartsNewTerm(t *testing.T) {
 	lease := leaseName(t)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	first := startCandidate(t, "same-pod", candidateOptions{lease: lease})
-	g.add(first)
-	g.waitLeader(30 * time.Second)
+	g.Add(first)
+	g.WaitLeader(30 * time.Second)
 	before, _ := first.state()
 	first.signal(syscall.SIGKILL)
 	if _, err := first.waitExit(5 * time.Second); err != nil {
@@ -323,7 +323,7 @@ func TestRestartStartsNewTerm(t *testing.T) {
 	}
 	restarted := time.Now()
 	second := startCandidate(t, "same-pod", candidateOptions{lease: lease})
-	g.add(second)
+	g.Add(second)
 	early, err := second.state()
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func TestRestartStartsNewTerm(t *testing.T) {
 	if early.IsLeader {
 		t.Errorf("restarted candidate claimed its predecessor's term at once: %+v", early)
 	}
-	g.waitLeader(leaseDuration + 5*time.Second)
+	g.WaitLeader(leaseDuration + 5*time.Second)
 	after, _ := second.state()
 	if after.FencingToken <= before.FencingToken {
 		t.Errorf("restarted candidate inherited the term: token %d, predecessor had %d", after.FencingToken, before.FencingToken)

@@ -94,12 +94,12 @@ func candidateEntries(t *testing.T, lease string) map[string]struct {
 func healthGroup(t *testing.T, healthy ...bool) (*group, []*appHealth) {
 	lease := leaseName(t)
 	createCandidatesLease(t, lease)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	apps := make([]*appHealth, len(healthy))
 	for i, h := range healthy {
 		apps[i] = newAppHealth(t, h)
-		g.add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: apps[i].args()}))
+		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: apps[i].args()}))
 	}
 	return g, apps
 }
@@ -111,7 +111,7 @@ func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string)
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 4*leaseDuration, true, func(context.Context) (bool, error) {
 		entries := candidateEntries(t, g.lease)
-		for _, c := range g.members() {
+		for _, c := range g.Members() {
 			e, ok := entries[c.name]
 			if !ok || e.Healthy != healthy(c.name) || e.Seq < minSeq {
 				return false, nil
@@ -130,12 +130,12 @@ func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string)
 // failures × period (+ the probe timeout, half a period) + one handover.
 func TestHealthStepDown(t *testing.T) {
 	g, apps := healthGroup(t, true, true, true)
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	// Entries start unhealthy (seq 1), turn healthy (2) and are refreshed
 	// (3): by then every candidate has seen every other one change.
 	waitEntries(t, g, 3, func(string) bool { return true })
 	var app *appHealth
-	for i, c := range g.members() {
+	for i, c := range g.Members() {
 		if c == leader {
 			app = apps[i]
 		}
@@ -149,7 +149,7 @@ func TestHealthStepDown(t *testing.T) {
 	app.healthy.Store(false)
 	handover := 2 * retryPeriod
 	bound := time.Duration(healthFailures)*healthPeriod + healthPeriod/2 + handover
-	next := g.waitLeader(bound+5*time.Second, leader)
+	next := g.WaitLeader(bound+5*time.Second, leader)
 	took := time.Since(flipped)
 	t.Logf("MEASURED health step-down (leader's app unhealthy → %s leads): %v (bound %v = %d × %v + %v probe timeout + %v handover)", next.name, took.Round(time.Millisecond), bound, healthFailures, healthPeriod, healthPeriod/2, handover)
 	if took > bound {
@@ -204,7 +204,7 @@ func TestHealthStepDown(t *testing.T) {
 // candidate campaigns.
 func TestHealthAllUnhealthy(t *testing.T) {
 	g, apps := healthGroup(t, true, true, true)
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	waitEntries(t, g, 3, func(string) bool { return true })
 	before, err := leader.state()
 	if err != nil {
@@ -225,7 +225,7 @@ func TestHealthAllUnhealthy(t *testing.T) {
 		t.Errorf("degradedReason = %q, want the probe's failure and that no healthy candidate can take over", s.DegradedReason)
 	}
 	if err := holdsFor(10*leaseDuration, 100*time.Millisecond, func() error {
-		for _, c := range g.members() {
+		for _, c := range g.Members() {
 			s, err := c.state()
 			if err != nil {
 				return err
@@ -241,23 +241,23 @@ func TestHealthAllUnhealthy(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if code, _, _ := c.probe("/readyz"); code != http.StatusServiceUnavailable {
 			t.Errorf("%s: /readyz = %d while its app is unhealthy", c.name, code)
 		}
 	}
 	// One app recovers: the leader hands over to it.
 	var healthyOne int
-	for i, c := range g.members() {
+	for i, c := range g.Members() {
 		if c != leader {
 			healthyOne = i
 			break
 		}
 	}
 	apps[healthyOne].healthy.Store(true)
-	next := g.waitLeader(10*time.Second, leader)
-	if next != g.members()[healthyOne] {
-		t.Errorf("%s leads, want %s, the only one whose app is healthy", next.name, g.members()[healthyOne].name)
+	next := g.WaitLeader(10*time.Second, leader)
+	if next != g.Members()[healthyOne] {
+		t.Errorf("%s leads, want %s, the only one whose app is healthy", next.name, g.Members()[healthyOne].name)
 	}
 	if s, _ := leader.state(); s.LastChange == nil || s.LastChange.Reason != "app-unhealthy" || s.Degraded {
 		t.Errorf("old leader: lastChange %+v, degraded %v; want app-unhealthy, not degraded", s.LastChange, s.Degraded)
@@ -270,11 +270,11 @@ func TestHealthAllUnhealthy(t *testing.T) {
 func TestHealthNeverHealthy(t *testing.T) {
 	lease := leaseName(t)
 	createCandidatesLease(t, lease)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	app := newAppHealth(t, false)
 	c := startCandidate(t, lease+"-0", candidateOptions{lease: lease, extraArgs: append(app.args(), "--readiness=candidate")})
-	g.add(c)
+	g.Add(c)
 	// The Lease is created without a holder and may be taken a lease
 	// duration later: wait three.
 	if err := holdsFor(3*leaseDuration, 100*time.Millisecond, func() error {
@@ -298,7 +298,7 @@ func TestHealthNeverHealthy(t *testing.T) {
 	}
 	// Healthy: it campaigns at once (the Lease is free).
 	app.healthy.Store(true)
-	g.waitLeader(2 * leaseDuration)
+	g.WaitLeader(2 * leaseDuration)
 }
 
 // TestHealthGatingShippedRBAC: candidates with health gating, bound only by
@@ -344,15 +344,15 @@ func TestHealthGatingShippedRBAC(t *testing.T) {
 	}
 	const lease = "leader-elector" // the base's; the component ships <lease>-candidates
 
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	for i := range 2 {
 		app := newAppHealth(t, true)
-		g.add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{
+		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{
 			lease: lease, namespace: namespace, kubeconfig: kubeconfig, extraArgs: app.args(), env: noStreamingLists,
 		}))
 	}
-	g.waitLeader(30 * time.Second)
+	g.WaitLeader(30 * time.Second)
 	// Every entry healthy and written at least three times (unhealthy at
 	// start, healthy, refreshed), each write an update of the whole Lease
 	// based on the version this candidate had read, the other's entry in it.
@@ -370,7 +370,7 @@ func TestHealthGatingShippedRBAC(t *testing.T) {
 		if entries == "" || json.Unmarshal([]byte(entries), &got) != nil {
 			return false, nil
 		}
-		for _, c := range g.members() {
+		for _, c := range g.Members() {
 			if e, ok := got[c.name]; !ok || !e.Healthy || e.Seq < 3 {
 				return false, nil
 			}
@@ -380,7 +380,7 @@ func TestHealthGatingShippedRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the candidates' entries with the shipped RBAC: %s (%v)", entries, err)
 	}
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if log := c.log(); strings.Contains(log, "forbidden") || strings.Contains(log, "Failed to watch") {
 			t.Errorf("%s was refused something with the shipped health-gating RBAC:\n%s", c.name, log)
 		}

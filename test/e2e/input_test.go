@@ -97,8 +97,8 @@ func TestBadFlags(t *testing.T) {
 func TestEnvironmentAndAliases(t *testing.T) {
 	lease := leaseName(t)
 	ports := harnesstest.FreePorts(t, 2)
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	byEnv := startCandidate(t, "by-env", candidateOptions{
 		bareArgs: true,
 		ports:    ports,
@@ -120,7 +120,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 			"LEADER_ELECTOR_V=2",
 		),
 	})
-	g.add(byEnv)
+	g.Add(byEnv)
 	aliasPorts := harnesstest.FreePorts(t, 2)
 	byAlias := startCandidate(t, "by-alias", candidateOptions{
 		bareArgs: true,
@@ -139,8 +139,8 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		},
 		env: harness.CleanEnv(),
 	})
-	g.add(byAlias)
-	leader := g.waitLeader(30 * time.Second)
+	g.Add(byAlias)
+	leader := g.WaitLeader(30 * time.Second)
 
 	for _, c := range []*candidate{byEnv, byAlias} {
 		s, err := c.state()

@@ -28,11 +28,11 @@ func TestJSONLogs(t *testing.T) {
 	started := float64(time.Now().UnixMilli())
 	a := startCandidate(t, "json-a", candidateOptions{lease: lease, extraArgs: []string{"--log-format=json"}})
 	b := startCandidate(t, "json-b", candidateOptions{lease: lease, env: []string{"LEADER_ELECTOR_LOGGING_FORMAT=json"}})
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
-	g.add(a)
-	g.add(b)
-	leader := g.waitLeader(30 * time.Second)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
+	g.Add(a)
+	g.Add(b)
+	leader := g.WaitLeader(30 * time.Second)
 	next := a
 	if leader == a {
 		next = b
@@ -41,7 +41,7 @@ func TestJSONLogs(t *testing.T) {
 	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	g.waitLeader(leaseDuration+2*time.Second, leader)
+	g.WaitLeader(leaseDuration+2*time.Second, leader)
 	// The new leader's line is written as it leads: wait for it, not for
 	// the first answer.
 	waitChangeLogged(t, next, "Became leader", "acquired")

@@ -92,7 +92,7 @@ func (m *monitor) poll(c *candidate) {
 			sent := time.Now()
 			s, err := c.state()
 			if err == nil {
-				m.record(observation{who: c.process(), sent: sent, received: time.Now(), state: s})
+				m.record(observation{who: c.h.String(), sent: sent, received: time.Now(), state: s})
 			}
 		}
 		select {

@@ -281,13 +281,13 @@ func startNotifiedPod(t *testing.T, g *group, i int, extra ...string) *notifiedP
 		// not about a slow app.
 		extraArgs: append([]string{"--on-change-url=" + app.url, "--on-change-timeout=10s"}, extra...),
 	})
-	g.add(c)
+	g.Add(c)
 	return &notifiedPod{c: c, app: app, events: followEvents(t, c)}
 }
 
 func newNotifyGroup(t *testing.T) *group {
-	g := &group{t: t, lease: leaseName(t)}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, leaseName(t))
+	g.monitor = startMonitor(t, g.Members)
 	return g
 }
 
@@ -318,14 +318,14 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 		}
 	}
 
-	first := g.waitLeader(30 * time.Second)
+	first := g.WaitLeader(30 * time.Second)
 	settled(pods...)
 
 	// The leader lets go; another takes over.
 	if code, _, body, err := first.do("POST", "/release", nil); err != nil || code != 200 {
 		t.Fatalf("POST /release = %d %s %v", code, body, err)
 	}
-	second := g.waitLeader(leaseDuration+5*time.Second, first)
+	second := g.WaitLeader(leaseDuration+5*time.Second, first)
 	settled(pods...)
 
 	// The new leader dies without a word; the third takes over after the
@@ -336,7 +336,7 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 	if _, err := second.waitExit(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	third := g.waitLeader(3*leaseDuration, second)
+	third := g.WaitLeader(3*leaseDuration, second)
 	var live []*notifiedPod
 	for _, p := range pods {
 		if p.c != second {
@@ -418,11 +418,11 @@ func TestChangeNotificationsSlowAppKeepsLeading(t *testing.T) {
 	slow := startCandidate(t, g.lease+"-slow", candidateOptions{lease: g.lease, extraArgs: []string{
 		"--on-change-url=" + app.URL + "/leader-changed", "--on-change-timeout=3s", "--on-change-retries=1",
 	}})
-	g.add(slow)
-	if leader := g.waitLeader(30 * time.Second); leader != slow {
+	g.Add(slow)
+	if leader := g.WaitLeader(30 * time.Second); leader != slow {
 		t.Fatalf("%s leads, want %s", leader.name, slow.name)
 	}
-	g.add(startCandidate(t, g.lease+"-other", candidateOptions{lease: g.lease}))
+	g.Add(startCandidate(t, g.lease+"-other", candidateOptions{lease: g.lease}))
 
 	start, err := slow.state()
 	if err != nil {

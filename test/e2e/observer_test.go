@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/leader-elector/leader-elector/test/cluster"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestObserver: a --candidate=false sidecar, running with the shipped
@@ -58,16 +59,16 @@ func TestObserver(t *testing.T) {
 	kubeconfig := observerKubeconfig(t, cp, rules)
 
 	admin := candidateOptions{lease: lease, kubeconfig: cp.AdminKubeconfig()}
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	for i := range 2 {
-		g.add(startCandidate(t, fmt.Sprintf("observed-%d", i), admin))
+		g.Add(startCandidate(t, fmt.Sprintf("observed-%d", i), admin))
 	}
 	obs := startCandidate(t, "observer", candidateOptions{lease: lease, kubeconfig: kubeconfig, extraArgs: []string{"--candidate=false"}})
-	g.add(obs) // the monitor checks it never claims
+	g.Add(obs) // the monitor checks it never claims
 
-	leader := g.waitLeader(30 * time.Second)
-	waitFollowing(t, obs, leader)
+	leader := g.WaitLeader(30 * time.Second)
+	harnesstest.WaitFollowing(t, obs, leader)
 	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
 		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
 	}
@@ -81,11 +82,11 @@ func TestObserver(t *testing.T) {
 
 	// It follows a handover and a crash.
 	leader.release(t)
-	next := g.waitLeader(10*time.Second, leader)
-	waitFollowing(t, obs, next)
+	next := g.WaitLeader(10*time.Second, leader)
+	harnesstest.WaitFollowing(t, obs, next)
 	next.h.Kill()
-	last := g.waitLeader(3*leaseDuration, next)
-	waitFollowing(t, obs, last)
+	last := g.WaitLeader(3*leaseDuration, next)
+	harnesstest.WaitFollowing(t, obs, last)
 
 	// The observer stops (SIGTERM: what it does on shutdown counts too),
 	// which ends its watch: the apiserver audits a request when it

@@ -41,7 +41,7 @@ func TestAPIServerOutage(t *testing.T) {
 		},
 	}
 	for _, o := range outages {
-		leader := g.waitLeader(30 * time.Second)
+		leader := g.WaitLeader(30 * time.Second)
 		began := time.Now()
 		if err := o.begin(); err != nil {
 			t.Fatalf("%s: %v", o.name, err)
@@ -93,10 +93,10 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 		restored = true
 		back := time.Now()
-		next := g.waitLeader(leaseDuration + 10*time.Second)
+		next := g.WaitLeader(leaseDuration + 10*time.Second)
 		t.Logf("MEASURED API server %s: leader %s stepped down %v after the outage began; %s leads %v after the API server came back",
 			o.name, leader.name, steppedDown.Round(time.Millisecond), next.name, time.Since(back).Round(time.Millisecond))
-		for _, c := range g.members() {
+		for _, c := range g.Members() {
 			if !c.running() {
 				t.Errorf("%s: %s exited during the outage", o.name, c.name)
 			}

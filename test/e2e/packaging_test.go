@@ -140,38 +140,26 @@ func podTemplateCommand(t *testing.T, spec *corev1.PodSpec, podName, namespace, 
 // releases and the other takes over. Nothing is refused along the way.
 func electAndHandOver(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconfig string) (*group, *candidate) {
 	t.Helper()
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	for _, pod := range []string{"pod-a", "pod-b"} {
-		g.add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
+		g.Add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
 	}
-	leader := g.waitLeader(30 * time.Second)
-	if holder := leaseHolder(t, namespace, lease); holder != leader.name {
+	leader := g.WaitLeader(30 * time.Second)
+	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, lease); holder != leader.name {
 		t.Errorf("the Lease names %q, %s leads", holder, leader.name)
 	}
 	leader.signal(syscall.SIGTERM)
 	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	next := g.waitLeader(10*time.Second, leader)
-	for _, c := range g.members() {
+	next := g.WaitLeader(10*time.Second, leader)
+	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
 		}
 	}
 	return g, next
-}
-
-func leaseHolder(t *testing.T, namespace, name string) string {
-	t.Helper()
-	l, err := controlPlane.AdminClient().CoordinationV1().Leases(namespace).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
 
 // checkRefused: the token that elects on the Lease gets nothing else — not
@@ -309,7 +297,7 @@ func TestHelmInstall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !after.IsLeader || after.FencingToken != before.FencingToken || leaseHolder(t, namespace, fullname) != leader.name {
+	if !after.IsLeader || after.FencingToken != before.FencingToken || harnesstest.LeaseHolder(t, controlPlane, namespace, fullname) != leader.name {
 		t.Errorf("helm upgrade disturbed the leader: before %+v, after %+v", before, after)
 	}
 	// Stop the candidates, then uninstall: the Role goes, the Lease stays
@@ -336,7 +324,7 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := electAndHandOver(t, spec, namespace, fullname, kubeconfig)
-	next := g.waitLeader(30 * time.Second)
+	next := g.WaitLeader(30 * time.Second)
 	again, err := next.state()
 	if err != nil {
 		t.Fatal(err)
@@ -369,9 +357,9 @@ func TestHelmInstallWithoutLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
-	g := &group{t: t, candidates: []*candidate{c}}
-	g.waitLeader(30 * time.Second)
-	if holder := leaseHolder(t, namespace, release+"-leader-elector"); holder != "pod-a" {
+	g := groupOf(t, "", c)
+	g.WaitLeader(30 * time.Second)
+	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, release+"-leader-elector"); holder != "pod-a" {
 		t.Errorf("the Lease the sidecar created names %q", holder)
 	}
 }
@@ -425,7 +413,7 @@ func TestKustomizeExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !after.IsLeader || after.FencingToken != before.FencingToken || leaseHolder(t, d.Namespace, lease.Name) != leader.name {
+	if !after.IsLeader || after.FencingToken != before.FencingToken || harnesstest.LeaseHolder(t, controlPlane, d.Namespace, lease.Name) != leader.name {
 		t.Errorf("applying the manifests again disturbed the leader: before %+v, after %+v", before, after)
 	}
 
@@ -449,6 +437,6 @@ func TestKustomizeExample(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
-		(&group{t: t, candidates: []*candidate{c}}).waitLeader(30 * time.Second)
+		groupOf(t, "", c).WaitLeader(30 * time.Second)
 	})
 }

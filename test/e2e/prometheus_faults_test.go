@@ -71,8 +71,8 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		const namespace = "prom-route"
 		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-		g.waitLeader(30 * time.Second)
-		prom := startPrometheus(t, metricsTargets(t, g.members()), testRules(t, map[string]time.Duration{"LeaderElectorRouteErrors": faultFor}))
+		g.WaitLeader(30 * time.Second)
+		prom := startPrometheus(t, metricsTargets(t, g.Members()), testRules(t, map[string]time.Duration{"LeaderElectorRouteErrors": faultFor}))
 		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteErrors")
 		proveAlert(t, prom, alerts, "LeaderElectorRouteErrors", faultFor, healthy, faultFor+leaseDuration+30*time.Second, "the EndpointSlice was deleted", func() {
@@ -91,8 +91,8 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 		slice := watchSlice(t, namespace, lease)
 		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-		g.waitLeader(30 * time.Second)
-		prom := startPrometheus(t, metricsTargets(t, g.members()), testRules(t, nil))
+		g.WaitLeader(30 * time.Second)
+		prom := startPrometheus(t, metricsTargets(t, g.Members()), testRules(t, nil))
 		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteTokenOverridden")
 		proveAlert(t, prom, alerts, "LeaderElectorRouteTokenOverridden", 0, healthy, repairBound+30*time.Second, "the slice was planted with a token no term wrote", func() {
@@ -133,10 +133,10 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		// over and renews (and a lone one's series go stale, which
 		// LeaderElectorNoLeader reports).
 		g := newGroup(t, 2, candidateOptions{})
-		g.waitLeader(30 * time.Second)
+		g.WaitLeader(30 * time.Second)
 		rules := testRulesEdited(t, map[string]time.Duration{"LeaderElectorRenewalStale": faultFor},
 			map[string][2]string{"LeaderElectorRenewalStale": {") > 10", fmt.Sprintf(") > %d", int(renewDeadline.Seconds()))}})
-		prom := startPrometheus(t, metricsTargets(t, g.members()), rules)
+		prom := startPrometheus(t, metricsTargets(t, g.Members()), rules)
 		waitQuery(t, prom, `max(leader_elector_last_renew_timestamp_seconds) > bool 0`, "1", 30*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRenewalStale")
 		frozen := false
@@ -157,7 +157,7 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		})
 		thaw()
 		// The next tests need the API server, and a leader shows it serves.
-		g.waitLeader(3 * leaseDuration)
+		g.WaitLeader(3 * leaseDuration)
 	})
 }
 

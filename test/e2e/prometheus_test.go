@@ -447,12 +447,12 @@ func TestPrometheusAlerts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	names := []string{lease + "-0", lease + "-1", lease + "-2"}
 	start := func(i int) *candidate {
 		c := startCandidate(t, names[i], candidateOptions{lease: lease, ports: ports[2*i : 2*i+2]})
-		g.add(c)
+		g.Add(c)
 		return c
 	}
 	var targets []string
@@ -467,7 +467,7 @@ func TestPrometheusAlerts(t *testing.T) {
 
 	prom := startPrometheus(t, targets, rules)
 	alerts := watchAlerts(t, prom, lease)
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 
 	// Prometheus sees the one leader through the rules' labels.
 	leaders := fmt.Sprintf(`sum(leader_elector_is_leader{lease=%q, lease_namespace="default"})`, lease)
@@ -491,13 +491,13 @@ func TestPrometheusAlerts(t *testing.T) {
 	if _, err := leader.waitExit(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	next := g.waitLeader(10*time.Second, leader)
+	next := g.WaitLeader(10*time.Second, leader)
 	restart(leader)
 	waitQuery(t, prom, leaders, "1", 10*time.Second)
 
 	next.h.Kill()
 	crashed := next
-	g.waitLeader(3*leaseDuration, crashed)
+	g.WaitLeader(3*leaseDuration, crashed)
 	restart(crashed)
 	waitQuery(t, prom, leaders, "1", 10*time.Second)
 	// Neither alert fires while the group is healthy again, for longer than
@@ -521,7 +521,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	alerts.reset()
 
 	// Every candidate killed: no leader.
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if c.running() {
 			c.h.Kill()
 		}
@@ -535,7 +535,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		start(i)
 	}
 	restarted := time.Now()
-	g.waitLeader(3 * leaseDuration)
+	g.WaitLeader(3 * leaseDuration)
 	var resolved time.Time
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		list, err := prom.alerts()

@@ -129,7 +129,7 @@ func TestShippedRBAC(t *testing.T) {
 	const namespace = "rbac-shipped"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	first, err := leader.state()
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestShippedRBAC(t *testing.T) {
 	if got := leaseEvents(t, namespace, lease); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 		t.Errorf("Events on the Lease when the old leader had exited:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	next := g.waitLeader(leaseDuration+2*time.Second, leader)
+	next := g.WaitLeader(leaseDuration+2*time.Second, leader)
 	want = append(want, fmt.Sprintf("%s became leader (reason acquired, fencing token %d)", next.name, first.FencingToken+1))
 	var got []string
 	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -159,7 +159,7 @@ func TestShippedRBAC(t *testing.T) {
 	}); err != nil || !slices.Equal(got, want) {
 		t.Errorf("Events on the Lease after the handover:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
 		}
@@ -235,14 +235,14 @@ func TestShippedRBACWithoutStreamingLists(t *testing.T) {
 	const namespace = "rbac-listing"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig, env: noStreamingLists})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	leader.release(t)
 	start := time.Now()
-	next := g.waitLeader(leaseDuration, leader)
+	next := g.WaitLeader(leaseDuration, leader)
 	t.Logf("%s took the released Lease from %s after %v", next.name, leader.name, time.Since(start).Round(time.Millisecond))
 	// A refused list shows as "forbidden" within a retry period of the
 	// start (see the case "without list"); both have run for longer.
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if log := c.log(); strings.Contains(log, "forbidden") || strings.Contains(log, "Failed to watch") {
 			t.Errorf("%s was refused something with the shipped RBAC and listing watches:\n%s", c.name, log)
 		}
@@ -311,8 +311,8 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 		const namespace = "rbac-no-events"
 		kubeconfig, lease := applyRBAC(t, namespace, []rbacv1.PolicyRule{leaseRule}, false)
 		c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-		g := &group{t: t, lease: lease, candidates: []*candidate{c}}
-		g.waitLeader(10 * time.Second)
+		g := groupOf(t, lease, c)
+		g.WaitLeader(10 * time.Second)
 		if status, _, body, err := c.do(http.MethodPost, "/release", nil); err != nil || status != http.StatusOK {
 			t.Fatalf("POST /release: %d %s, %v", status, body, err)
 		}
@@ -361,8 +361,8 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 			c := startCandidate(t, "crippled", o)
 			if verb == "get" {
 				// With the watch working, get is not even tried.
-				g := &group{t: t, lease: lease, candidates: []*candidate{c}}
-				g.waitLeader(10 * time.Second)
+				g := groupOf(t, lease, c)
+				g.WaitLeader(10 * time.Second)
 				return
 			}
 			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -372,8 +372,8 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 				t.Fatalf("no %q in the log without %q:\n%s", refusal, verb, c.log())
 			}
 			if leads {
-				g := &group{t: t, lease: lease, candidates: []*candidate{c}}
-				g.waitLeader(10 * time.Second)
+				g := groupOf(t, lease, c)
+				g.WaitLeader(10 * time.Second)
 			} else {
 				// A lease duration and then some: it never leads.
 				if err := holdsFor(leaseDuration+time.Second, 100*time.Millisecond, func() error {

@@ -70,7 +70,7 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 3, candidateOptions{})
-			leader := g.waitLeader(30 * time.Second)
+			leader := g.WaitLeader(30 * time.Second)
 			before, err := leader.state()
 			if err != nil {
 				t.Fatal(err)
@@ -86,7 +86,7 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 			}); err != nil {
 				t.Fatalf("%s still leads %v after the %s", leader.name, 2*renewDeadline, op)
 			}
-			next := g.waitLeader(3*leaseDuration + 5*time.Second)
+			next := g.WaitLeader(3*leaseDuration + 5*time.Second)
 			took := time.Since(applied)
 			after, err := next.state()
 			if err != nil {
@@ -116,21 +116,21 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 2, candidateOptions{})
-			leader := g.waitLeader(30 * time.Second)
+			leader := g.WaitLeader(30 * time.Second)
 			// A few terms, so that the old Lease's token is above its first.
 			for range 3 {
 				leader.signal(syscall.SIGTERM)
 				if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
 					t.Fatalf("%s exit code %d, %v", leader.name, code, err)
 				}
-				g.add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
-				leader = g.waitLeader(30*time.Second, leader)
+				g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+				leader = g.WaitLeader(30*time.Second, leader)
 			}
 			before, err := leader.state()
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, c := range g.members() {
+			for _, c := range g.Members() {
 				if c.running() {
 					c.signal(syscall.SIGKILL)
 					c.waitExit(10 * time.Second)
@@ -138,9 +138,9 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 			}
 			apply(t, g.lease)
 			for i := range 2 {
-				g.add(startCandidate(t, leader.name+"-new-"+string(rune('a'+i)), candidateOptions{lease: g.lease}))
+				g.Add(startCandidate(t, leader.name+"-new-"+string(rune('a'+i)), candidateOptions{lease: g.lease}))
 			}
-			next := g.waitLeader(3*leaseDuration + 5*time.Second)
+			next := g.WaitLeader(3*leaseDuration + 5*time.Second)
 			after, err := next.state()
 			if err != nil {
 				t.Fatal(err)
@@ -159,7 +159,7 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 // is above the old one.
 func TestLeaseDeletedWhileRunning(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestLeaseDeletedWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Lease was not created again: %v", err)
 	}
-	next := g.waitLeader(3*leaseDuration + 5*time.Second)
+	next := g.WaitLeader(3*leaseDuration + 5*time.Second)
 	after, err := next.state()
 	if err != nil {
 		t.Fatal(err)

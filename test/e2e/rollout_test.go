@@ -89,8 +89,8 @@ type fakePod struct {
 }
 
 func newFakeKubelet(t *testing.T, namespace, kubeconfig, lease string) *fakeKubelet {
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	return &fakeKubelet{t: t, namespace: namespace, kubeconfig: kubeconfig, group: g, pods: map[string]*fakePod{}}
 }
 
@@ -119,7 +119,7 @@ func (k *fakeKubelet) sync() {
 			}
 			p = &fakePod{c: fromPodTemplate(t, &pod.Spec, pod.Name, k.namespace, k.kubeconfig), hash: pod.Labels["pod-template-hash"]}
 			k.pods[pod.Name] = p
-			k.group.add(p.c)
+			k.group.Add(p.c)
 		}
 		if pod.DeletionTimestamp != nil {
 			if !p.terminated {

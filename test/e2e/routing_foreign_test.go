@@ -137,7 +137,7 @@ func TestRouteEndpointSliceForeignToken(t *testing.T) {
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-	first := g.waitLeader(30 * time.Second)
+	first := g.WaitLeader(30 * time.Second)
 	firstToken := tokenOf(t, first)
 	slice.waitSlice(first, firstToken, 10*time.Second)
 
@@ -153,7 +153,7 @@ func TestRouteEndpointSliceForeignToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	planted = plantSlice(t, slice, tokenClient(t, kubeconfig), namespace, lease, highestInt32)
-	next := g.waitLeader(leaseDuration+5*time.Second, first)
+	next := g.WaitLeader(leaseDuration+5*time.Second, first)
 	repaired = slice.waitSlice(next, tokenOf(t, next), repairBound)
 	t.Logf("MEASURED slice planted with %s (the sidecar's token) while no pod led: the next leader routes to itself %v after the planting", highestInt32, repaired.Sub(planted).Round(time.Millisecond))
 	if n := overridden(t, next, "above_lease"); n < 1 {
@@ -175,7 +175,7 @@ func TestRouteLabelForeignToken(t *testing.T) {
 	createPods(t, namespace, spec, podLabels, pods...)
 	labels := watchLabels(t, namespace)
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
-	first := g.waitLeader(30 * time.Second)
+	first := g.WaitLeader(30 * time.Second)
 	labels.waitLabelled(first, 10*time.Second)
 	firstToken := tokenOf(t, first)
 	follower := pods[0]
@@ -197,7 +197,7 @@ func TestRouteLabelForeignToken(t *testing.T) {
 	plantPod(t, controlPlane.AdminClient(), namespace, first.name, beyondTheLease)
 	first.signal(syscall.SIGKILL)
 	killed := time.Now()
-	next := g.waitLeader(leaseDuration+5*time.Second, first)
+	next := g.WaitLeader(leaseDuration+5*time.Second, first)
 	at := labels.waitLabelled(next, repairBound)
 	t.Logf("MEASURED label: the old leader's pod planted with %s and killed; only the next leader labelled %v after the kill", beyondTheLease, at.Sub(killed).Round(time.Millisecond))
 	checkPodLabels(t, namespace, lease, next.name, pods)

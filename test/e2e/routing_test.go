@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/routing"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // The tests here run sidecars configured exactly as manifests/example-
@@ -32,10 +33,10 @@ import (
 // routedGroup starts one sidecar per pod name from the template.
 func routedGroup(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconfig string, pods ...string) *group {
 	t.Helper()
-	g := &group{t: t, lease: lease}
-	g.monitor = startMonitor(t, g.members)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
 	for _, p := range pods {
-		g.add(routedCandidate(t, spec, p, namespace, kubeconfig))
+		g.Add(routedCandidate(t, spec, p, namespace, kubeconfig))
 	}
 	return g
 }
@@ -49,7 +50,7 @@ func routedCandidate(t *testing.T, spec *corev1.PodSpec, pod, namespace, kubecon
 
 func noneRefused(t *testing.T, g *group) {
 	t.Helper()
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
 		}
@@ -79,9 +80,9 @@ func TestRouteEndpointSlice(t *testing.T) {
 	// one stops, one is left to lead.
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c", "pod-d")
 
-	first := g.waitLeader(30 * time.Second)
+	first := g.WaitLeader(30 * time.Second)
 	slice.waitSlice(first, tokenOf(t, first), 10*time.Second)
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 			code, _, err := c.probe("/readyz")
 			return err == nil && code == http.StatusOK, nil
@@ -94,7 +95,7 @@ func TestRouteEndpointSlice(t *testing.T) {
 	// Crash: SIGKILL → the Lease expires → the next leader replaces the slice.
 	kill := time.Now()
 	first.signal(syscall.SIGKILL)
-	second := g.waitLeader(leaseDuration+5*time.Second, first)
+	second := g.WaitLeader(leaseDuration+5*time.Second, first)
 	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
 	t.Logf("MEASURED endpointslice crash failover: slice lists the new leader %v after SIGKILL (lease duration %v)", published.Sub(kill).Round(time.Millisecond), leaseDuration)
 
@@ -104,7 +105,7 @@ func TestRouteEndpointSlice(t *testing.T) {
 	if code, _, body, err := second.do("POST", "/release", nil); err != nil || code != http.StatusOK {
 		t.Fatalf("POST /release: %d %s %v", code, body, err)
 	}
-	third := g.waitLeader(10*time.Second, first, second)
+	third := g.WaitLeader(10*time.Second, first, second)
 	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
 	t.Logf("MEASURED endpointslice handover on POST /release: slice lists the new leader %v after the request; no endpoint listed for %v",
 		published.Sub(release).Round(time.Millisecond), noEndpointGap(slice.versions(), release).Round(time.Millisecond))
@@ -115,7 +116,7 @@ func TestRouteEndpointSlice(t *testing.T) {
 	if code, err := third.waitExit(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	fourth := g.waitLeader(10*time.Second, first, second, third)
+	fourth := g.WaitLeader(10*time.Second, first, second, third)
 	published = slice.waitSlice(fourth, tokenOf(t, fourth), 10*time.Second)
 	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v",
 		published.Sub(term).Round(time.Millisecond), noEndpointGap(slice.versions(), term).Round(time.Millisecond))
@@ -154,12 +155,12 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	proxy, proxied := startHoldingProxy(t, kubeconfig, sliceWrites)
 
 	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
-	old := g.waitLeader(30 * time.Second)
+	old := g.WaitLeader(30 * time.Second)
 	oldToken := tokenOf(t, old)
 	slice.waitSlice(old, oldToken, 10*time.Second)
 	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
-	g.add(next)
-	waitFollowing(t, next, old)
+	g.Add(next)
+	harnesstest.WaitFollowing(t, next, old)
 
 	// Something else empties the slice; the leader's next check rewrites
 	// it, and that write is held on the way.
@@ -175,7 +176,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	}
 	resume := freezeWithWriteHeld(t, proxy, old)
 
-	g.waitLeader(leaseDuration+5*time.Second, old)
+	g.WaitLeader(leaseDuration+5*time.Second, old)
 	newToken := tokenOf(t, next)
 	if newToken <= oldToken {
 		t.Fatalf("new term's token %d is not above the old %d", newToken, oldToken)
@@ -281,7 +282,7 @@ func TestRouteLabel(t *testing.T) {
 	labels := watchLabels(t, namespace)
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
 
-	first := g.waitLeader(30 * time.Second)
+	first := g.WaitLeader(30 * time.Second)
 	labels.waitLabelled(first, 10*time.Second)
 	checkPodLabels(t, namespace, lease, first.name, pods)
 
@@ -290,13 +291,13 @@ func TestRouteLabel(t *testing.T) {
 	if code, err := first.waitExit(10 * time.Second); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	second := g.waitLeader(10*time.Second, first)
+	second := g.WaitLeader(10*time.Second, first)
 	at := labels.waitLabelled(second, 10*time.Second)
 	t.Logf("MEASURED label graceful handover: only the new leader labelled %v after SIGTERM", at.Sub(term).Round(time.Millisecond))
 
 	kill := time.Now()
 	second.signal(syscall.SIGKILL)
-	third := g.waitLeader(leaseDuration+5*time.Second, first, second)
+	third := g.WaitLeader(leaseDuration+5*time.Second, first, second)
 	at = labels.waitLabelled(third, 10*time.Second)
 	t.Logf("MEASURED label crash failover: only the new leader labelled %v after SIGKILL (lease duration %v)", at.Sub(kill).Round(time.Millisecond), leaseDuration)
 	checkPodLabels(t, namespace, lease, third.name, pods)
@@ -341,11 +342,11 @@ func TestRouteLabelFencing(t *testing.T) {
 	proxy, proxied := startHoldingProxy(t, kubeconfig, podPatches("pod-a"))
 
 	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
-	old := g.waitLeader(30 * time.Second)
+	old := g.WaitLeader(30 * time.Second)
 	labels.waitLabelled(old, 10*time.Second)
 	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
-	g.add(next)
-	waitFollowing(t, next, old)
+	g.Add(next)
+	harnesstest.WaitFollowing(t, next, old)
 
 	// Something else clears the leader's label; its next check labels it
 	// again, and that patch is held on the way.
@@ -355,7 +356,7 @@ func TestRouteLabelFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume := freezeWithWriteHeld(t, proxy, old)
-	g.waitLeader(leaseDuration+5*time.Second, old)
+	g.WaitLeader(leaseDuration+5*time.Second, old)
 	labels.waitLabelled(next, 10*time.Second)
 
 	deliverLate(t, proxy)

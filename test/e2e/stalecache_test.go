@@ -30,8 +30,8 @@ import (
 func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	lease := leaseName(t)
 	leader := startCandidate(t, "live-leader", candidateOptions{lease: lease})
-	g := &group{t: t, lease: lease, candidates: []*candidate{leader}}
-	g.waitLeader(30 * time.Second)
+	g := groupOf(t, lease, leader)
+	g.WaitLeader(30 * time.Second)
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)

@@ -300,7 +300,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "children")
 	m := startChildMonitor(t, pidFile)
 	sups := map[*candidate]*supervisor{}
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		sups[c] = startSupervisor(t, c, []string{"--stop-grace=500ms"}, slowStopScript(pidFile))
 	}
 	current := m.waitNewChild(t, 0, leaseDuration+10*time.Second)
@@ -348,7 +348,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 	}
 	var report []string
 	for _, f := range faults {
-		leader := g.waitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(leaseDuration + 10*time.Second)
 		injected := bootNow()
 		undo := f.inject(leader)
 		var next workload
@@ -395,7 +395,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
 		pidFile := filepath.Join(t.TempDir(), "children")
 		m := startChildMonitor(t, pidFile)
-		leader := g.waitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(leaseDuration + 10*time.Second)
 		startSupervisor(t, leader, []string{"--stop-grace=500ms"}, `trap '' TERM; `+childScript(pidFile))
 		child := m.waitNewChild(t, 0, 10*time.Second)
 		if err := controlPlane.FreezeAPIServer(); err != nil {
@@ -426,7 +426,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 
 	t.Run("cannot execute", func(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
-		c := g.members()[0]
+		c := g.Members()[0]
 		noExec := filepath.Join(t.TempDir(), "not-executable")
 		if err := os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 			t.Fatal(err)
@@ -457,7 +457,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 
 	t.Run("exits at once, restart", func(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
-		leader := g.waitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(leaseDuration + 10*time.Second)
 		before, err := leader.state()
 		if err != nil {
 			t.Fatal(err)
@@ -489,7 +489,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 
 	t.Run("exits at once, release", func(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
-		leader := g.waitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(leaseDuration + 10*time.Second)
 		sup := startSupervisor(t, leader, []string{"--stop-grace=500ms", "--start-delay=0s"}, `exit 3`)
 		if code := sup.exitCode(15 * time.Second); code != 3 {
 			t.Errorf("exit code %d, want the child's 3", code)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestWatchers: an app watching a follower over SSE and long-poll learns
@@ -22,14 +23,14 @@ import (
 // anything up.
 func TestWatchers(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.waitLeader(30 * time.Second)
+	leader := g.WaitLeader(30 * time.Second)
 	var follower *candidate
-	for _, c := range g.members() {
+	for _, c := range g.Members() {
 		if c != leader {
 			follower = c
 		}
 	}
-	waitFollowing(t, follower, leader)
+	harnesstest.WaitFollowing(t, follower, leader)
 	before, err := follower.state()
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/harness"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestArm64ImageBinary runs the arm64 image's own binary, taken from the
@@ -65,7 +66,7 @@ func TestArm64ImageBinary(t *testing.T) {
 		t.Fatalf("the arm64 binary did not lead within 30 s: %v\n%s", err, c.LogTail(40))
 	}
 	elected := time.Since(start)
-	if holder := leaseHolder(t, "default", lease); holder != "arm64-image" {
+	if holder := harnesstest.LeaseHolder(t, controlPlane, "default", lease); holder != "arm64-image" {
 		t.Errorf("the Lease names %q, want arm64-image", holder)
 	}
 	if err := c.Signal(syscall.SIGTERM); err != nil {
@@ -74,7 +75,7 @@ func TestArm64ImageBinary(t *testing.T) {
 	if code, err := c.WaitExit(ctx, 15*time.Second); err != nil || code != 0 {
 		t.Fatalf("after SIGTERM: exit code %d, %v; want 0\n%s", code, err, c.LogTail(40))
 	}
-	if holder := leaseHolder(t, "default", lease); holder != "" {
+	if holder := harnesstest.LeaseHolder(t, controlPlane, "default", lease); holder != "" {
 		t.Errorf("after SIGTERM the Lease names %q, want it released", holder)
 	}
 	if !strings.Contains(c.Log(), "Released lease") {

@@ -500,7 +500,7 @@ func TestElectsInContainer(t *testing.T) {
 	if !rootReadOnly {
 		t.Errorf("the container's root filesystem is not mounted read-only")
 	}
-	if holder := leaseHolder(t, env.namespace, env.lease); holder != podName {
+	if holder := harnesstest.LeaseHolder(t, controlPlane, env.namespace, env.lease); holder != podName {
 		t.Errorf("the Lease names %q, want %q", holder, podName)
 	}
 
@@ -515,23 +515,11 @@ func TestElectsInContainer(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("still running 15 s after SIGTERM")
 	}
-	if holder := leaseHolder(t, env.namespace, env.lease); holder != "" {
+	if holder := harnesstest.LeaseHolder(t, controlPlane, env.namespace, env.lease); holder != "" {
 		t.Errorf("after SIGTERM the Lease names %q, want it released", holder)
 	}
 	t.Logf("checked in a container (read-only root, --seccomp, host network, in-cluster config from %s): led %s/%s as %s; /proc/%s/status Uid %s, CapEff %s, NoNewPrivs %s, Seccomp %s; released the Lease and exited 0 on SIGTERM",
 		packaging.TokenMountPath, env.namespace, env.lease, podName, pid, fields["Uid"], fields["CapEff"], fields["NoNewPrivs"], fields["Seccomp"])
-}
-
-func leaseHolder(t *testing.T, namespace, name string) string {
-	t.Helper()
-	l, err := controlPlane.AdminClient().CoordinationV1().Leases(namespace).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
 
 // TestDemoApp: the demo app of manifests/example — its own shell script,

@@ -1,0 +1,145 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Member is what a Group holds: a *Candidate, or a caller's own type that
+// wraps one (e2e binds each candidate to its test, the benchmark to its
+// service account).
+type Member interface {
+	comparable
+	// Process is the candidate process the member runs.
+	Process() *Candidate
+}
+
+// Process is c itself, so that a *Candidate is a Member.
+func (c *Candidate) Process() *Candidate { return c }
+
+// How often the waits ask each member's GET /leader.
+const (
+	leaderPoll = 10 * time.Millisecond
+	followPoll = 20 * time.Millisecond
+)
+
+// Group is candidates racing for one Lease. The zero value is an empty
+// group; it is safe for concurrent use (a monitor may read the members
+// while a test adds one).
+type Group[M Member] struct {
+	mu      sync.Mutex
+	members []M
+}
+
+// Add puts m in the group.
+func (g *Group[M]) Add(m M) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.members = append(g.members, m)
+}
+
+// Members are every member added, running or not, in the order added.
+func (g *Group[M]) Members() []M {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.members)
+}
+
+// Live are the members whose process is still running.
+func (g *Group[M]) Live() []M {
+	var live []M
+	for _, m := range g.Members() {
+		if m.Process().Running() {
+			live = append(live, m)
+		}
+	}
+	return live
+}
+
+// KillAll kills every member still running (SIGKILL) and waits for them.
+func (g *Group[M]) KillAll() {
+	for _, m := range g.Live() {
+		m.Process().Kill()
+	}
+}
+
+// WaitLeader waits until exactly one running member, other than those in
+// exclude, answers GET /leader with isLeader, and returns it. A member that
+// does not answer is not counted: a stopped or exiting one cannot, and its
+// term is the monitor's to judge.
+func (g *Group[M]) WaitLeader(ctx context.Context, timeout time.Duration, exclude ...M) (M, error) {
+	var leaders []M
+	err := wait.PollUntilContextTimeout(ctx, leaderPoll, timeout, true, func(ctx context.Context) (bool, error) {
+		leaders = leaders[:0]
+		for _, m := range g.Live() {
+			if slices.Contains(exclude, m) {
+				continue
+			}
+			if s, err := m.Process().API().Leader(ctx); err == nil && s.IsLeader {
+				leaders = append(leaders, m)
+			}
+		}
+		return len(leaders) == 1, nil
+	})
+	if err != nil {
+		var none M
+		return none, fmt.Errorf("no single leader within %v (last seen leading: %s): %w", timeout, names(leaders), err)
+	}
+	return leaders[0], nil
+}
+
+// WaitFollowing waits until every running member other than leader answers
+// GET /leader naming leader as the holder, and not leading itself: the
+// group has settled on leader.
+func (g *Group[M]) WaitFollowing(ctx context.Context, timeout time.Duration, leader M) error {
+	var lagging []M
+	err := wait.PollUntilContextTimeout(ctx, followPoll, timeout, true, func(ctx context.Context) (bool, error) {
+		lagging = lagging[:0]
+		for _, m := range g.Live() {
+			if m != leader && !m.Process().follows(ctx, leader.Process().Name()) {
+				lagging = append(lagging, m)
+			}
+		}
+		return len(lagging) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("not following %s within %v: %s: %w", leader.Process().Name(), timeout, names(lagging), err)
+	}
+	return nil
+}
+
+// WaitFollowing waits until c answers GET /leader naming leader as the
+// holder, and not leading itself. On a timeout the error says what c last
+// answered.
+func (c *Candidate) WaitFollowing(ctx context.Context, timeout time.Duration, leader string) error {
+	err := wait.PollUntilContextTimeout(ctx, followPoll, timeout, true, func(ctx context.Context) (bool, error) {
+		return c.follows(ctx, leader), nil
+	})
+	if err != nil {
+		s, serr := c.API().Leader(ctx)
+		return fmt.Errorf("%s does not follow %s within %v: %+v (%v): %w", c.name, leader, timeout, s, serr, err)
+	}
+	return nil
+}
+
+// follows tells whether c answers that leader holds the Lease.
+func (c *Candidate) follows(ctx context.Context, leader string) bool {
+	s, err := c.API().Leader(ctx)
+	return err == nil && s.Holder == leader && !s.IsLeader
+}
+
+func names[M Member](ms []M) string {
+	if len(ms) == 0 {
+		return "none"
+	}
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Process().Name()
+	}
+	return fmt.Sprint(out)
+}
