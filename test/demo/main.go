@@ -90,38 +90,59 @@ func run(hold bool, kubeconfig string) error {
 	}); err != nil {
 		return fmt.Errorf("build leader-elector: %w", err)
 	}
-	var tg target
+	tg, cleanup, err := chooseTarget(ctx, kubeconfig, work)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	var g harness.Group[*harness.Candidate]
+	defer g.KillAll()
+	if err := startCandidates(ctx, &g, binary, tg, work); err != nil {
+		return err
+	}
+	last, err := handOver(ctx, &g, tg)
+	if err != nil {
+		return err
+	}
+	if !hold {
+		say("Done. Run with HOLD=1 (make demo HOLD=1) to keep the candidates running and kill them yourself.")
+		return nil
+	}
+	holdOn(ctx, &g, last)
+	return nil
+}
+
+// chooseTarget is the cluster of kubeconfig if one is named, or else a
+// local control plane built and started in work. cleanup undoes what it
+// set up.
+func chooseTarget(ctx context.Context, kubeconfig, work string) (tg target, cleanup func(), err error) {
 	if kubeconfig != "" {
-		var cleanup func()
 		tg, cleanup, err = existingCluster(ctx, kubeconfig, work)
 		if err != nil {
-			return err
+			return target{}, nil, err
 		}
-		defer cleanup()
 		say("Using the cluster at %s (kubeconfig %s); no control plane is built. Lease %s/%s; timings: lease %v, renew deadline %v, retry %v", tg.host, kubeconfig, tg.namespace, leaseName, leaseDuration, renewDeadline, retryPeriod)
-	} else {
-		var binDir string
-		if err := building(ctx, "etcd and kube-apiserver", func() (err error) {
-			binDir, err = cluster.EnsureBinaries(ctx, os.Stderr)
-			return err
-		}); err != nil {
-			return err
-		}
-		cp, err := cluster.Start(ctx, cluster.Options{BinDir: binDir, WorkDir: filepath.Join(work, "cluster")})
-		if err != nil {
-			return err
-		}
-		defer cp.Stop()
-		tg = target{client: cp.AdminClient(), kubeconfig: cp.AdminKubeconfig(), namespace: "default", host: cp.Host()}
-		say("Control plane ready at %s; Lease default/%s; timings: lease %v, renew deadline %v, retry %v", cp.Host(), leaseName, leaseDuration, renewDeadline, retryPeriod)
+		return tg, cleanup, nil
 	}
+	var binDir string
+	if err := building(ctx, "etcd and kube-apiserver", func() (err error) {
+		binDir, err = cluster.EnsureBinaries(ctx, os.Stderr)
+		return err
+	}); err != nil {
+		return target{}, nil, err
+	}
+	cp, err := cluster.Start(ctx, cluster.Options{BinDir: binDir, WorkDir: filepath.Join(work, "cluster")})
+	if err != nil {
+		return target{}, nil, err
+	}
+	tg = target{client: cp.AdminClient(), kubeconfig: cp.AdminKubeconfig(), namespace: "default", host: cp.Host()}
+	say("Control plane ready at %s; Lease default/%s; timings: lease %v, renew deadline %v, retry %v", cp.Host(), leaseName, leaseDuration, renewDeadline, retryPeriod)
+	return tg, cp.Stop, nil
+}
 
-	var candidates []*harness.Candidate
-	defer func() {
-		for _, c := range candidates {
-			c.Kill()
-		}
-	}()
+// startCandidates starts the three candidates, pod-a to pod-c, into g.
+func startCandidates(ctx context.Context, g *harness.Group[*harness.Candidate], binary string, tg target, work string) error {
 	for _, name := range []string{"pod-a", "pod-b", "pod-c"} {
 		c, err := harness.StartCandidate(ctx, harness.CandidateOptions{
 			Binary:     binary,
@@ -136,64 +157,68 @@ func run(hold bool, kubeconfig string) error {
 		if err != nil {
 			return err
 		}
-		candidates = append(candidates, c)
+		g.Add(c)
 		say("Started %s (pid %d), its API at %s/leader", name, c.Pid(), c.APIURL())
 	}
+	return nil
+}
 
+// handOver is the demo's script: the first election, a graceful handover
+// (SIGTERM to the leader), a crash failover (SIGKILL to the next), and the
+// Events the sidecars recorded. It returns the last leader.
+func handOver(ctx context.Context, g *harness.Group[*harness.Candidate], tg target) (*harness.Candidate, error) {
 	say("The Lease is new, with no holder's history: the first leader takes it a lease duration (%v) after the candidates first see it, since a holder of an earlier Lease could still claim it", leaseDuration)
-	leader, err := waitLeader(ctx, candidates, nil, 30*time.Second)
+	leader, err := g.WaitLeader(ctx, 30*time.Second)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	show(ctx, candidates)
+	show(ctx, g)
 	say("The fencing token counts from the seconds since 2026-01-01 at the Lease's creation, so a re-created Lease never goes back")
 
 	say("Graceful handover: SIGTERM to the leader %s", leader.Name())
 	sent := time.Now()
 	if err := leader.Signal(syscall.SIGTERM); err != nil {
-		return err
+		return nil, err
 	}
-	next, err := waitLeader(ctx, candidates, leader, leaseDuration+5*time.Second)
+	next, err := g.WaitLeader(ctx, leaseDuration+5*time.Second, leader)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	code, err := leader.WaitExit(ctx, exitTimeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	say("%s exited with code %d; %s leads %v after the SIGTERM", leader.Name(), code, next.Name(), time.Since(sent).Round(time.Millisecond))
-	show(ctx, candidates)
+	show(ctx, g)
 
 	say("Crash: SIGKILL to the leader %s; the others wait for the Lease to expire (%v)", next.Name(), leaseDuration)
 	killed := time.Now()
 	if err := next.Signal(syscall.SIGKILL); err != nil {
-		return err
+		return nil, err
 	}
-	third, err := waitLeader(ctx, candidates, next, leaseDuration+5*time.Second)
+	third, err := g.WaitLeader(ctx, leaseDuration+5*time.Second, next)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	say("%s leads %v after the SIGKILL", third.Name(), time.Since(killed).Round(time.Millisecond))
-	show(ctx, candidates)
-	if err := showEvents(ctx, tg, third.Name()); err != nil {
-		return err
-	}
+	show(ctx, g)
+	return third, showEvents(ctx, tg, third.Name())
+}
 
-	if !hold {
-		say("Done. Run with HOLD=1 (make demo HOLD=1) to keep the candidates running and kill them yourself.")
-		return nil
-	}
-	say("Holding: kill %s (pid %d) yourself and watch; Ctrl-C ends the demo", third.Name(), third.Pid())
+// holdOn says who leads whenever it changes, until Ctrl-C, while the user
+// kills candidates.
+func holdOn(ctx context.Context, g *harness.Group[*harness.Candidate], leader *harness.Candidate) {
+	say("Holding: kill %s (pid %d) yourself and watch; Ctrl-C ends the demo", leader.Name(), leader.Pid())
 	var last string
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
-		if line := summary(ctx, candidates); line != last {
+		if line := summary(ctx, g); line != last {
 			say("%s", line)
 			last = line
 		}
@@ -230,32 +255,12 @@ func showEvents(ctx context.Context, tg target, lastLeader string) error {
 	return nil
 }
 
-// waitLeader waits until a live candidate other than not reports isLeader.
-func waitLeader(ctx context.Context, cs []*harness.Candidate, not *harness.Candidate, timeout time.Duration) (*harness.Candidate, error) {
-	var leader *harness.Candidate
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		for _, c := range cs {
-			if c == not || !c.Running() {
-				continue
-			}
-			if s, err := c.API().Leader(ctx); err == nil && s.IsLeader {
-				leader = c
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("no leader within %v: %w", timeout, err)
-	}
-	return leader, nil
-}
+// show says who leads and whom the others see.
+func show(ctx context.Context, g *harness.Group[*harness.Candidate]) { say("%s", summary(ctx, g)) }
 
-func show(ctx context.Context, cs []*harness.Candidate) { say("%s", summary(ctx, cs)) }
-
-func summary(ctx context.Context, cs []*harness.Candidate) string {
+func summary(ctx context.Context, g *harness.Group[*harness.Candidate]) string {
 	var parts []string
-	for _, c := range cs {
+	for _, c := range g.Members() {
 		if !c.Running() {
 			parts = append(parts, c.Name()+": gone")
 			continue
