@@ -31,9 +31,10 @@ type candidate struct {
 	user string
 }
 
-// group is the candidates of one implementation racing for one Lease, and
-// the pollers that feed the monitor.
+// group is the candidates of one implementation racing for one Lease (a
+// harness.Group), and the pollers that feed the monitor.
 type group struct {
+	harness.Group[*candidate]
 	opts *options
 	cp   *cluster.ControlPlane
 	im   *impl
@@ -42,10 +43,9 @@ type group struct {
 	work  string
 	mon   *invariant.Checker
 
-	mu      sync.Mutex
-	next    int
-	members []*candidate
-	latest  map[*candidate]observation
+	mu     sync.Mutex
+	next   int
+	latest map[*candidate]observation
 	// changed is closed (and replaced) on every observation, waking waiters.
 	changed     chan struct{}
 	pollCtx     context.Context
@@ -155,25 +155,12 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	}()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.members = append(g.members, c)
+	g.Add(c)
 	if g.pollCtx != nil {
 		g.pollers.Add(1)
 		go g.poll(g.pollCtx, c)
 	}
 	return c, nil
-}
-
-// live returns the running candidates.
-func (g *group) live() []*candidate {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []*candidate
-	for _, c := range g.members {
-		if c.Running() {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // startPolling asks every candidate, present and future, for its state every
@@ -182,11 +169,9 @@ func (g *group) startPolling() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pollCtx, g.stopPollers = context.WithCancel(context.Background())
-	for _, c := range g.members {
-		if c.Running() {
-			g.pollers.Add(1)
-			go g.poll(g.pollCtx, c)
-		}
+	for _, c := range g.Live() {
+		g.pollers.Add(1)
+		go g.poll(g.pollCtx, c)
 	}
 }
 
@@ -265,7 +250,7 @@ func (g *group) waitLeaderAfter(ctx context.Context, exclude *candidate, after t
 		answer observation
 	)
 	err := g.waitUntil(ctx, timeout, "a new leader", func() bool {
-		for _, c := range g.members {
+		for _, c := range g.Members() {
 			o, ok := g.latest[c]
 			if c != exclude && c.Running() && ok && o.state.IsLeader && o.sent.After(after) {
 				leader, answer = c, o
@@ -277,34 +262,12 @@ func (g *group) waitLeaderAfter(ctx context.Context, exclude *candidate, after t
 	return leader, answer, err
 }
 
-// waitLeader waits for a leader other than exclude.
-func (g *group) waitLeader(ctx context.Context, exclude *candidate, timeout time.Duration) (*candidate, error) {
-	c, _, err := g.waitLeaderAfter(ctx, exclude, time.Time{}, timeout)
-	return c, err
-}
-
-// waitFollowing waits until every other running candidate names leader as
-// the holder, so that a handover starts from a settled group.
-func (g *group) waitFollowing(ctx context.Context, leader *candidate) error {
-	settled := time.Now()
-	return g.waitUntil(ctx, 10*time.Second+g.opts.RetryPeriod*2, "every candidate following "+leader.Name(), func() bool {
-		for _, c := range g.members {
-			if !c.Running() || c == leader {
-				continue
-			}
-			o, ok := g.latest[c]
-			if !ok || !o.sent.After(settled) || o.state.Holder != leader.Name() || o.state.IsLeader {
-				return false
-			}
-		}
-		return true
-	})
-}
+// settleBound bounds how long the others take to follow a new leader
+// (Group.WaitFollowing), so that a handover starts from a settled group.
+func (g *group) settleBound() time.Duration { return 10*time.Second + g.opts.RetryPeriod*2 }
 
 // stopAll stops every candidate still running (SIGKILL) and waits for them.
 func (g *group) stopAll() {
 	g.stopPolling()
-	for _, c := range g.live() {
-		c.Kill()
-	}
+	g.KillAll()
 }

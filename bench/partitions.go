@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -55,25 +54,13 @@ func (w rebalanceWindow) rate() float64 { return float64(w.requests) / w.to.Sub(
 // while the group is idle, from the audit log. A monitor checks every
 // partition's safety throughout (test/invariant); a violation fails the run.
 func runPartitions(ctx context.Context, opts *options) (err error) {
-	work, err := os.MkdirTemp("", "leader-elector-bench-partitions-")
-	if err != nil {
-		return fmt.Errorf("create work dir: %w", err)
-	}
-	defer func() { finishWorkDir(opts, work, err != nil) }()
-	root, err := harness.RepoRoot()
+	im := &impl{key: "partitions", pkg: ".", prefix: "pm", leaderElector: true, partitions: opts.Partitions}
+	set, err := setUp(ctx, opts, "leader-elector-bench-partitions-", im)
 	if err != nil {
 		return err
 	}
-	code := describe(ctx, root)
-	im := &impl{key: "partitions", binary: filepath.Join(work, "bin", "leader-elector"), prefix: "pm", leaderElector: true, partitions: opts.Partitions}
-	if err := build(ctx, ".", im.binary); err != nil {
-		return err
-	}
-	cp, err := startControlPlane(ctx, work)
-	if err != nil {
-		return err
-	}
-	defer cp.Stop()
+	defer func() { set.tearDown(opts, err != nil) }()
+	work, cp, code := set.work, set.cp, set.code
 	logf("control plane ready at %s; %d partitions, %d members; timings: lease %v, renew %v, retry %v",
 		cp.Host(), opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod)
 
@@ -124,7 +111,7 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 		window("join", start, took)
 		logf("join %d: full and fair after %v", round+1, took.Round(time.Millisecond))
 
-		live := g.live()
+		live := g.Live()
 		victim := live[round%len(live)]
 		start = time.Now()
 		if err := victim.Signal(syscall.SIGKILL); err != nil {
@@ -185,7 +172,7 @@ func monitorPartitions(g *group, checker *invariant.Partitions, interval time.Du
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
-			for _, c := range g.live() {
+			for _, c := range g.Live() {
 				if seen[c] {
 					continue
 				}
@@ -231,7 +218,7 @@ func waitPartitionsFair(ctx context.Context, g *group, n int, start time.Time, t
 	why := ""
 	for time.Now().Before(deadline) {
 		var ok bool
-		if ok, why = partitionsFair(ctx, g.live(), n); ok {
+		if ok, why = partitionsFair(ctx, g.Live(), n); ok {
 			return time.Since(start), nil
 		}
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
@@ -268,7 +255,7 @@ func partitionsFair(ctx context.Context, members []*candidate, n int) (bool, str
 // idlePartitions lets the stable group sit, unpolled, for IdleWindow and
 // records the window for countRequests.
 func idlePartitions(ctx context.Context, opts *options, g *group, res *partitionResult) error {
-	members := g.live()
+	members := g.Live()
 	logf("partitions idle: %d members; settling %v, then measuring %v", len(members), opts.IdleWarmup, opts.IdleWindow)
 	if err := pause(ctx, opts.IdleWarmup); err != nil {
 		return err

@@ -21,7 +21,7 @@ func currentLeader(ctx context.Context, opts *options, g *group) (*candidate, er
 	if err != nil {
 		return nil, err
 	}
-	if err := g.waitFollowing(ctx, leader); err != nil {
+	if err := g.WaitFollowing(ctx, g.settleBound(), leader); err != nil {
 		return nil, err
 	}
 	return leader, nil
@@ -46,7 +46,7 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 		if opts.HandoverSSE == 0 || !g.im.leaderElector {
 			return nil
 		}
-		live := g.live()
+		live := g.Live()
 		if opts.HandoverSSEOne {
 			for _, c := range live {
 				if streaming[c] {
@@ -132,7 +132,7 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 		if err := attach(nil); err != nil {
 			return err
 		}
-		for _, c := range g.live() {
+		for _, c := range g.Live() {
 			m, err := residentMemory(c.Pid())
 			if err != nil {
 				return err
@@ -315,7 +315,7 @@ func roles(ctx context.Context, g *group) (*candidate, []*candidate, error) {
 		leader    *candidate
 		followers []*candidate
 	)
-	for _, c := range g.live() {
+	for _, c := range g.Live() {
 		s, err := c.API().Leader(ctx)
 		if err != nil {
 			return nil, nil, err

@@ -4,19 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/leader-elector/leader-elector/test/cluster"
-	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // namespace holds every Lease and service account of the run.
@@ -25,8 +18,10 @@ const namespace = "bench"
 // impl is one implementation under test.
 type impl struct {
 	// key names it in the table and in Lease and candidate names.
-	key    string
-	binary string
+	key string
+	// pkg is the Go package built, "." for leader-elector; setUp builds it
+	// into binary.
+	pkg, binary string
 	// prefix starts its candidates' identities (and service accounts).
 	prefix string
 	// leaderElector: it serves probes, /events, validUntil and fencingToken,
@@ -44,36 +39,16 @@ func run(ctx context.Context, opts *options) (err error) {
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "leader-elector-bench-")
-	if err != nil {
-		return fmt.Errorf("create work dir: %w", err)
-	}
-	defer func() { finishWorkDir(opts, work, err != nil) }()
-
-	root, err := harness.RepoRoot()
-	if err != nil {
-		return err
-	}
-	code := describe(ctx, root)
 	impls := []*impl{
-		{key: "baseline", binary: filepath.Join(work, "bin", "baseline"), prefix: "base"},
-		{key: "leader-elector", binary: filepath.Join(work, "bin", "leader-elector"), prefix: "le", leaderElector: true},
+		{key: "baseline", pkg: "./bench/baseline", prefix: "base"},
+		{key: "leader-elector", pkg: ".", prefix: "le", leaderElector: true},
 	}
-	for _, im := range impls {
-		pkg := "."
-		if !im.leaderElector {
-			pkg = "./bench/baseline"
-		}
-		if err := build(ctx, pkg, im.binary); err != nil {
-			return err
-		}
-	}
-
-	cp, err := startControlPlane(ctx, work)
+	set, err := setUp(ctx, opts, "leader-elector-bench-", impls...)
 	if err != nil {
 		return err
 	}
-	defer cp.Stop()
+	defer func() { set.tearDown(opts, err != nil) }()
+	work, cp, code := set.work, set.cp, set.code
 	logf("control plane ready at %s; timings: lease %v, renew %v, retry %v; %d candidates",
 		cp.Host(), opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.Candidates)
 
@@ -138,11 +113,11 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 			return nil, err
 		}
 	}
-	leader, err := g.waitLeader(ctx, nil, 30*time.Second+opts.LeaseDuration)
+	leader, err := g.WaitLeader(ctx, 30*time.Second+opts.LeaseDuration)
 	if err != nil {
 		return nil, fmt.Errorf("first election: %w", err)
 	}
-	if err := g.waitFollowing(ctx, leader); err != nil {
+	if err := g.WaitFollowing(ctx, g.settleBound(), leader); err != nil {
 		return nil, err
 	}
 
@@ -167,85 +142,13 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 		return nil, err
 	}
 	users := map[string]bool{}
-	g.mu.Lock()
-	for _, c := range g.members {
+	for _, c := range g.Members() {
 		users[c.user] = true
 	}
-	g.mu.Unlock()
 	if err := countWindowRequests(cp, users, res.handoverRequests, res.crashRequests); err != nil {
 		return nil, err
 	}
 	return res, nil
-}
-
-// startControlPlane starts etcd and kube-apiserver with an audit log, which
-// attributes every request to its candidate, and grants the bench namespace
-// its Leases.
-func startControlPlane(ctx context.Context, work string) (*cluster.ControlPlane, error) {
-	binDir, err := cluster.EnsureBinaries(ctx, os.Stderr)
-	if err != nil {
-		return nil, fmt.Errorf("control plane binaries: %w", err)
-	}
-	cp, err := cluster.Start(ctx, cluster.Options{
-		BinDir:  binDir,
-		WorkDir: filepath.Join(work, "cluster"),
-		Log:     logWriter{},
-		Audit:   true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start control plane: %w", err)
-	}
-	if err := grantLeases(ctx, cp); err != nil {
-		cp.Stop()
-		return nil, err
-	}
-	return cp, nil
-}
-
-// grantLeases lets every service account of the bench namespace use Leases
-// (and Events, should an implementation record them). Each candidate runs as
-// its own service account so that the audit log tells their requests apart.
-func grantLeases(ctx context.Context, cp *cluster.ControlPlane) error {
-	cs := cp.AdminClient()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", namespace, err)
-	}
-	role := &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-candidates", Namespace: namespace},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
-		},
-	}
-	if _, err := cs.RbacV1().Roles(namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create role: %w", err)
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench-candidates", Namespace: namespace},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:serviceaccounts:" + namespace}},
-	}
-	if _, err := cs.RbacV1().RoleBindings(namespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create role binding: %w", err)
-	}
-	return nil
-}
-
-// finishWorkDir removes the work dir, unless asked to keep it; a failed
-// run keeps its logs (candidates, API server, audit log).
-func finishWorkDir(opts *options, work string, failed bool) {
-	if opts.KeepWorkDir || failed {
-		logf("work dir kept: %s", work)
-		return
-	}
-	os.RemoveAll(work)
-}
-
-// build compiles pkg as a release binary (harness.Build.Release), so that
-// memory, CPU and latency are those of what ships.
-func build(ctx context.Context, pkg, out string) error {
-	return harness.BuildBinary(ctx, out, harness.Build{Package: pkg, Release: true})
 }
 
 // logWriter sends the control plane's progress lines to the bench log.
@@ -259,18 +162,6 @@ func (logWriter) Write(p []byte) (int, error) {
 // logf prints a progress line on stderr; the table goes to stdout.
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
-}
-
-// describe names the code measured: the commit, and whether the working tree
-// had changes on top of it, when the binaries were built.
-func describe(ctx context.Context, root string) string {
-	cmd := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
-		return "unknown commit"
-	}
-	return "commit " + strings.TrimSpace(string(out))
 }
 
 // machine describes where the figures were taken.
