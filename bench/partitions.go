@@ -69,68 +69,8 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 	checker := invariant.NewPartitions()
 	stopMonitor := monitorPartitions(g, checker, max(opts.PollInterval, 20*time.Millisecond))
 	res := &partitionResult{users: map[string]bool{}}
-	startMember := func() error {
-		c, err := g.start(ctx)
-		if err == nil {
-			res.users[c.user] = true
-		}
+	if err := (&rebalancer{opts: opts, g: g, res: res}).run(ctx); err != nil {
 		return err
-	}
-	window := func(kind string, from time.Time, took time.Duration) {
-		res.windows = append(res.windows, rebalanceWindow{kind: kind, from: from, to: from.Add(took)})
-	}
-
-	groupStart := time.Now()
-	for range opts.PartitionMembers - 1 {
-		if err := startMember(); err != nil {
-			return err
-		}
-	}
-	// A settling bound, not a target: a crashed member's partitions wait
-	// for their Leases to expire; everything else takes a few round trips.
-	// The members start one after another, so the first assignment's
-	// bound has a second more per member.
-	bound := 3*opts.LeaseDuration + 20*opts.RetryPeriod + 30*time.Second
-	took, err := waitPartitionsFair(ctx, g, opts.Partitions, groupStart, bound+time.Duration(opts.PartitionMembers)*time.Second)
-	if err != nil {
-		return fmt.Errorf("first assignment: %w", err)
-	}
-	res.start = took
-	window("start", groupStart, took)
-	logf("start: %d members full and fair %v after the first one started", opts.PartitionMembers-1, took.Round(time.Millisecond))
-	for round := range opts.PartitionRounds {
-		start := time.Now()
-		if err := startMember(); err != nil {
-			return err
-		}
-		took, err := waitPartitionsFair(ctx, g, opts.Partitions, start, bound)
-		if err != nil {
-			return fmt.Errorf("join %d: %w", round+1, err)
-		}
-		res.joins = append(res.joins, took)
-		window("join", start, took)
-		logf("join %d: full and fair after %v", round+1, took.Round(time.Millisecond))
-
-		live := g.Live()
-		victim := live[round%len(live)]
-		start = time.Now()
-		if err := victim.Signal(syscall.SIGKILL); err != nil {
-			return err
-		}
-		<-victim.Done()
-		if took, err = waitPartitionsFair(ctx, g, opts.Partitions, start, bound); err != nil {
-			return fmt.Errorf("crash %d: %w", round+1, err)
-		}
-		res.crashes = append(res.crashes, took)
-		window("crash", start, took)
-		logf("crash %d: full and fair after %v", round+1, took.Round(time.Millisecond))
-	}
-	// Back to the full group for the idle measurement.
-	if err := startMember(); err != nil {
-		return err
-	}
-	if _, err := waitPartitionsFair(ctx, g, opts.Partitions, time.Now(), bound); err != nil {
-		return fmt.Errorf("last join: %w", err)
 	}
 	stopMonitor()
 	res.safety = checker.Check(opts.Partitions)
@@ -159,6 +99,101 @@ func runPartitions(ctx context.Context, opts *options) (err error) {
 		return fmt.Errorf("partition mode: %d safety violations: %s", n, strings.Join(res.safety.Violations, "; "))
 	}
 	return nil
+}
+
+// rebalancer drives the partition group through its rebalances and times
+// each into res: the start, PartitionRounds joins and crashes, and a last
+// join back to the full group for the idle measurement.
+type rebalancer struct {
+	opts *options
+	g    *group
+	res  *partitionResult
+}
+
+func (r *rebalancer) run(ctx context.Context) error {
+	opts := r.opts
+	groupStart := time.Now()
+	for range opts.PartitionMembers - 1 {
+		if err := r.startMember(ctx); err != nil {
+			return err
+		}
+	}
+	// The members start one after another, so the first assignment's
+	// bound has a second more per member.
+	took, err := r.measure(ctx, "start", groupStart, r.bound()+time.Duration(opts.PartitionMembers)*time.Second)
+	if err != nil {
+		return fmt.Errorf("first assignment: %w", err)
+	}
+	r.res.start = took
+	logf("start: %d members full and fair %v after the first one started", opts.PartitionMembers-1, took.Round(time.Millisecond))
+	for round := range opts.PartitionRounds {
+		if err := r.round(ctx, round+1); err != nil {
+			return err
+		}
+	}
+	// Back to the full group for the idle measurement.
+	if err := r.startMember(ctx); err != nil {
+		return err
+	}
+	if _, err := waitPartitionsFair(ctx, r.g, opts.Partitions, time.Now(), r.bound()); err != nil {
+		return fmt.Errorf("last join: %w", err)
+	}
+	return nil
+}
+
+// round is one join (a new member) and one crash (SIGKILL to a live one,
+// a different one each round).
+func (r *rebalancer) round(ctx context.Context, n int) error {
+	start := time.Now()
+	if err := r.startMember(ctx); err != nil {
+		return err
+	}
+	took, err := r.measure(ctx, "join", start, r.bound())
+	if err != nil {
+		return fmt.Errorf("join %d: %w", n, err)
+	}
+	r.res.joins = append(r.res.joins, took)
+	logf("join %d: full and fair after %v", n, took.Round(time.Millisecond))
+
+	live := r.g.Live()
+	victim := live[(n-1)%len(live)]
+	start = time.Now()
+	if err := victim.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	<-victim.Done()
+	if took, err = r.measure(ctx, "crash", start, r.bound()); err != nil {
+		return fmt.Errorf("crash %d: %w", n, err)
+	}
+	r.res.crashes = append(r.res.crashes, took)
+	logf("crash %d: full and fair after %v", n, took.Round(time.Millisecond))
+	return nil
+}
+
+// bound is a settling bound, not a target: a crashed member's partitions
+// wait for their Leases to expire; everything else takes a few round
+// trips.
+func (r *rebalancer) bound() time.Duration {
+	return 3*r.opts.LeaseDuration + 20*r.opts.RetryPeriod + 30*time.Second
+}
+
+// startMember starts a member, whose requests the audit log counts.
+func (r *rebalancer) startMember(ctx context.Context) error {
+	c, err := r.g.start(ctx)
+	if err == nil {
+		r.res.users[c.user] = true
+	}
+	return err
+}
+
+// measure waits for a full and fair assignment after the change at from
+// and keeps the rebalance's window, whose requests are counted later.
+func (r *rebalancer) measure(ctx context.Context, kind string, from time.Time, bound time.Duration) (time.Duration, error) {
+	took, err := waitPartitionsFair(ctx, r.g, r.opts.Partitions, from, bound)
+	if err == nil {
+		r.res.windows = append(r.res.windows, rebalanceWindow{kind: kind, from: from, to: from.Add(took)})
+	}
+	return took, err
 }
 
 // monitorPartitions asks every member, present and future, for GET
