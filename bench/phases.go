@@ -35,47 +35,15 @@ const handoverSpacing = 1100 * time.Millisecond
 // a replacement so that the group keeps its size.
 func handovers(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult) error {
 	var previous time.Time
-	// With HandoverSSE, every leader-elector candidate present at a round
-	// has that many /events streams attached (HandoverSSEOne: one
-	// candidate at a time, a follower when it gets them, which may then
-	// lead and leave); a stream ends with its candidate.
-	streaming := map[*candidate]bool{}
 	sseCtx, stopSSE := context.WithCancel(ctx)
 	defer stopSSE()
-	attach := func(leader *candidate) error {
-		if opts.HandoverSSE == 0 || !g.im.leaderElector {
-			return nil
-		}
-		live := g.Live()
-		if opts.HandoverSSEOne {
-			for _, c := range live {
-				if streaming[c] {
-					return nil
-				}
-			}
-		}
-		for _, c := range live {
-			if opts.HandoverSSEOne && c == leader {
-				continue
-			}
-			if !streaming[c] {
-				streaming[c] = true
-				if err := attachSSE(sseCtx, c.APIURL()+"/events", opts.HandoverSSE); err != nil {
-					return fmt.Errorf("%s: %w", c.Name(), err)
-				}
-				if opts.HandoverSSEOne {
-					return nil
-				}
-			}
-		}
-		return nil
-	}
+	sse := &sseStreams{opts: opts, g: g, streaming: map[*candidate]bool{}}
 	for round := 1; round <= opts.Handovers; round++ {
 		leader, err := currentLeader(ctx, opts, g)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
-		if err := attach(leader); err != nil {
+		if err := sse.attach(sseCtx, leader); err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		// Pacing, not synchronisation: leader-elector starts at most one
@@ -90,60 +58,118 @@ func handovers(ctx context.Context, opts *options, g *group, history *leaseHisto
 			case <-time.After(wait):
 			}
 		}
-		from := history.len()
-		sent := time.Now()
-		previous = sent
-		if err := leader.Signal(syscall.SIGTERM); err != nil {
+		if previous, err = handover(ctx, opts, g, history, res, round, leader); err != nil {
 			return err
 		}
-		next, answer, err := g.waitLeaderAfter(ctx, leader, sent, opts.LeaseDuration+10*time.Second)
-		if err != nil {
-			return fmt.Errorf("round %d: after SIGTERM to %s: %w", round, leader.Name(), err)
-		}
-		took := answer.received.Sub(sent)
-		res.handovers = append(res.handovers, took)
-
-		code, err := leader.WaitExit(ctx, exitTimeout)
-		if err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
-		}
-		if code != 0 {
-			res.badExits = append(res.badExits, fmt.Sprintf("%s exited %d after SIGTERM (log: %s)", leader.Name(), code, leader.LogPath()))
-		}
-		records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.Name(), func(r leaseRecord) bool { return r.holder == next.Name() })
-		if err != nil {
-			return fmt.Errorf("round %d: %w", round, err)
-		}
-		released := false
-		for _, r := range records[from:] {
-			released = released || r.holder == ""
-		}
-		if released {
-			res.released++
-		}
-		res.handoverRequests = append(res.handoverRequests, windowRequests{from: sent, to: time.Now()})
-		logf("%s handover %d/%d: %s → %s, answers isLeader %v after SIGTERM (released: %v, exit %d)",
-			g.im.key, round, opts.Handovers, leader.Name(), next.Name(), ms(took), released, code)
 		if _, err := g.start(ctx); err != nil {
 			return err
 		}
 	}
-	if len(streaming) > 0 {
-		if err := attach(nil); err != nil {
+	return sse.measure(sseCtx, res)
+}
+
+// handover is one round: SIGTERM to leader, the time until another answers
+// isLeader: true, the leader's exit, and whether it released the Lease
+// first. It returns when the SIGTERM was sent.
+func handover(ctx context.Context, opts *options, g *group, history *leaseHistory, res *implResult, round int, leader *candidate) (time.Time, error) {
+	from := history.len()
+	sent := time.Now()
+	if err := leader.Signal(syscall.SIGTERM); err != nil {
+		return sent, err
+	}
+	next, answer, err := g.waitLeaderAfter(ctx, leader, sent, opts.LeaseDuration+10*time.Second)
+	if err != nil {
+		return sent, fmt.Errorf("round %d: after SIGTERM to %s: %w", round, leader.Name(), err)
+	}
+	took := answer.received.Sub(sent)
+	res.handovers = append(res.handovers, took)
+
+	code, err := leader.WaitExit(ctx, exitTimeout)
+	if err != nil {
+		return sent, fmt.Errorf("round %d: %w", round, err)
+	}
+	if code != 0 {
+		res.badExits = append(res.badExits, fmt.Sprintf("%s exited %d after SIGTERM (log: %s)", leader.Name(), code, leader.LogPath()))
+	}
+	records, err := history.waitFor(ctx, from, 10*time.Second, "holder "+next.Name(), func(r leaseRecord) bool { return r.holder == next.Name() })
+	if err != nil {
+		return sent, fmt.Errorf("round %d: %w", round, err)
+	}
+	released := false
+	for _, r := range records[from:] {
+		released = released || r.holder == ""
+	}
+	if released {
+		res.released++
+	}
+	res.handoverRequests = append(res.handoverRequests, windowRequests{from: sent, to: time.Now()})
+	logf("%s handover %d/%d: %s → %s, answers isLeader %v after SIGTERM (released: %v, exit %d)",
+		g.im.key, round, opts.Handovers, leader.Name(), next.Name(), ms(took), released, code)
+	return sent, nil
+}
+
+// sseStreams attaches the handover rounds' /events streams: with
+// HandoverSSE, every leader-elector candidate present at a round has that
+// many streams attached (HandoverSSEOne: one candidate at a time, a
+// follower when it gets them, which may then lead and leave); a stream
+// ends with its candidate, or with the context it was attached with.
+type sseStreams struct {
+	opts      *options
+	g         *group
+	streaming map[*candidate]bool
+}
+
+// attach attaches streams to the candidates that need them; leader is
+// passed over in HandoverSSEOne.
+func (s *sseStreams) attach(ctx context.Context, leader *candidate) error {
+	if s.opts.HandoverSSE == 0 || !s.g.im.leaderElector {
+		return nil
+	}
+	live := s.g.Live()
+	if s.opts.HandoverSSEOne {
+		for _, c := range live {
+			if s.streaming[c] {
+				return nil
+			}
+		}
+	}
+	for _, c := range live {
+		if s.opts.HandoverSSEOne && c == leader {
+			continue
+		}
+		if !s.streaming[c] {
+			s.streaming[c] = true
+			if err := attachSSE(ctx, c.APIURL()+"/events", s.opts.HandoverSSE); err != nil {
+				return fmt.Errorf("%s: %w", c.Name(), err)
+			}
+			if s.opts.HandoverSSEOne {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// measure reads, if streams were attached, each live candidate's memory
+// with its streams (attaching them to the last round's replacement first).
+func (s *sseStreams) measure(ctx context.Context, res *implResult) error {
+	if len(s.streaming) == 0 {
+		return nil
+	}
+	if err := s.attach(ctx, nil); err != nil {
+		return err
+	}
+	for _, c := range s.g.Live() {
+		m, err := residentMemory(c.Pid())
+		if err != nil {
 			return err
 		}
-		for _, c := range g.Live() {
-			m, err := residentMemory(c.Pid())
-			if err != nil {
-				return err
-			}
-			res.sseMem = append(res.sseMem, m)
-			rt, err := harness.RuntimeMetrics(ctx, c.HTTPClient(), c.ProbeURL()+"/metrics")
-			if err != nil {
-				return err
-			}
-			res.sseRuntime = append(res.sseRuntime, rt)
+		res.sseMem = append(res.sseMem, m)
+		rt, err := harness.RuntimeMetrics(ctx, c.HTTPClient(), c.ProbeURL()+"/metrics")
+		if err != nil {
+			return err
 		}
+		res.sseRuntime = append(res.sseRuntime, rt)
 	}
 	return nil
 }
