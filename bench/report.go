@@ -80,8 +80,26 @@ type row struct {
 	figure, base, le, ratio, target, result string
 }
 
-// renderTable prints the comparison as a markdown table.
+// renderTable prints the comparison as a markdown table: the election
+// timings, the API server's load at rest, the HTTP load, then memory, CPU
+// and safety.
 func renderTable(opts *options, base, le *implResult) string {
+	window := le.idle.to.Sub(le.idle.from).Round(time.Second)
+	rows := timingRows(opts, base, le)
+	rows = append(rows, idleRequestRows(opts, base, le, window)...)
+	rows = append(rows, httpRows(opts, base, le)...)
+	rows = append(rows, resourceRows(base, le, window)...)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "| figure | baseline (client-go) | leader-elector | ratio | target | |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.figure, r.base, r.le, r.ratio, r.target, r.result)
+	}
+	return b.String()
+}
+
+// timingRows are the handover, start and crash failover times.
+func timingRows(opts *options, base, le *implResult) []row {
 	var rows []row
 	dist := func(figure string, b, l []time.Duration, target string, ok func(p50, p99 time.Duration) bool) {
 		bp50, bp99 := percentile(b, 0.5), percentile(b, 0.99)
@@ -114,29 +132,37 @@ func renderTable(opts *options, base, le *implResult) string {
 		base:   fmt.Sprint(len(base.early)), le: fmt.Sprint(len(le.early)), ratio: "—",
 		target: "never", result: verdict(len(le.early) == 0),
 	})
+	return rows
+}
 
-	window := le.idle.to.Sub(le.idle.from).Round(time.Second)
-	rows = append(rows,
-		row{
+// idleRequestRows are the audited API requests of the idle group.
+func idleRequestRows(opts *options, base, le *implResult, window time.Duration) []row {
+	return []row{
+		{
 			figure: fmt.Sprintf("API requests/s, idle follower (audit log, %v)", window),
 			base:   fmt.Sprintf("%.3f", base.followerRate()), le: fmt.Sprintf("%.3f", le.followerRate()),
 			ratio:  ratio(le.followerRate(), base.followerRate()),
 			target: "≤ 0.02", result: verdict(le.followerRate() <= 0.02),
 		},
-		row{
+		{
 			figure: fmt.Sprintf("API requests/s, the whole group of %d idle (audit log, %v)", opts.Candidates, window),
 			base:   fmt.Sprintf("%.3f", base.groupRate()), le: fmt.Sprintf("%.3f", le.groupRate()),
 			ratio:  ratio(le.groupRate(), base.groupRate()),
 			target: "≤ 1", result: verdict(le.groupRate() <= 1),
 		},
-		row{
+		{
 			figure: fmt.Sprintf("API requests/s, leader (audit log, %v)", window),
 			base:   fmt.Sprintf("%.3f", base.idle.rate(base.idle.leader)), le: fmt.Sprintf("%.3f", le.idle.rate(le.idle.leader)),
 			ratio:  ratio(le.idle.rate(le.idle.leader), base.idle.rate(base.idle.leader)),
 			target: "≤ baseline", result: verdict(le.idle.rate(le.idle.leader) <= base.idle.rate(base.idle.leader)+1/le.idle.seconds()),
 		},
-	)
+	}
+}
 
+// httpRows are the GET /leader load runs, without and with SSE clients;
+// none if they were not run.
+func httpRows(opts *options, base, le *implResult) []row {
+	var rows []row
 	if le.http != nil && base.http != nil {
 		rows = append(rows,
 			row{
@@ -168,45 +194,43 @@ func renderTable(opts *options, base, le *implResult) string {
 			},
 		)
 	}
+	return rows
+}
 
-	rows = append(rows,
-		row{
+// resourceRows are the idle candidates' memory and CPU, and the safety
+// violations.
+func resourceRows(base, le *implResult, window time.Duration) []row {
+	return []row{
+		{
 			figure: "resident memory (VmRSS), idle follower",
 			base:   mib(base.followerRSS()), le: mib(le.followerRSS()),
 			ratio:  ratio(le.followerRSS(), base.followerRSS()),
 			target: "≤ 18 MiB", result: verdict(le.followerRSS() <= 18<<20),
 		},
-		row{
+		{
 			figure: "resident memory (VmRSS), leader",
 			base:   mib(float64(base.idle.mem[base.idle.leader].rss)), le: mib(float64(le.idle.mem[le.idle.leader].rss)),
 			ratio:  ratio(float64(le.idle.mem[le.idle.leader].rss), float64(base.idle.mem[base.idle.leader].rss)),
 			target: "≤ 18 MiB", result: verdict(le.idle.mem[le.idle.leader].rss <= 18<<20),
 		},
-		row{
+		{
 			figure: fmt.Sprintf("CPU, idle follower (utime+stime over %v)", window),
 			base:   millicores(base.followerCPU()), le: millicores(le.followerCPU()),
 			ratio:  ratio(le.followerCPU(), base.followerCPU()),
 			target: "≤ 1 millicore", result: verdict(le.followerCPU() <= 1),
 		},
-		row{
+		{
 			figure: fmt.Sprintf("CPU, leader (utime+stime over %v)", window),
 			base:   millicores(base.idle.cpu[base.idle.leader]), le: millicores(le.idle.cpu[le.idle.leader]),
 			ratio:  ratio(le.idle.cpu[le.idle.leader], base.idle.cpu[base.idle.leader]),
 			target: "—", result: "",
 		},
-		row{
+		{
 			figure: "safety violations (monitor: overlapping claims, claims past `validUntil`, fencing token going back; early takeovers)",
 			base:   fmt.Sprint(base.safetyViolations()), le: fmt.Sprint(le.safetyViolations()), ratio: "—",
 			target: "0", result: verdict(le.safetyViolations() == 0),
 		},
-	)
-
-	var b strings.Builder
-	fmt.Fprintf(&b, "| figure | baseline (client-go) | leader-elector | ratio | target | |\n|---|---|---|---|---|---|\n")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.figure, r.base, r.le, r.ratio, r.target, r.result)
 	}
-	return b.String()
 }
 
 // renderNotes prints the run's settings and the details behind the table.
