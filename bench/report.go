@@ -241,76 +241,9 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 		opts.PollInterval, opts.IdleWindow, opts.IdleWarmup, opts.HTTPDuration, took.Round(time.Second), busyCores)
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n%s:\n", r.impl.key)
-		fmt.Fprintf(&b, "- handovers: %s; the Lease showed a release (cleared holder) in %d of %d\n", durations(r.handovers), r.released, len(r.handovers))
-		if len(r.sseMem) > 0 {
-			var rss []string
-			for i, m := range r.sseMem {
-				rss = append(rss, fmt.Sprintf("%s (anonymous %s; %s)", mib(float64(m.rss)), mib(float64(m.anon)), runtimeSummary(r.sseRuntime[i])))
-			}
-			on := "every candidate's"
-			if opts.HandoverSSEOne {
-				on = "one candidate's at a time (a follower when attached)"
-			}
-			fmt.Fprintf(&b, "- handovers with %d SSE clients on %s `/events`; VmRSS of the candidates after them: %s\n", opts.HandoverSSE, on, strings.Join(rss, ", "))
-		}
-		for _, e := range r.badExits {
-			fmt.Fprintf(&b, "  - %s\n", e)
-		}
-		fmt.Fprintf(&b, "- API requests of the candidates per handover (audit log, SIGTERM → the new holder in the Lease's history): %s\n", summarizeWindows(r.handoverRequests))
-		fmt.Fprintf(&b, "- crash failovers (renewTime → acquireTime): %s\n", durations(r.failovers))
-		fmt.Fprintf(&b, "- API requests of the candidates per crash takeover (audit log, SIGKILL → the new holder in the Lease's history): %s\n", summarizeWindows(r.crashRequests))
-		fmt.Fprintf(&b, "- crash, SIGKILL → a new leader answers: %s\n", durations(r.killToAnswer))
-		for _, e := range r.early {
-			fmt.Fprintf(&b, "  - EARLY TAKEOVER: %s\n", e)
-		}
-		in := r.idle
-		audited := 0
-		for _, c := range append([]*candidate{in.leader}, in.followers...) {
-			var verbs []string
-			n := 0
-			for what, k := range in.requests[c] {
-				verbs = append(verbs, fmt.Sprintf("%s %d", what, k))
-				n += k
-			}
-			sort.Strings(verbs)
-			audited += n
-			role := "follower"
-			if c == in.leader {
-				role = "leader"
-			}
-			if len(verbs) == 0 {
-				verbs = []string{"none"}
-			}
-			rt := ""
-			if in.runtime[c] != nil {
-				rt = "; " + runtimeSummary(in.runtime[c])
-			}
-			fmt.Fprintf(&b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s%s\n", role, c.Name(), n, in.seconds(), strings.Join(verbs, ", "),
-				mib(float64(in.mem[c].rss)), mib(float64(in.mem[c].anon)), mib(float64(in.mem[c].file)), millicores(in.cpu[c]), rt)
-		}
-		fmt.Fprintf(&b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",
-			in.leaseMetric, audited, in.machineCores)
-		fmt.Fprintf(&b, "- monitor: %d answers, %d claims, %d violations\n", r.monitor.Observations, r.monitor.Claims, r.monitor.Count())
-		for _, v := range r.monitor.Violations {
-			fmt.Fprintf(&b, "  - VIOLATION: %s\n", v)
-		}
-		if r.monitor.More > 0 {
-			fmt.Fprintf(&b, "  - … and %d more\n", r.monitor.More)
-		}
-		for _, l := range []struct {
-			name string
-			runs []loadResult
-		}{{"GET /leader", r.httpRuns}, {"GET /leader with SSE clients", r.httpSSERuns}} {
-			quiet := len(undisturbed(l.runs)) < len(l.runs)
-			for _, run := range l.runs {
-				left := ""
-				if quiet && run.otherCores > disturbedCores {
-					left = " — disturbed by other work, left out of the table"
-				}
-				fmt.Fprintf(&b, "- %s: %.0f req/s (p50 %s, p99 %s, %d failed); CPU: the server %.2f cores, the load generator %.2f, the rest of the machine %.2f%s\n",
-					l.name, run.rps(), ms(run.p50), ms(run.p99), run.errors, run.serverCores, run.clientCores, run.otherCores, left)
-			}
-		}
+		writeFailoverNotes(&b, opts, r)
+		writeIdleNotes(&b, r.idle)
+		writeMonitorAndLoadNotes(&b, r)
 	}
 	var rest, secs float64
 	for _, r := range results {
@@ -325,6 +258,88 @@ func renderNotes(opts *options, results []*implResult, took time.Duration, busyC
 		fmt.Fprintf(&b, "\nNote: the rest of the machine kept %.2f cores busy on average during the GET /leader runs (other work on this machine); those figures are lower than on a quiet machine.\n", rest/secs)
 	}
 	return b.String()
+}
+
+// writeFailoverNotes details the handovers and crash failovers of r.
+func writeFailoverNotes(b *strings.Builder, opts *options, r *implResult) {
+	fmt.Fprintf(b, "- handovers: %s; the Lease showed a release (cleared holder) in %d of %d\n", durations(r.handovers), r.released, len(r.handovers))
+	if len(r.sseMem) > 0 {
+		var rss []string
+		for i, m := range r.sseMem {
+			rss = append(rss, fmt.Sprintf("%s (anonymous %s; %s)", mib(float64(m.rss)), mib(float64(m.anon)), runtimeSummary(r.sseRuntime[i])))
+		}
+		on := "every candidate's"
+		if opts.HandoverSSEOne {
+			on = "one candidate's at a time (a follower when attached)"
+		}
+		fmt.Fprintf(b, "- handovers with %d SSE clients on %s `/events`; VmRSS of the candidates after them: %s\n", opts.HandoverSSE, on, strings.Join(rss, ", "))
+	}
+	for _, e := range r.badExits {
+		fmt.Fprintf(b, "  - %s\n", e)
+	}
+	fmt.Fprintf(b, "- API requests of the candidates per handover (audit log, SIGTERM → the new holder in the Lease's history): %s\n", summarizeWindows(r.handoverRequests))
+	fmt.Fprintf(b, "- crash failovers (renewTime → acquireTime): %s\n", durations(r.failovers))
+	fmt.Fprintf(b, "- API requests of the candidates per crash takeover (audit log, SIGKILL → the new holder in the Lease's history): %s\n", summarizeWindows(r.crashRequests))
+	fmt.Fprintf(b, "- crash, SIGKILL → a new leader answers: %s\n", durations(r.killToAnswer))
+	for _, e := range r.early {
+		fmt.Fprintf(b, "  - EARLY TAKEOVER: %s\n", e)
+	}
+}
+
+// writeIdleNotes details each idle candidate's requests, memory and CPU.
+func writeIdleNotes(b *strings.Builder, in idleResult) {
+	audited := 0
+	for _, c := range append([]*candidate{in.leader}, in.followers...) {
+		var verbs []string
+		n := 0
+		for what, k := range in.requests[c] {
+			verbs = append(verbs, fmt.Sprintf("%s %d", what, k))
+			n += k
+		}
+		sort.Strings(verbs)
+		audited += n
+		role := "follower"
+		if c == in.leader {
+			role = "leader"
+		}
+		if len(verbs) == 0 {
+			verbs = []string{"none"}
+		}
+		rt := ""
+		if in.runtime[c] != nil {
+			rt = "; " + runtimeSummary(in.runtime[c])
+		}
+		fmt.Fprintf(b, "- idle %s %s: %d requests in %.0fs (%s); VmRSS %s (anonymous %s, file-backed %s), CPU %s%s\n", role, c.Name(), n, in.seconds(), strings.Join(verbs, ", "),
+			mib(float64(in.mem[c].rss)), mib(float64(in.mem[c].anon)), mib(float64(in.mem[c].file)), millicores(in.cpu[c]), rt)
+	}
+	fmt.Fprintf(b, "- apiserver_request_total{resource=\"leases\"} grew by %.0f in the idle window; the audit log attributes %d of them to the candidates, the rest is the API server's own Leases; the machine was busy %.2f cores meanwhile\n",
+		in.leaseMetric, audited, in.machineCores)
+}
+
+// writeMonitorAndLoadNotes details the monitor's findings and each GET
+// /leader load run.
+func writeMonitorAndLoadNotes(b *strings.Builder, r *implResult) {
+	fmt.Fprintf(b, "- monitor: %d answers, %d claims, %d violations\n", r.monitor.Observations, r.monitor.Claims, r.monitor.Count())
+	for _, v := range r.monitor.Violations {
+		fmt.Fprintf(b, "  - VIOLATION: %s\n", v)
+	}
+	if r.monitor.More > 0 {
+		fmt.Fprintf(b, "  - … and %d more\n", r.monitor.More)
+	}
+	for _, l := range []struct {
+		name string
+		runs []loadResult
+	}{{"GET /leader", r.httpRuns}, {"GET /leader with SSE clients", r.httpSSERuns}} {
+		quiet := len(undisturbed(l.runs)) < len(l.runs)
+		for _, run := range l.runs {
+			left := ""
+			if quiet && run.otherCores > disturbedCores {
+				left = " — disturbed by other work, left out of the table"
+			}
+			fmt.Fprintf(b, "- %s: %.0f req/s (p50 %s, p99 %s, %d failed); CPU: the server %.2f cores, the load generator %.2f, the rest of the machine %.2f%s\n",
+				l.name, run.rps(), ms(run.p50), ms(run.p99), run.errors, run.serverCores, run.clientCores, run.otherCores, left)
+		}
+	}
 }
 
 // rankOf is the 1-based nearest rank of quantile q among n values.
