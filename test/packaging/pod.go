@@ -63,72 +63,98 @@ func EnvValue(c *corev1.Container, name string) (string, bool) {
 // sidecar alone; no service link variables (enableServiceLinks: false).
 // It returns every problem it finds.
 func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
-	var errs []error
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-
 	sc, native, err := Sidecar(spec)
 	if err != nil {
 		return []error{err}
 	}
+	var p problems
+	p.checkSidecarKind(sc, native, wantNative)
+	p.checkSidecarEnv(sc)
+	p.checkSidecarAddresses(sc)
+	all := append(slices.Clone(spec.InitContainers), spec.Containers...)
+	p.checkContainers(spec, all)
+	p.checkPodSettings(spec, sc)
+	p.checkToken(spec, all)
+	return p
+}
+
+// problems collects what CheckSidecarPod finds, in the order it checks.
+type problems []error
+
+func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(format, args...)) }
+
+// checkSidecarKind: a native sidecar is an init container that restarts
+// Always; an ordinary one has no restartPolicy.
+func (p *problems) checkSidecarKind(sc *corev1.Container, native, wantNative bool) {
 	switch {
 	case native != wantNative:
-		fail("sidecar is an init container: %v, want %v", native, wantNative)
+		p.add("sidecar is an init container: %v, want %v", native, wantNative)
 	case native && (sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways):
-		fail("native sidecar without restartPolicy: Always")
+		p.add("native sidecar without restartPolicy: Always")
 	case !native && sc.RestartPolicy != nil:
-		fail("ordinary container with restartPolicy %q", *sc.RestartPolicy)
+		p.add("ordinary container with restartPolicy %q", *sc.RestartPolicy)
 	}
+}
 
-	// Identity and namespace from the downward API.
+// checkSidecarEnv: identity and namespace come from the downward API.
+func (p *problems) checkSidecarEnv(sc *corev1.Container) {
 	for name, path := range map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"} {
 		i := slices.IndexFunc(sc.Env, func(e corev1.EnvVar) bool { return e.Name == name })
 		if i < 0 || sc.Env[i].ValueFrom == nil || sc.Env[i].ValueFrom.FieldRef == nil || sc.Env[i].ValueFrom.FieldRef.FieldPath != path {
-			fail("sidecar env %s is not the downward API's %s", name, path)
+			p.add("sidecar env %s is not the downward API's %s", name, path)
 		}
 	}
+}
 
-	// Probes on the port the probe server listens on.
+// checkSidecarAddresses: the application API on localhost, and the probes
+// on the port the probe server listens on.
+func (p *problems) checkSidecarAddresses(sc *corev1.Container) {
 	probeAddr, ok := FlagValue(sc.Args, "probe-address")
 	if !ok {
 		probeAddr = ":8080" // the sidecar's default
 	}
 	_, probePort, err := net.SplitHostPort(probeAddr)
 	if err != nil {
-		fail("--probe-address %q: %v", probeAddr, err)
+		p.add("--probe-address %q: %v", probeAddr, err)
 	}
 	if v, ok := FlagValue(sc.Args, "http-address"); ok && !strings.HasPrefix(v, "127.0.0.1:") {
-		fail("--http-address %q is not on localhost", v)
+		p.add("--http-address %q is not on localhost", v)
 	}
-	checkProbe := func(kind string, p *corev1.Probe, path string) {
-		if p == nil || p.HTTPGet == nil {
-			fail("sidecar has no HTTP %s probe", kind)
-			return
-		}
-		if p.HTTPGet.Path != path {
-			fail("%s probe path %q, want %q", kind, p.HTTPGet.Path, path)
-		}
-		port := p.HTTPGet.Port.String()
-		for _, cp := range sc.Ports {
-			if cp.Name == port {
-				port = fmt.Sprint(cp.ContainerPort)
-			}
-		}
-		if port != probePort {
-			fail("%s probe on port %s, but the probe server listens on %s", kind, port, probePort)
-		}
-	}
-	checkProbe("readiness", sc.ReadinessProbe, "/readyz")
-	checkProbe("liveness", sc.LivenessProbe, "/healthz")
+	p.checkProbe(sc, probePort, "readiness", sc.ReadinessProbe, "/readyz")
+	p.checkProbe(sc, probePort, "liveness", sc.LivenessProbe, "/healthz")
+}
 
-	// Every container: resources and a restricted security context.
-	all := append(slices.Clone(spec.InitContainers), spec.Containers...)
+// checkProbe: the sidecar's probe of kind asks path on probePort, by
+// number or by the name of one of its ports.
+func (p *problems) checkProbe(sc *corev1.Container, probePort, kind string, probe *corev1.Probe, path string) {
+	if probe == nil || probe.HTTPGet == nil {
+		p.add("sidecar has no HTTP %s probe", kind)
+		return
+	}
+	if probe.HTTPGet.Path != path {
+		p.add("%s probe path %q, want %q", kind, probe.HTTPGet.Path, path)
+	}
+	port := probe.HTTPGet.Port.String()
+	for _, cp := range sc.Ports {
+		if cp.Name == port {
+			port = fmt.Sprint(cp.ContainerPort)
+		}
+	}
+	if port != probePort {
+		p.add("%s probe on port %s, but the probe server listens on %s", kind, port, probePort)
+	}
+}
+
+// checkContainers: every container has requests and limits and a
+// restricted security context.
+func (p *problems) checkContainers(spec *corev1.PodSpec, all []corev1.Container) {
 	for _, c := range all {
 		for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 			if _, ok := c.Resources.Requests[res]; !ok {
-				fail("container %s has no %s request", c.Name, res)
+				p.add("container %s has no %s request", c.Name, res)
 			}
 			if _, ok := c.Resources.Limits[res]; !ok {
-				fail("container %s has no %s limit", c.Name, res)
+				p.add("container %s has no %s limit", c.Name, res)
 			}
 		}
 		csc := c.SecurityContext
@@ -144,46 +170,52 @@ func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 			runAsNonRoot = psc.RunAsNonRoot
 		}
 		if runAsNonRoot == nil || !*runAsNonRoot {
-			fail("container %s: runAsNonRoot is not true", c.Name)
+			p.add("container %s: runAsNonRoot is not true", c.Name)
 		}
 		if csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem {
-			fail("container %s: readOnlyRootFilesystem is not true", c.Name)
+			p.add("container %s: readOnlyRootFilesystem is not true", c.Name)
 		}
 		if csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
-			fail("container %s: allowPrivilegeEscalation is not false", c.Name)
+			p.add("container %s: allowPrivilegeEscalation is not false", c.Name)
 		}
 		if csc.Capabilities == nil || !slices.Contains(csc.Capabilities.Drop, "ALL") || len(csc.Capabilities.Add) > 0 {
-			fail("container %s: capabilities do not drop ALL (or add some)", c.Name)
+			p.add("container %s: capabilities do not drop ALL (or add some)", c.Name)
 		}
 		seccomp := csc.SeccompProfile
 		if seccomp == nil {
 			seccomp = psc.SeccompProfile
 		}
 		if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
-			fail("container %s: seccompProfile is not RuntimeDefault", c.Name)
+			p.add("container %s: seccompProfile is not RuntimeDefault", c.Name)
 		}
 	}
+}
+
+// checkPodSettings: the sidecar's own uid, the grace period, the
+// ServiceAccount, and no automounted token or service links.
+func (p *problems) checkPodSettings(spec *corev1.PodSpec, sc *corev1.Container) {
 	if sc.SecurityContext == nil || sc.SecurityContext.RunAsUser == nil || *sc.SecurityContext.RunAsUser == 0 {
-		fail("sidecar: runAsUser is not set to a non-root uid on the container")
+		p.add("sidecar: runAsUser is not set to a non-root uid on the container")
 	}
-
 	if spec.TerminationGracePeriodSeconds == nil || *spec.TerminationGracePeriodSeconds < 10 {
-		fail("terminationGracePeriodSeconds is not set to at least 10 s (the app stops first, then the sidecar releases)")
+		p.add("terminationGracePeriodSeconds is not set to at least 10 s (the app stops first, then the sidecar releases)")
 	}
-
-	// The token goes to the sidecar alone.
 	if spec.ServiceAccountName == "" || spec.ServiceAccountName == "default" {
-		fail("serviceAccountName %q: the pod must run as the ServiceAccount the Role is bound to", spec.ServiceAccountName)
+		p.add("serviceAccountName %q: the pod must run as the ServiceAccount the Role is bound to", spec.ServiceAccountName)
 	}
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		fail("automountServiceAccountToken is not false: every container would get the token")
+		p.add("automountServiceAccountToken is not false: every container would get the token")
 	}
 	// The sidecar ignores service links that have a flag variable's name,
 	// but what is shipped does not depend on that: no Service of the
 	// namespace puts variables into these containers.
 	if spec.EnableServiceLinks == nil || *spec.EnableServiceLinks {
-		fail("enableServiceLinks is not false: every Service of the namespace would put variables into the sidecar")
+		p.add("enableServiceLinks is not false: every Service of the namespace would put variables into the sidecar")
 	}
+}
+
+// checkToken: the ServiceAccount token is mounted into the sidecar alone.
+func (p *problems) checkToken(spec *corev1.PodSpec, all []corev1.Container) {
 	tokenVolumes := map[string]bool{}
 	for _, v := range spec.Volumes {
 		if v.Projected == nil {
@@ -192,7 +224,7 @@ func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 		for _, src := range v.Projected.Sources {
 			if src.ServiceAccountToken != nil {
 				tokenVolumes[v.Name] = true
-				errs = append(errs, checkTokenVolume(v.Projected)...)
+				*p = append(*p, checkTokenVolume(v.Projected)...)
 			}
 		}
 	}
@@ -201,13 +233,12 @@ func CheckSidecarPod(spec *corev1.PodSpec, wantNative bool) []error {
 			return m.MountPath == TokenMountPath && tokenVolumes[m.Name] && m.ReadOnly
 		})
 		if c.Name == SidecarName && !mounts {
-			fail("the sidecar does not mount a ServiceAccount token read-only at %s", TokenMountPath)
+			p.add("the sidecar does not mount a ServiceAccount token read-only at %s", TokenMountPath)
 		}
 		if c.Name != SidecarName && slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] }) {
-			fail("container %s mounts the ServiceAccount token", c.Name)
+			p.add("container %s mounts the ServiceAccount token", c.Name)
 		}
 	}
-	return errs
 }
 
 // checkTokenVolume checks that a projected volume holds the three files
