@@ -216,86 +216,103 @@ func quantiles(hs []*histogram, qs ...float64) []time.Duration {
 // so that the load generator, sharing the machine's cores with the server,
 // costs as little as possible.
 func runLoad(ctx context.Context, addr string, serverPID, conns int, d time.Duration) (loadResult, error) {
-	var (
-		measuring, stopped atomic.Bool
-		requests, failures atomic.Int64
-		wg                 sync.WaitGroup
-		firstErr           error
-		errOnce            sync.Once
-	)
+	l := &load{
+		addr:    addr,
+		request: []byte("GET /leader HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: leader-elector-bench\r\nAccept: application/json\r\n\r\n"),
+	}
+	var wg sync.WaitGroup
 	hists := make([]*histogram, conns)
-	request := []byte("GET /leader HTTP/1.1\r\nHost: " + addr + "\r\nUser-Agent: leader-elector-bench\r\nAccept: application/json\r\n\r\n")
 	for w := range conns {
 		hists[w] = newHistogram()
 		wg.Add(1)
 		go func(h *histogram) {
 			defer wg.Done()
-			var conn net.Conn
-			var br *bufio.Reader
-			defer func() {
-				if conn != nil {
-					conn.Close()
-				}
-			}()
-			for !stopped.Load() {
-				if conn == nil {
-					c, err := net.Dial("tcp", addr)
-					if err != nil {
-						errOnce.Do(func() { firstErr = fmt.Errorf("connect to %s: %w", addr, err) })
-						return
-					}
-					conn, br = c, bufio.NewReaderSize(c, 16<<10)
-				}
-				start := time.Now()
-				_, err := conn.Write(request)
-				status, keepAlive := 0, false
-				if err == nil {
-					status, keepAlive, err = readResponse(br)
-				}
-				took := time.Since(start)
-				if measuring.Load() && !stopped.Load() {
-					if err != nil || status != http.StatusOK {
-						failures.Add(1)
-					} else {
-						requests.Add(1)
-						h.add(took)
-					}
-				}
-				if err != nil || !keepAlive {
-					conn.Close()
-					conn = nil
-				}
-			}
+			l.connection(h)
 		}(hists[w])
 	}
 	err := pause(ctx, loadWarmup)
 	server0, err1 := cpuTicks(serverPID)
 	client0, err2 := cpuTicks(os.Getpid())
 	machine0, err5 := machineBusyTicks()
-	measuring.Store(true)
+	l.measuring.Store(true)
 	began := time.Now()
 	if err == nil {
 		err = pause(ctx, d)
 	}
-	stopped.Store(true)
+	l.stopped.Store(true)
 	elapsed := time.Since(began)
 	server1, err3 := cpuTicks(serverPID)
 	client1, err4 := cpuTicks(os.Getpid())
 	machine1, err6 := machineBusyTicks()
 	wg.Wait()
-	if err := errors.Join(err, firstErr, err1, err2, err3, err4, err5, err6); err != nil {
+	if err := errors.Join(err, l.firstErr, err1, err2, err3, err4, err5, err6); err != nil {
 		return loadResult{}, err
 	}
 	q := quantiles(hists, 0.50, 0.99)
 	cores := func(ticks uint64) float64 { return float64(ticks) / clockTicksPerSecond / elapsed.Seconds() }
 	r := loadResult{
-		requests: requests.Load(), errors: failures.Load(), elapsed: elapsed, p50: q[0], p99: q[1],
+		requests: l.requests.Load(), errors: l.failures.Load(), elapsed: elapsed, p50: q[0], p99: q[1],
 		serverCores: cores(server1 - server0),
 		clientCores: cores(client1 - client0),
 		hists:       hists,
 	}
 	r.otherCores = max(0, cores(machine1-machine0)-r.serverCores-r.clientCores)
 	return r, nil
+}
+
+// load is one load run's connections: what they send, and what they
+// count once measuring is set, until stopped is.
+type load struct {
+	addr    string
+	request []byte
+
+	measuring, stopped atomic.Bool
+	requests, failures atomic.Int64
+	// firstErr is the first connection's failure to connect.
+	firstErr error
+	errOnce  sync.Once
+}
+
+// connection sends requests one at a time on one connection (a new one
+// when the server closes it) until stopped, and records each latency in h
+// while measuring.
+func (l *load) connection(h *histogram) {
+	var conn net.Conn
+	var br *bufio.Reader
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for !l.stopped.Load() {
+		if conn == nil {
+			c, err := net.Dial("tcp", l.addr)
+			if err != nil {
+				l.errOnce.Do(func() { l.firstErr = fmt.Errorf("connect to %s: %w", l.addr, err) })
+				return
+			}
+			conn, br = c, bufio.NewReaderSize(c, 16<<10)
+		}
+		start := time.Now()
+		_, err := conn.Write(l.request)
+		status, keepAlive := 0, false
+		if err == nil {
+			status, keepAlive, err = readResponse(br)
+		}
+		took := time.Since(start)
+		if l.measuring.Load() && !l.stopped.Load() {
+			if err != nil || status != http.StatusOK {
+				l.failures.Add(1)
+			} else {
+				l.requests.Add(1)
+				h.add(took)
+			}
+		}
+		if err != nil || !keepAlive {
+			conn.Close()
+			conn = nil
+		}
+	}
 }
 
 // loadWarmup runs before each measured load run: connections, goroutines and
