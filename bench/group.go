@@ -241,10 +241,11 @@ func (g *group) waitUntil(ctx context.Context, timeout time.Duration, what strin
 	}
 }
 
-// waitLeaderAfter waits until a running candidate other than exclude answers
-// isLeader to a request sent after `after`, and returns it with that answer.
-// It needs the pollers running.
-func (g *group) waitLeaderAfter(ctx context.Context, exclude *candidate, after time.Time, timeout time.Duration) (*candidate, observation, error) {
+// observeLeader waits until the pollers observe a running candidate other
+// than exclude answering isLeader to a request sent after `after`, and
+// returns it with that answer. Unlike Group.WaitLeader it asks nothing
+// itself: a handover is timed by the monitor's own observations.
+func (g *group) observeLeader(ctx context.Context, exclude *candidate, after time.Time, timeout time.Duration) (*candidate, observation, error) {
 	var (
 		leader *candidate
 		answer observation

@@ -17,7 +17,7 @@ const exitTimeout = 15 * time.Second
 // currentLeader waits for a fresh "isLeader: true" answer and for every
 // other candidate to follow that leader.
 func currentLeader(ctx context.Context, opts *options, g *group) (*candidate, error) {
-	leader, _, err := g.waitLeaderAfter(ctx, nil, time.Now(), opts.LeaseDuration+10*time.Second)
+	leader, _, err := g.observeLeader(ctx, nil, time.Now(), opts.LeaseDuration+10*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +77,7 @@ func handover(ctx context.Context, opts *options, g *group, history *leaseHistor
 	if err := leader.Signal(syscall.SIGTERM); err != nil {
 		return sent, err
 	}
-	next, answer, err := g.waitLeaderAfter(ctx, leader, sent, opts.LeaseDuration+10*time.Second)
+	next, answer, err := g.observeLeader(ctx, leader, sent, opts.LeaseDuration+10*time.Second)
 	if err != nil {
 		return sent, fmt.Errorf("round %d: after SIGTERM to %s: %w", round, leader.Name(), err)
 	}
@@ -196,7 +196,7 @@ func crashes(ctx context.Context, opts *options, g *group, history *leaseHistory
 			return fmt.Errorf("round %d: %w", round, err)
 		}
 		bound := opts.LeaseDuration + 3*opts.RetryPeriod + 10*time.Second
-		next, answer, err := g.waitLeaderAfter(ctx, leader, killed, bound)
+		next, answer, err := g.observeLeader(ctx, leader, killed, bound)
 		if err != nil {
 			return fmt.Errorf("round %d: after SIGKILL of %s: %w", round, leader.Name(), err)
 		}
