@@ -73,18 +73,22 @@ func (g *Group[M]) KillAll() {
 // does not answer is not counted: a stopped or exiting one cannot, and its
 // term is the monitor's to judge.
 func (g *Group[M]) WaitLeader(ctx context.Context, timeout time.Duration, exclude ...M) (M, error) {
+	// leaders is the last round's that was not cut short by the timeout.
 	var leaders []M
 	err := wait.PollUntilContextTimeout(ctx, leaderPoll, timeout, true, func(ctx context.Context) (bool, error) {
-		leaders = leaders[:0]
+		var round []M
 		for _, m := range g.Live() {
 			if slices.Contains(exclude, m) {
 				continue
 			}
 			if s, err := m.Process().API().Leader(ctx); err == nil && s.IsLeader {
-				leaders = append(leaders, m)
+				round = append(round, m)
 			}
 		}
-		return len(leaders) == 1, nil
+		if ctx.Err() == nil || len(round) == 1 {
+			leaders = round
+		}
+		return len(round) == 1, nil
 	})
 	if err != nil {
 		var none M
@@ -97,15 +101,19 @@ func (g *Group[M]) WaitLeader(ctx context.Context, timeout time.Duration, exclud
 // GET /leader naming leader as the holder, and not leading itself: the
 // group has settled on leader.
 func (g *Group[M]) WaitFollowing(ctx context.Context, timeout time.Duration, leader M) error {
+	// lagging is the last round's that was not cut short by the timeout.
 	var lagging []M
 	err := wait.PollUntilContextTimeout(ctx, followPoll, timeout, true, func(ctx context.Context) (bool, error) {
-		lagging = lagging[:0]
+		var round []M
 		for _, m := range g.Live() {
 			if m != leader && !m.Process().follows(ctx, leader.Process().Name()) {
-				lagging = append(lagging, m)
+				round = append(round, m)
 			}
 		}
-		return len(lagging) == 0, nil
+		if ctx.Err() == nil || len(round) == 0 {
+			lagging = round
+		}
+		return len(round) == 0, nil
 	})
 	if err != nil {
 		return fmt.Errorf("not following %s within %v: %s: %w", leader.Process().Name(), timeout, names(lagging), err)

@@ -51,7 +51,7 @@ func TestGroupWaitLeader(t *testing.T) {
 	fa.set(api.Leader{IsLeader: true, Holder: "a"})
 	fb.set(api.Leader{Holder: "a"})
 	if got, err := g.WaitLeader(ctx, time.Second); err != nil || got != a {
-		t.Fatalf("WaitLeader = %v, %v; want a", got, err)
+		t.Fatalf("WaitLeader = %s, %v; want a", nameOf(got), err)
 	}
 	if err := g.WaitFollowing(ctx, time.Second, a); err != nil {
 		t.Errorf("WaitFollowing(a): %v", err)
@@ -62,23 +62,31 @@ func TestGroupWaitLeader(t *testing.T) {
 
 	// Two claiming at once is no single leader.
 	fb.set(api.Leader{IsLeader: true, Holder: "b"})
-	_, err := g.WaitLeader(ctx, 100*time.Millisecond)
+	_, err := g.WaitLeader(ctx, 300*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "no single leader") || !strings.Contains(err.Error(), "[a b]") {
 		t.Errorf("WaitLeader with two leaders: %v, want no single leader naming both", err)
 	}
 	if got, err := g.WaitLeader(ctx, time.Second, a); err != nil || got != b {
-		t.Errorf("WaitLeader excluding a = %v, %v; want b", got, err)
+		t.Errorf("WaitLeader excluding a = %s, %v; want b", nameOf(got), err)
 	}
-	if err := g.WaitFollowing(ctx, 100*time.Millisecond, a); err == nil || !strings.Contains(err.Error(), "[b]") {
+	if err := g.WaitFollowing(ctx, 300*time.Millisecond, a); err == nil || !strings.Contains(err.Error(), "[b]") {
 		t.Errorf("WaitFollowing(a) while b leads: %v, want b named lagging", err)
 	}
 
 	// An exited member counts for nothing.
 	close(a.done)
 	if got, err := g.WaitLeader(ctx, time.Second); err != nil || got != b {
-		t.Errorf("WaitLeader with a exited = %v, %v; want b", got, err)
+		t.Errorf("WaitLeader with a exited = %s, %v; want b", nameOf(got), err)
 	}
 	if live := g.Live(); len(live) != 1 || live[0] != b {
-		t.Errorf("Live() = %v, want [b]", live)
+		t.Errorf("Live() = %s, want [b]", names(live))
 	}
+}
+
+// nameOf names c for a failure message; a fake has no process to print.
+func nameOf(c *Candidate) string {
+	if c == nil {
+		return "none"
+	}
+	return c.Name()
 }
