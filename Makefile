@@ -53,8 +53,13 @@ node-stage: packaging e2e-cluster ## the third stage: packaging (chart, image, r
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 LOGCHECK    := $(GO) run sigs.k8s.io/logtools/logcheck@v0.11.0
 
-lint: ## gofmt, go vet, go mod tidy check, staticcheck and logcheck, with and without the integration tag
+lint: ## gofmt, go vet, go mod tidy check, staticcheck and logcheck, with and without the integration tag; the CHANGELOG's shape
 	@out="$$(gofmt -l . )"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@# Sections, versions against VERSION, dates; no "Unreleased" left in a
+	@# released section, no issue numbers (hack/changelog-lint.sh says why);
+	@# then the check itself, on copies broken one rule at a time.
+	bash hack/changelog-lint.sh
+	bash hack/changelog-lint-test.sh
 	$(GO) vet ./...
 	$(GO) vet -tags $(INTEGRATION_TAG) ./...
 	$(GO) mod tidy -diff
