@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/app"
+	"github.com/leader-elector/leader-elector/internal/textline"
 	"github.com/leader-elector/leader-elector/options"
 	"github.com/leader-elector/leader-elector/status"
 	"github.com/leader-elector/leader-elector/supervisor"
@@ -59,7 +60,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, options.Usage())
 		return exitOK
 	case err != nil:
-		fmt.Fprintf(stderr, "leader-elector: invalid configuration: %s\n", options.OneLine(err))
+		fmt.Fprintf(stderr, "leader-elector: invalid configuration: %s\n", textline.OneLine(err))
 		return exitInvalidInput
 	case opts.Version:
 		fmt.Fprintf(stdout, "leader-elector %s\n", version)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leader-elector/leader-elector/internal/textline"
 	"github.com/leader-elector/leader-elector/options"
 )
 
@@ -180,7 +181,7 @@ func TestInvalidConfigurationIsOneLine(t *testing.T) {
 		}
 		line := strings.TrimSuffix(stderr.String(), "\n")
 		// A line OneLine leaves as it is has nothing to escape.
-		if options.OneLine(errors.New(line)) != line {
+		if textline.OneLine(errors.New(line)) != line {
 			t.Errorf("execute(%q) printed control characters: %q", args, stderr.String())
 		}
 	}

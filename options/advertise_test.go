@@ -3,6 +3,8 @@ package options
 import (
 	"strings"
 	"testing"
+
+	"github.com/leader-elector/leader-elector/internal/textline"
 )
 
 func TestParseAdvertiseOptions(t *testing.T) {
@@ -60,7 +62,7 @@ func TestParseAdvertiseOptions(t *testing.T) {
 			if n := errorCount(err); n != 1 {
 				t.Errorf("%d errors, want 1: %v", n, err)
 			}
-			if line := OneLine(err); strings.Contains(line, "\n") {
+			if line := textline.OneLine(err); strings.Contains(line, "\n") {
 				t.Errorf("refusal is not one line: %q", line)
 			}
 			for _, want := range tc.wantErr {

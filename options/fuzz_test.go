@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/leader-elector/leader-elector/internal/textline"
 )
 
 // FuzzParseOptions feeds the command line and the environment arbitrary
@@ -56,8 +58,8 @@ func FuzzParseOptions(f *testing.F) {
 		case errors.Is(err, pflag.ErrHelp):
 			return
 		case err != nil:
-			line := OneLine(err)
-			if line == "" || !printableLine(line) {
+			line := textline.OneLine(err)
+			if line == "" || !textline.Printable(line) {
 				t.Fatalf("refusal is not one printable line: %q", line)
 			}
 			return

@@ -361,7 +361,7 @@ var ErrHelp = pflag.ErrHelp
 
 // Parse reads the command line and the environment into Options, filling
 // in the defaults and checking every option. A refusal joins one error per
-// problem; print it with OneLine.
+// problem; print it with textline.OneLine.
 func Parse(args []string, env Environment) (*Options, error) {
 	o, fs, err := parse(args, env)
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/options"
+	"github.com/leader-elector/leader-elector/internal/textline"
 )
 
 // Exit codes, as the sidecar's own (docs/api.md).
@@ -79,14 +79,14 @@ func Run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	client := api.NewClient(base, &http.Client{Timeout: *timeout})
 	answer, err := ask(ctx, client)
 	if err != nil {
-		fmt.Fprintf(stderr, "leader-elector status: cannot get the status from %s: %s\n", base, options.OneLine(err))
+		fmt.Fprintf(stderr, "leader-elector status: cannot get the status from %s: %s\n", base, textline.OneLine(err))
 		return ExitUnreachable
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(answer); err != nil {
-			fmt.Fprintf(stderr, "leader-elector status: %s\n", options.OneLine(err))
+			fmt.Fprintf(stderr, "leader-elector status: %s\n", textline.OneLine(err))
 			return ExitUnreachable
 		}
 		return ExitOK
@@ -99,7 +99,7 @@ func Run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		printPartitions(tw, a, time.Now())
 	}
 	if err := tw.Flush(); err != nil {
-		fmt.Fprintf(stderr, "leader-elector status: %s\n", options.OneLine(err))
+		fmt.Fprintf(stderr, "leader-elector status: %s\n", textline.OneLine(err))
 		return ExitUnreachable
 	}
 	return ExitOK
@@ -107,8 +107,8 @@ func Run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 
 func badFlags(stderr io.Writer, msg string) int {
 	// One printable line whatever the arguments held, as the sidecar's own
-	// refusals (options.OneLine).
-	fmt.Fprintf(stderr, "leader-elector status: %s\n", options.OneLine(errors.New(msg)))
+	// refusals (textline.OneLine).
+	fmt.Fprintf(stderr, "leader-elector status: %s\n", textline.OneLine(errors.New(msg)))
 	return ExitBadFlags
 }
 

@@ -1,4 +1,8 @@
-package options
+// Package textline prints an error as one line that prints nothing but
+// itself. It is a leaf (the standard library only), so that every command
+// of the binary can refuse its input the same way without importing the
+// package that parses another command's flags.
+package textline
 
 import (
 	"fmt"
@@ -37,8 +41,8 @@ func isUnsafeInLine(r rune) bool {
 	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || unicode.Is(unicode.Bidi_Control, r)
 }
 
-// printableLine reports whether s is UTF-8 without a character
-// isUnsafeInLine refuses.
-func printableLine(s string) bool {
+// Printable reports whether s is UTF-8 without a character OneLine would
+// escape: what a test asks of a line OneLine made.
+func Printable(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsFunc(s, isUnsafeInLine)
 }
