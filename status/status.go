@@ -13,9 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,16 +33,7 @@ const (
 	ExitBadFlags = 2
 )
 
-const (
-	defaultURL     = "http://127.0.0.1:4040"
-	defaultTimeout = 3 * time.Second
-	// urlEnv is the variable the application containers are given with
-	// the API's address; status uses it where it is set.
-	urlEnv = "LEADER_ELECTOR_URL"
-	// addressEnv is the sidecar's own --http-address from the environment:
-	// inside the sidecar's container it says where the API listens.
-	addressEnv = "LEADER_ELECTOR_HTTP_ADDRESS"
-)
+const defaultTimeout = 3 * time.Second
 
 // Run runs `leader-elector status` with args (those after "status") and
 // returns the exit code. lookupEnv reads the environment.
@@ -52,7 +41,7 @@ func Run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	fs := pflag.NewFlagSet("leader-elector status", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SortFlags = false
-	rawURL := fs.String("url", "", "The application API to ask (default $"+urlEnv+", else http://<$"+addressEnv+">, else "+defaultURL+").")
+	rawURL := fs.String("url", "", "The application API to ask (default $"+api.EnvURL+", else http://<$"+api.EnvHTTPAddress+">, else "+api.DefaultBaseURL+").")
 	output := fs.StringP("output", "o", "text", `Output format: "text" or "json" (the API's own answer).`)
 	timeout := fs.Duration("timeout", defaultTimeout, "How long to wait for the answer.")
 	err := fs.Parse(args)
@@ -130,46 +119,20 @@ func ask(ctx context.Context, c *api.Client) (any, error) {
 	return p, nil
 }
 
-// baseURL is --url, else $LEADER_ELECTOR_URL, else the sidecar's
-// $LEADER_ELECTOR_HTTP_ADDRESS made into a URL, else the default.
+// baseURL is --url, else what the environment says (api.BaseURLFromEnv).
 func baseURL(flagURL string, lookupEnv func(string) (string, bool)) (string, error) {
-	name, raw := "--url", flagURL
-	if raw == "" {
-		if v, ok := lookupEnv(urlEnv); ok && v != "" {
-			name, raw = "$"+urlEnv, v
+	if flagURL == "" {
+		u, err := api.BaseURLFromEnv(lookupEnv)
+		if err != nil {
+			return "", fmt.Errorf("%w; give --url", err)
 		}
+		return u, nil
 	}
-	if raw == "" {
-		if v, ok := lookupEnv(addressEnv); ok && v != "" {
-			u, err := addressURL(v)
-			if err != nil {
-				return "", fmt.Errorf("$%s %q: %w; give --url", addressEnv, v, err)
-			}
-			return u, nil
-		}
-		return defaultURL, nil
+	u, err := api.ParseBaseURL(flagURL)
+	if err != nil {
+		return "", fmt.Errorf("--url %q: %w", flagURL, err)
 	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return "", fmt.Errorf("%s %q: want http://host:port (the API's address, no path)", name, raw)
-	}
-	return u.Scheme + "://" + u.Host, nil
-}
-
-// addressURL turns a listen address into the URL that reaches it from the
-// same pod: a wildcard host is reached on loopback.
-func addressURL(addr string) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" || port == "0" {
-		return "", errors.New("not host:port with a fixed port")
-	}
-	switch host {
-	case "", "0.0.0.0":
-		host = "127.0.0.1"
-	case "::":
-		host = "::1"
-	}
-	return "http://" + net.JoinHostPort(host, port), nil
+	return u, nil
 }
 
 func printLeader(w io.Writer, l api.Leader, now time.Time) {

@@ -173,7 +173,7 @@ func TestStatusURL(t *testing.T) {
 			}
 		})
 	}
-	if u, err := baseURL("", func(string) (string, bool) { return "", false }); err != nil || u != defaultURL {
+	if u, err := baseURL("", func(string) (string, bool) { return "", false }); err != nil || u != api.DefaultBaseURL {
 		t.Errorf("default = %q, %v", u, err)
 	}
 }

@@ -22,11 +22,6 @@ import (
 	"github.com/leader-elector/leader-elector/api"
 )
 
-const (
-	defaultURL = "http://127.0.0.1:4040"
-	urlEnv     = "LEADER_ELECTOR_URL"
-)
-
 const usage = `Usage: leader-elector run [flags] -- CMD [ARGS...]
 
 Runs CMD only while this pod leads, as told by the sidecar's application API,
@@ -47,7 +42,7 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	// Flags end at the first non-flag: everything after "--" is the
 	// child's, however it looks.
 	flags.SetInterspersed(false)
-	rawURL := flags.String("url", "", "The sidecar's application API (default $"+urlEnv+", else "+defaultURL+").")
+	rawURL := flags.String("url", "", "The sidecar's application API, on a loopback host (default $"+api.EnvURL+", else http://<$"+api.EnvHTTPAddress+">, else "+api.DefaultBaseURL+").")
 	stopGrace := flags.Duration("stop-grace", 2*time.Second, "SIGTERM this long before the claim ends; SIGKILL at its end. Must be below the sidecar's --renew-deadline.")
 	startDelay := flags.Duration("start-delay", 0, "Wait this long after this pod begins leading before starting the child, so that the previous leader's child has finished its --stop-grace after a release (default --stop-grace + 500ms; give the same --stop-grace on every pod).")
 	onExit := flags.String("on-exit", OnExitRelease, `When the child exits by itself while leading: "release" (release leadership, exit with its code), "restart" (start it again, with back-off), "exit" (exit with its code).`)
@@ -140,30 +135,47 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	})
 }
 
-// baseURL is --url, else $LEADER_ELECTOR_URL, else the default.
+// baseURL is --url, else what the environment says (api.BaseURLFromEnv),
+// as for leader-elector status; but only on a loopback host.
 func baseURL(flagURL string, lookupEnv func(string) (string, bool)) (string, error) {
-	name, raw := "--url", flagURL
-	if raw == "" {
-		v, ok := lookupEnv(urlEnv)
-		if !ok || v == "" {
-			return defaultURL, nil
+	name, base, err := "--url", "", error(nil)
+	if flagURL != "" {
+		base, err = api.ParseBaseURL(flagURL)
+		if err != nil {
+			return "", fmt.Errorf("--url %q: %w", flagURL, err)
 		}
-		name, raw = "$"+urlEnv, v
-	}
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return "", fmt.Errorf("%s %q: want http://host:port (the API's address, no path)", name, raw)
+	} else {
+		name = "the sidecar's URL from $" + api.EnvURL + " or $" + api.EnvHTTPAddress
+		base, err = api.BaseURLFromEnv(lookupEnv)
+		if err != nil {
+			return "", fmt.Errorf("%w; give --url", err)
+		}
 	}
 	// The sidecar of this pod only: the deadline arithmetic takes the
 	// sidecar's claim as measured on this node, and a sidecar elsewhere
 	// would run the child wherever that one leads.
+	if !onLoopback(base) {
+		return "", fmt.Errorf("%s %q: the host is not a loopback address; only 127.0.0.1, [::1] or localhost (the sidecar in the same pod) is allowed", name, base)
+	}
+	return base, nil
+}
+
+// onLoopback reports whether base's host is localhost or a loopback IP
+// address without a zone (an IPv4-mapped one is refused too).
+func onLoopback(base string) bool {
+	// A host with a zone comes back unescaped from api.ParseBaseURL and
+	// does not parse again: not a loopback host either way.
+	u, err := url.Parse(base)
+	if err != nil {
+		return false
+	}
 	if host := u.Hostname(); host != "localhost" {
 		ip, err := netip.ParseAddr(host)
 		if err != nil || !ip.IsLoopback() || ip.Is4In6() || ip.Zone() != "" {
-			return "", fmt.Errorf("%s %q: the host is not a loopback address; only 127.0.0.1, [::1] or localhost (the sidecar in the same pod) is allowed", name, raw)
+			return false
 		}
 	}
-	return u.Scheme + "://" + u.Host, nil
+	return true
 }
 
 // copySelf copies the running binary to dst, through a temporary file in

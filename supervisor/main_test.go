@@ -34,7 +34,7 @@ func TestMainRefusesBadInput(t *testing.T) {
 		{"a hook and a command without --", []string{"--on-start-leading=true", "sleep", "1"}, nil, 2, "want the command after --"},
 		{"unknown on-exit", []string{"--on-exit=panic", "--", "true"}, nil, 2, `--on-exit "panic" is unknown`},
 		{"bad url", []string{"--url=localhost:4040", "--", "true"}, nil, 2, "want http://host:port"},
-		{"bad url env", []string{"--", "true"}, map[string]string{urlEnv: "http://x/y"}, 2, "$LEADER_ELECTOR_URL"},
+		{"bad url env", []string{"--", "true"}, map[string]string{"LEADER_ELECTOR_URL": "http://x/y"}, 2, "$LEADER_ELECTOR_URL"},
 		{"not found", []string{"--", "no-such-command-anywhere"}, nil, 127, `cannot execute "no-such-command-anywhere"`},
 		{"not executable", []string{"--", noExec}, nil, 126, "permission denied"},
 	} {
@@ -109,6 +109,39 @@ func TestBaseURLIsLoopback(t *testing.T) {
 			}
 			if err != nil || got != tc.want {
 				t.Fatalf("baseURL(%q) = %q, %v; want %q", tc.raw, got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestBaseURLFromTheEnvironment: without --url the supervisor finds the
+// sidecar as leader-elector status does (api.BaseURLFromEnv), the sidecar's
+// own $LEADER_ELECTOR_HTTP_ADDRESS included, and still only on loopback.
+func TestBaseURLFromTheEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		flag          string
+		env           map[string]string
+		want, wantErr string
+	}{
+		{name: "nothing set", want: "http://127.0.0.1:4040"},
+		{name: "$LEADER_ELECTOR_URL", env: map[string]string{"LEADER_ELECTOR_URL": "http://localhost:5050", "LEADER_ELECTOR_HTTP_ADDRESS": "127.0.0.1:6060"}, want: "http://localhost:5050"},
+		{name: "the sidecar's address", env: map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": "127.0.0.1:6060"}, want: "http://127.0.0.1:6060"},
+		{name: "the sidecar's wildcard address", env: map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": ":6060"}, want: "http://127.0.0.1:6060"},
+		{name: "the sidecar's address on the pod IP", env: map[string]string{"LEADER_ELECTOR_HTTP_ADDRESS": "10.0.0.5:6060"}, wantErr: "is not a loopback address"},
+		{name: "a URL elsewhere", env: map[string]string{"LEADER_ELECTOR_URL": "http://10.0.0.5:6060"}, wantErr: "is not a loopback address"},
+		{name: "--url wins", flag: "http://[::1]:7070", env: map[string]string{"LEADER_ELECTOR_URL": "http://10.0.0.5:6060"}, want: "http://[::1]:7070"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := baseURL(tc.flag, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("baseURL = %q, %v; want an error with %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("baseURL = %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
