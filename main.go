@@ -20,6 +20,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/app"
 	"github.com/leader-elector/leader-elector/internal/textline"
+	"github.com/leader-elector/leader-elector/logging"
 	"github.com/leader-elector/leader-elector/options"
 	"github.com/leader-elector/leader-elector/status"
 	"github.com/leader-elector/leader-elector/supervisor"
@@ -68,7 +69,7 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	}
 
 	app.SetGCPercent(os.LookupEnv, debug.SetGCPercent)
-	app.SetUpLogging(opts.LogFormat, opts.Verbosity, stderr)
+	logging.SetUp(opts.LogFormat, opts.Verbosity, stderr)
 	logger := klog.Background().WithName("leader-elector")
 	opts.LogNotices(logger)
 

@@ -2,7 +2,6 @@ package options
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/logging"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -118,7 +118,7 @@ func newOptions() *Options {
 		Readiness:         string(httpapi.ReadyWhenLeader),
 		ReleaseOnShutdown: true,
 		Events:            true,
-		LogFormat:         "text",
+		LogFormat:         logging.FormatText,
 		Routing:           newRouteOptions(),
 		Health:            newHealthOptions(),
 		Campaign:          newCampaignOptions(),
@@ -166,9 +166,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 	// Only klog's verbosity is part of the contract; its other flags
 	// (log files, header formats) are not exposed.
-	goFS := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(goFS)
-	fs.AddGoFlag(goFS.Lookup("v"))
+	fs.AddGoFlag(logging.VerbosityFlag())
 }
 
 // aliases maps each alias that is not deprecated to the flag it stands for:
@@ -333,9 +331,7 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--readiness %q is unknown (want \"leader\" or \"candidate\")", o.Readiness))
 	}
-	switch o.LogFormat {
-	case "text", "json":
-	default:
+	if !logging.ValidFormat(o.LogFormat) {
 		errs = append(errs, fmt.Errorf("--log-format %q is unknown (want \"text\" or \"json\")", o.LogFormat))
 	}
 	if o.KubeAPIQPS < 0 {

@@ -1,9 +1,15 @@
-package app
+// Package logging sets up the process's logger for every command of the
+// binary, the sidecar and leader-elector run alike: --log-format text (klog's
+// own) or json (the Kubernetes JSON log format), at klog's -v. It is a leaf,
+// the standard library and klog only, so that the supervisor can use it
+// without linking anything else of Kubernetes.
+package logging
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,15 +23,32 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// SetUpLogging selects the log format: "text" is klog's own, "json" one
-// JSON object per line on w in the Kubernetes JSON log format (see
+// The log formats: --log-format's values.
+const (
+	FormatText = "text"
+	FormatJSON = "json"
+)
+
+// ValidFormat reports whether format is one of the log formats.
+func ValidFormat(format string) bool { return format == FormatText || format == FormatJSON }
+
+// SetUp selects the log format: "text" is klog's own, "json" one JSON
+// object per line on w in the Kubernetes JSON log format (see
 // newK8sJSONHandler). Verbosity (-v) is klog's own flag and applies to
 // both; v is its value.
-func SetUpLogging(format string, v int, w io.Writer) {
-	if format != "json" {
+func SetUp(format string, v int, w io.Writer) {
+	if format != FormatJSON {
 		return
 	}
 	klog.SetLogger(logr.FromSlogHandler(newK8sJSONHandler(w, v)))
+}
+
+// VerbosityFlag is klog's -v, to add to a command's flag set: parsing it
+// sets klog's verbosity, the one global the process keeps.
+func VerbosityFlag() *flag.Flag {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	return fs.Lookup("v")
 }
 
 // k8sJSONHandler writes the Kubernetes JSON log format, as

@@ -1,4 +1,4 @@
-package app
+package logging
 
 import (
 	"bytes"
@@ -30,12 +30,12 @@ func setVerbosity(t *testing.T, v string) {
 	})
 }
 
-func TestSetUpLoggingJSON(t *testing.T) {
+func TestSetUpJSON(t *testing.T) {
 	setVerbosity(t, "1")
 	// The logger is global: put it back afterwards.
 	t.Cleanup(klog.ClearLogger)
 	var buf bytes.Buffer
-	SetUpLogging("json", 1, &buf)
+	SetUp("json", 1, &buf)
 	logger := klog.Background()
 	logger.Info("Shown", "key", "value")
 	logger.V(1).Info("Also shown")
@@ -58,11 +58,11 @@ func TestSetUpLoggingJSON(t *testing.T) {
 // them: ts (float milliseconds since the epoch), caller, msg, v on info
 // lines (the verbosity, a number), err on error lines, durations as
 // strings, names under "logger", key/values in order.
-func TestSetUpLoggingJSONSchema(t *testing.T) {
+func TestSetUpJSONSchema(t *testing.T) {
 	setVerbosity(t, "2")
 	t.Cleanup(klog.ClearLogger)
 	var buf bytes.Buffer
-	SetUpLogging("json", 2, &buf)
+	SetUp("json", 2, &buf)
 	before := float64(time.Now().UnixNano()) / 1e6
 	logger := klog.Background().WithName("election").WithValues("lease", klog.KRef("ns", "my-app"))
 	logger.Info("Became leader", "reason", "acquired", "leaseDuration", 1500*time.Millisecond)
@@ -83,8 +83,8 @@ func TestSetUpLoggingJSONSchema(t *testing.T) {
 		if !ok || ts < before || ts > after {
 			t.Errorf("ts = %v, want milliseconds since the epoch between %f and %f", m["ts"], before, after)
 		}
-		if caller, _ := m["caller"].(string); !regexp.MustCompile(`^app/logging_test\.go:\d+$`).MatchString(caller) {
-			t.Errorf("caller = %v, want app/logging_test.go:<line>", m["caller"])
+		if caller, _ := m["caller"].(string); !regexp.MustCompile(`^logging/logging_test\.go:\d+$`).MatchString(caller) {
+			t.Errorf("caller = %v, want logging/logging_test.go:<line>", m["caller"])
 		}
 		if m["logger"] != "election" {
 			t.Errorf("logger = %v, want election", m["logger"])
@@ -113,7 +113,7 @@ func TestSetUpLoggingJSONSchema(t *testing.T) {
 // TestSetUpLoggingText: the text format is klog's own, written by klog
 // itself (to standard error), with the message and the key/values; nothing
 // goes through the writer given for JSON.
-func TestSetUpLoggingText(t *testing.T) {
+func TestSetUpText(t *testing.T) {
 	// klog writes straight to os.Stderr while it logs to standard error
 	// only: have it write to its outputs instead, and capture them.
 	var klogOutput, given bytes.Buffer
@@ -124,7 +124,7 @@ func TestSetUpLoggingText(t *testing.T) {
 		klog.LogToStderr(true)
 		klog.SetOutput(os.Stderr)
 	})
-	SetUpLogging("text", 0, &given)
+	SetUp("text", 0, &given)
 	klog.Background().Info("Shown", "key", "value")
 	klog.Flush()
 	// Like I1129 08:00:00.000000   12345 logging_test.go:42] "Shown" key="value".
