@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
 
 // hookRun is one hook to run: its command line and environment.
@@ -31,14 +32,14 @@ type hooks struct {
 	timeout time.Duration
 	queue   chan hookRun
 	done    chan struct{}
-	log     func(format string, args ...any)
+	log     klog.Logger
 }
 
 // hookQueue bounds the transitions waiting for a slow hook; beyond it the
 // oldest waiting are dropped (a later transition supersedes them).
 const hookQueue = 16
 
-func startHooks(timeout time.Duration, log func(string, ...any)) *hooks {
+func startHooks(timeout time.Duration, log klog.Logger) *hooks {
 	h := &hooks{timeout: timeout, queue: make(chan hookRun, hookQueue), done: make(chan struct{}), log: log}
 	go h.run()
 	return h
@@ -53,7 +54,7 @@ func (h *hooks) fire(r hookRun) {
 		}
 		select {
 		case old := <-h.queue:
-			h.log("%s hook %q dropped: too many transitions while a hook ran", old.name, old.command)
+			h.log.Info("Hook dropped: too many transitions while a hook ran", "hook", old.name, "command", old.command)
 		default:
 		}
 	}
@@ -104,10 +105,10 @@ func (h *hooks) runOne(r hookRun) {
 	took := time.Since(start).Round(time.Millisecond)
 	switch {
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
-		h.log("%s hook %q did not end within --hook-timeout=%v: killed", r.name, r.command, h.timeout)
+		h.log.Info("Hook did not end within --hook-timeout: killed", "hook", r.name, "command", r.command, "timeout", h.timeout)
 	case err != nil:
-		h.log("%s hook %q failed after %v: %s", r.name, r.command, took, describe(err))
+		h.log.Info("Hook failed", "hook", r.name, "command", r.command, "after", took, "result", describe(err))
 	default:
-		h.log("%s hook %q done in %v", r.name, r.command, took)
+		h.log.Info("Hook done", "hook", r.name, "command", r.command, "took", took)
 	}
 }

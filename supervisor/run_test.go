@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
 
 	"github.com/leader-elector/leader-elector/api"
 )
@@ -160,7 +162,10 @@ func startRunWith(t *testing.T, srv *httptest.Server, change func(*Config), onEx
 		Stderr:          r.log,
 	}
 	change(&cfg)
-	ctx, cancel := context.WithCancel(context.Background())
+	// The supervisor logs through its context's logger, as klog's text
+	// format, into the buffer the tests read.
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(r.log)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	go func() { r.code <- Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
@@ -341,7 +346,7 @@ func TestRunRefusesAStopGraceBeyondTheClaim(t *testing.T) {
 	if code := r.exitCode(t, 5*time.Second); code != ExitBadInput {
 		t.Fatalf("exit code %d, want %d", code, ExitBadInput)
 	}
-	if !strings.Contains(r.log.String(), "--stop-grace=3s does not fit in the claim") {
+	if log := r.log.String(); !strings.Contains(log, "--stop-grace does not fit in the claim") || !strings.Contains(log, `stopGrace="3s"`) {
 		t.Fatalf("no clear log line")
 	}
 	if len(readPids(t, pids)) != 0 {
@@ -428,7 +433,8 @@ func TestRunHooks(t *testing.T) {
 	f.set(false, 12)
 	poll(t, 5*time.Second, "the stop hook runs", func() bool { return lines() == "start 12 default/app\nstop 12\n" })
 	poll(t, 5*time.Second, "the slow stop hook is killed at its timeout", func() bool {
-		return strings.Contains(r.log.String(), "did not end within --hook-timeout=300ms: killed")
+		log := r.log.String()
+		return strings.Contains(log, "Hook did not end within --hook-timeout: killed") && strings.Contains(log, `timeout="300ms"`)
 	})
 	// A new term while the sidecar answers: the next start.
 	f.set(true, 13)

@@ -9,7 +9,6 @@ package supervisor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"net/http/httptrace"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/api"
 )
@@ -100,22 +100,15 @@ type Config struct {
 	Stderr  io.Writer
 }
 
-// child is one run of the command.
-type child struct {
-	cmd      *exec.Cmd
-	wd       *watchdog
-	token    int64
-	started  Mono
-	killAt   Mono
-	stopping bool
-	killed   bool
-	done     chan struct{}
-	waitErr  error
-}
-
+// supervisor runs one Config: the loop that gathers events for decide and
+// carries out its actions (act.go).
 type supervisor struct {
-	cfg Config
-	log func(format string, args ...any)
+	cfg   Config
+	rules rules
+	log   klog.Logger
+	hooks *hooks
+	// child is the running child's processes (nil: none).
+	child *process
 	// foreign are the children this process had before it supervised
 	// anything (a shell that exec'd it may have started some): never the
 	// workload's.
@@ -123,327 +116,84 @@ type supervisor struct {
 }
 
 // Run supervises until the child's exit ends it (by the on-exit policy or
-// after SIGTERM/SIGINT) and returns the exit code.
+// after SIGTERM/SIGINT) and returns the exit code. It logs through ctx's
+// logger (klog.FromContext).
 func Run(ctx context.Context, cfg Config) int {
-	s := &supervisor{cfg: cfg, log: func(format string, args ...any) {
-		fmt.Fprintf(cfg.Stderr, "%s leader-elector run: %s\n", time.Now().UTC().Format(time.RFC3339Nano), fmt.Sprintf(format, args...))
-	}}
+	s := &supervisor{cfg: cfg, rules: rulesOf(cfg), log: klog.FromContext(ctx)}
 	return s.run(ctx)
 }
 
 func (s *supervisor) run(ctx context.Context) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	clock := s.cfg.Clock
 	s.foreign = directChildren()
 	if err := becomeSubreaper(); err != nil {
-		s.log("cannot become a child subreaper, so processes that leave the child's process group and are orphaned cannot be found at a stop: %v", err)
+		s.log.Error(err, "Cannot become a child subreaper, so processes that leave the child's process group and are orphaned cannot be found at a stop")
 	}
 	// Every orphan below this process is its child now: reap them as they
 	// exit, not only at a stop.
-	orphaned := make(chan os.Signal, 1)
-	signal.Notify(orphaned, syscall.SIGCHLD)
-	defer signal.Stop(orphaned)
+	orphans := make(chan os.Signal, 1)
+	signal.Notify(orphans, syscall.SIGCHLD)
+	defer signal.Stop(orphans)
 	obs := make(chan Observation, 16)
 	go s.poll(ctx, obs)
 	go s.longPoll(ctx, obs)
-
-	var (
-		term      Term
-		c         *child
-		restartAt Mono
-		backoff   = s.cfg.RestartBackoff
-		shutdown  bool
-		checked   bool // --stop-grace was checked against a claim
-		timer     = time.NewTimer(time.Hour)
-	)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	hk := startHooks(s.cfg.HookTimeout, s.log)
-	defer hk.close()
-	hookLeading := false
+	s.hooks = startHooks(s.cfg.HookTimeout, s.log)
+	defer s.hooks.close()
+
+	st := s.rules.initial()
+	var ev event = wake{}
 	for {
-		now := clock.Mono()
-		// Hooks follow the claim as the supervisor knows it: it begins
-		// with a term, and ends when the sidecar says so or when it runs
-		// out unrenewed.
-		if valid := term.Valid(now) && !shutdown; valid != hookLeading {
-			hookLeading = valid
-			s.fireHook(hk, valid, term)
-		}
-		if c == nil && shutdown {
-			return 0
-		}
-		if len(s.cfg.Command) > 0 && c == nil && term.Valid(now) && now >= restartAt {
-			left := time.Duration(term.Deadline - now)
-			if rd := RenewDeadline(term.Leader); !checked && rd > 0 {
-				checked = true
-				if s.cfg.StopGrace+killAhead >= rd {
-					s.log("--stop-grace=%v does not fit in the claim: the sidecar's renew deadline is %v (validUntil − renewTime), and the child is killed 100ms before the claim ends; give a --stop-grace well below it", s.cfg.StopGrace, rd.Round(time.Millisecond))
-					return ExitBadInput
-				}
-			}
-			if left > s.cfg.StopGrace+killAhead {
-				var code int
-				c, code = s.start(term, now)
-				if c == nil {
-					return code
-				}
+		now := s.cfg.Clock.Mono()
+		var acts []action
+		st, acts = s.rules.decide(st, ev, now)
+		for _, a := range acts {
+			if done, code := s.act(ctx, a); done {
+				return code
 			}
 		}
-		next := Mono(-1)
-		if c != nil && !c.killed {
-			own := term.Leading && term.Token == c.token
-			if own && !c.stopping && !shutdown {
-				c.killAt = term.Deadline - Mono(killAhead)
-			}
-			if !c.stopping {
-				reason := ""
-				switch {
-				case !term.Leading:
-					reason = "this pod stopped leading"
-				case term.Token != c.token:
-					reason = "a new term began"
-				case now >= c.killAt-Mono(s.cfg.StopGrace):
-					reason = "the claim ends within --stop-grace and was not renewed"
-				}
-				if reason != "" {
-					s.stop(hk, c, syscall.SIGTERM, now, reason)
-				}
-			}
-			c.wd.set(c.killAt)
-			if now >= c.killAt {
-				s.log("the child (pid %d) did not exit by the end of the claim: SIGKILL to its process group", c.cmd.Process.Pid)
-				_ = unix.Kill(-c.wd.cmd.Process.Pid, unix.SIGKILL)
-				s.killLeftovers(hk, c)
-				c.killed = true
-			} else {
-				next = c.killAt
-				if !c.stopping {
-					next = c.killAt - Mono(s.cfg.StopGrace)
-				}
-			}
-		}
-		if c == nil && restartAt > now {
-			next = restartAt
-		}
-		if hookLeading && (next < 0 || term.Deadline < next) {
-			next = term.Deadline
-		}
-		wait := time.Hour
-		if next >= 0 {
-			wait = time.Duration(next - now)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(wait)
+		resetTimer(timer, s.rules.wakeAt(st, now), now)
+		ev = s.next(ctx, obs, timer.C, orphans)
+	}
+}
 
-		var done <-chan struct{}
-		if c != nil {
-			done = c.done
-		}
+// next waits for the next event.
+func (s *supervisor) next(ctx context.Context, obs <-chan Observation, timer <-chan time.Time, orphans <-chan os.Signal) event {
+	var done <-chan struct{}
+	if s.child != nil {
+		done = s.child.done
+	}
+	select {
+	case o := <-obs:
+		return observed{o}
+	case <-timer:
+		return wake{}
+	case <-orphans:
+		return orphaned{}
+	case <-done:
+		return s.childExited()
+	case sig := <-s.cfg.Signals:
+		return signaled{sig}
+	case <-ctx.Done():
+		return cancelled{}
+	}
+}
+
+// resetTimer sets timer to fire at next (-1: in an hour, as good as never).
+func resetTimer(timer *time.Timer, next, now Mono) {
+	wait := time.Hour
+	if next >= 0 {
+		wait = time.Duration(next - now)
+	}
+	if !timer.Stop() {
 		select {
-		case o := <-obs:
-			if term.Observe(o) {
-				if term.Leading {
-					s.log("this pod leads (fencing token %d, valid until %s); starting the child in %v (--start-delay)", term.Token, term.Leader.ValidUntil.UTC().Format(time.RFC3339Nano), s.cfg.StartDelay)
-					backoff, restartAt = s.cfg.RestartBackoff, clock.Mono()+Mono(s.cfg.StartDelay)
-				} else {
-					s.log("this pod does not lead (holder %q)", term.Leader.Holder)
-				}
-			}
 		case <-timer.C:
-		case <-orphaned:
-			var roots []int
-			if c != nil {
-				roots = c.roots()
-			}
-			hk.exclusive(func(running func(int) bool) {
-				reapOrphans(roots, s.keep(running))
-			})
-		case <-done:
-			code := exitCode(c.waitErr)
-			fired := c.wd.finish()
-			stopped := c.stopping || c.killed
-			ran := time.Duration(clock.Mono() - c.started)
-			s.log("the child (pid %d) exited: %s after %v", c.cmd.Process.Pid, describe(c.waitErr), ran.Round(time.Millisecond))
-			// Whatever it started goes with it, in its group or not.
-			s.killLeftovers(hk, nil)
-			if !stopped && fired {
-				// The watchdog killed it at the end of the last claim the
-				// supervisor knew of: the supervisor was paused. That is a
-				// stop, not the child's own exit; it starts again if the
-				// claim is renewed.
-				s.log("the watchdog killed it at the end of the claim: the supervisor was paused")
-				stopped = true
-			}
-			c = nil
-			switch {
-			case shutdown:
-				return code
-			case stopped:
-				continue
-			case s.cfg.OnExit == OnExitRelease:
-				s.release(ctx)
-				return code
-			case s.cfg.OnExit == OnExitExit:
-				return code
-			}
-			// restart: back off, doubling while the child keeps exiting
-			// soon after it starts; a run longer than the cap resets it.
-			if ran > maxRestartBackoff {
-				backoff = s.cfg.RestartBackoff
-			}
-			restartAt = clock.Mono() + Mono(backoff)
-			s.log("--on-exit=restart: starting it again in %v if this pod still leads", backoff)
-			backoff = min(2*backoff, maxRestartBackoff)
-		case sig := <-s.cfg.Signals:
-			if sig == syscall.SIGTERM || sig == syscall.SIGINT {
-				if !shutdown {
-					s.log("received %s: stopping", unix.SignalName(sig.(syscall.Signal)))
-				}
-				shutdown = true
-				if c != nil && !c.killed && !c.stopping {
-					s.stop(hk, c, sig.(syscall.Signal), clock.Mono(), "the supervisor is stopping")
-				}
-				continue
-			}
-			if c != nil && !c.killed {
-				_ = c.cmd.Process.Signal(sig)
-			}
-		case <-ctx.Done():
-			// Only an embedding caller cancels: leave nothing behind.
-			if c != nil {
-				_ = unix.Kill(-c.wd.cmd.Process.Pid, unix.SIGKILL)
-				<-c.done
-				c.wd.finish()
-				s.killLeftovers(hk, nil)
-			}
-			return ExitRuntimeError
+		default:
 		}
 	}
-}
-
-// fireHook queues --on-start-leading (leading) or --on-stop-leading.
-func (s *supervisor) fireHook(hk *hooks, leading bool, term Term) {
-	name, command := "--on-stop-leading", s.cfg.OnStopLeading
-	if leading {
-		name, command = "--on-start-leading", s.cfg.OnStartLeading
-	}
-	if command == "" {
-		return
-	}
-	hk.fire(hookRun{name: name, command: command, env: childEnv(term)})
-}
-
-// childEnv is what the child and the hooks get about the term.
-func childEnv(term Term) []string {
-	l := term.Leader
-	env := []string{
-		EnvFencingToken + "=" + strconv.FormatInt(term.Token, 10),
-		EnvLease + "=" + l.Lease.Namespace + "/" + l.Lease.Name,
-		EnvHolder + "=" + l.Identity,
-	}
-	if !l.ValidUntil.IsZero() {
-		// Not for a stop hook after the sidecar said the claim ended.
-		env = append(env, EnvValidUntil+"="+l.ValidUntil.UTC().Format(time.RFC3339Nano))
-	}
-	return env
-}
-
-// stop sends sig to the child's process group, and to every process the
-// child started that left the group (each process gets it once), and
-// gives them --stop-grace, never beyond the claim.
-func (s *supervisor) stop(hk *hooks, c *child, sig syscall.Signal, now Mono, reason string) {
-	c.stopping = true
-	c.killAt = min(c.killAt, now+Mono(s.cfg.StopGrace))
-	c.wd.set(c.killAt)
-	s.log("%s: %s to the child's process group (pid %d), SIGKILL in %v at the latest", reason, unix.SignalName(sig), c.cmd.Process.Pid, time.Duration(c.killAt-now).Round(time.Millisecond))
-	_ = unix.Kill(-c.wd.cmd.Process.Pid, sig)
-	hk.exclusive(func(running func(int) bool) {
-		signalLeftovers(c.roots(), s.keep(running), c.wd.cmd.Process.Pid, sig)
-	})
-}
-
-// keep tells the processes that are not the workload's among this
-// process's children: the ones it had before, and the running hook.
-func (s *supervisor) keep(running func(int) bool) func(int) bool {
-	return func(pid int) bool { return s.foreign[pid] || running(pid) }
-}
-
-// killLeftovers SIGKILLs, and reaps, every process the workload left:
-// those of c (nil: the child has exited and the watchdog is gone) and every
-// orphan re-parented to this process (a subreaper), whatever its process
-// group or session.
-func (s *supervisor) killLeftovers(hk *hooks, c *child) {
-	var roots []int
-	if c != nil {
-		roots = c.roots()
-	}
-	var (
-		n   int
-		err error
-	)
-	hk.exclusive(func(running func(int) bool) {
-		n, err = killLeftovers(roots, s.keep(running))
-	})
-	if c == nil && n > 0 {
-		s.log("killed %d processes the child had left behind (outside its process group)", n)
-	}
-	if err != nil {
-		s.log("killing the processes the child left: %v", err)
-	}
-}
-
-// roots are the processes the workload's tree hangs from while c runs.
-func (c *child) roots() []int {
-	return []int{c.cmd.Process.Pid, c.wd.cmd.Process.Pid}
-}
-
-// start starts the watchdog, then the child in the watchdog's process
-// group. It returns the exit code to end with if the child cannot start.
-func (s *supervisor) start(term Term, now Mono) (*child, int) {
-	wd, err := startWatchdog(s.cfg.WatchdogCommand, term.Deadline-Mono(killAhead), s.cfg.Stderr)
-	if err != nil {
-		s.log("cannot guard the child: %v", err)
-		return nil, ExitRuntimeError
-	}
-	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), childEnv(term)...)
-	// Pdeathsig: if the supervisor dies the child is killed at once (the
-	// watchdog would kill it too, when it sees its stdin close).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: wd.cmd.Process.Pid, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		wd.finish()
-		code := startFailureCode(err)
-		s.log("cannot execute %q: %v (exit code %d)", s.cfg.Command[0], err, code)
-		return nil, code
-	}
-	c := &child{cmd: cmd, wd: wd, token: term.Token, started: now, killAt: term.Deadline - Mono(killAhead), done: make(chan struct{})}
-	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.done)
-	}()
-	s.log("started the child (pid %d) with fencing token %d; the claim ends in %v", cmd.Process.Pid, term.Token, time.Duration(term.Deadline-now).Round(time.Millisecond))
-	return c, 0
-}
-
-func (s *supervisor) release(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	r, err := s.cfg.API.Release(ctx)
-	switch {
-	case err != nil:
-		s.log("--on-exit=release: POST /release failed (the claim runs out on its own): %v", err)
-	case r.Released:
-		s.log("--on-exit=release: released the leadership")
-	default:
-		s.log("--on-exit=release: this pod no longer led; nothing to release")
-	}
+	timer.Reset(wait)
 }
 
 // poll reads GET /leader every PollInterval: renewals move validUntil
