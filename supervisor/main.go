@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -13,13 +12,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/internal/textline"
+	"github.com/leader-elector/leader-elector/logging"
 )
 
 const usage = `Usage: leader-elector run [flags] -- CMD [ARGS...]
@@ -34,105 +35,73 @@ not found.
 `
 
 // Main runs `leader-elector run` with args (those after "run") and returns
-// the exit code. lookupEnv reads the environment.
+// the exit code. lookupEnv reads the environment. A refusal is one line on
+// stderr; the supervisor's log goes to stderr in JSON, and through klog
+// (to the process's standard error) as text.
 func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
-	flags := pflag.NewFlagSet("leader-elector run", pflag.ContinueOnError)
-	flags.SetOutput(io.Discard)
-	flags.SortFlags = false
-	// Flags end at the first non-flag: everything after "--" is the
-	// child's, however it looks.
-	flags.SetInterspersed(false)
-	rawURL := flags.String("url", "", "The sidecar's application API, on a loopback host (default $"+api.EnvURL+", else http://<$"+api.EnvHTTPAddress+">, else "+api.DefaultBaseURL+").")
-	stopGrace := flags.Duration("stop-grace", 2*time.Second, "SIGTERM this long before the claim ends; SIGKILL at its end. Must be below the sidecar's --renew-deadline.")
-	startDelay := flags.Duration("start-delay", 0, "Wait this long after this pod begins leading before starting the child, so that the previous leader's child has finished its --stop-grace after a release (default --stop-grace + 500ms; give the same --stop-grace on every pod).")
-	onExit := flags.String("on-exit", OnExitRelease, `When the child exits by itself while leading: "release" (release leadership, exit with its code), "restart" (start it again, with back-off), "exit" (exit with its code).`)
-	poll := flags.Duration("poll-interval", 200*time.Millisecond, "How often to read GET /leader while running: each read extends the deadline.")
-	onStart := flags.String("on-start-leading", "", "A shell command (/bin/sh -c) to run when this pod's claim begins, with the child's environment; the command after -- is then optional.")
-	onStop := flags.String("on-stop-leading", "", "A shell command to run when the claim ends (the sidecar says so, or it runs out unrenewed).")
-	hookTimeout := flags.Duration("hook-timeout", 10*time.Second, "A hook still running after this long is killed with its process group.")
-	copyTo := flags.String("copy-to", "", "Copy this binary to the given path (mode 0755) and exit: for an init container that puts it in a volume shared with the app's container (the image has no shell and no cp).")
-	backoff := flags.Duration("restart-backoff", time.Second, "The first delay of --on-exit=restart; it doubles up to 30s while the child keeps exiting.")
-	err := flags.Parse(args)
-	bad := func(msg string) int {
-		fmt.Fprintf(stderr, "leader-elector run: %s\n", strings.ReplaceAll(msg, "\n", " "))
-		return ExitBadInput
-	}
+	o, fs, err := parseOptions(args, lookupEnv)
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprintf(stdout, "%s%s", usage, flags.FlagUsages())
+		fmt.Fprintf(stdout, "%s%s", usage, fs.FlagUsages())
 		return 0
-	case err != nil:
-		return bad(err.Error())
-	case *copyTo != "" && flags.NArg() > 0:
-		return bad("--copy-to takes no command")
-	case *copyTo != "":
-		if err := copySelf(*copyTo); err != nil {
-			fmt.Fprintf(stderr, "leader-elector run: --copy-to: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+	case err == nil:
+		err = o.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "leader-elector run: %s\n", textline.OneLine(err))
+		return ExitBadInput
+	}
+	if o.CopyTo != "" {
+		if err := copySelf(o.CopyTo); err != nil {
+			fmt.Fprintf(stderr, "leader-elector run: --copy-to: %s\n", textline.OneLine(err))
 			return ExitRuntimeError
 		}
 		return 0
-	case flags.NArg() > 0 && flags.ArgsLenAtDash() != 0:
-		return bad("want the command after --: leader-elector run [flags] -- CMD [ARGS...]")
-	case flags.NArg() == 0 && *onStart == "" && *onStop == "":
-		return bad("want the command after -- (or a hook): leader-elector run [flags] -- CMD [ARGS...]")
-	case *hookTimeout <= 0 || *hookTimeout > 10*time.Minute:
-		return bad(fmt.Sprintf("--hook-timeout %v is outside the supported range 1ns..10m", *hookTimeout))
-	case *stopGrace <= 0 || *stopGrace > 5*time.Minute:
-		return bad(fmt.Sprintf("--stop-grace %v is outside the supported range 1ns..5m", *stopGrace))
-	case *poll < 10*time.Millisecond || *poll > 5*time.Second:
-		return bad(fmt.Sprintf("--poll-interval %v is outside the supported range 10ms..5s", *poll))
-	case *backoff < 10*time.Millisecond || *backoff > maxRestartBackoff:
-		return bad(fmt.Sprintf("--restart-backoff %v is outside the supported range 10ms..30s", *backoff))
-	case *startDelay < 0 || *startDelay > 5*time.Minute:
-		return bad(fmt.Sprintf("--start-delay %v is outside the supported range 0..5m", *startDelay))
-	case *onExit != OnExitRelease && *onExit != OnExitRestart && *onExit != OnExitExit:
-		return bad(fmt.Sprintf("--on-exit %q is unknown (want release, restart or exit)", *onExit))
 	}
-	if !flags.Changed("start-delay") {
-		*startDelay = *stopGrace + 500*time.Millisecond
-	}
-	base, err := baseURL(*rawURL, lookupEnv)
-	if err != nil {
-		return bad(err.Error())
-	}
-	command := flags.Args()
 	// Fail before waiting for leadership, as a shell would.
-	if len(command) > 0 {
-		if _, err := exec.LookPath(command[0]); err != nil {
-			code := ExitCannotExecute
-			if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-				code = ExitNotFound
-			}
-			fmt.Fprintf(stderr, "leader-elector run: cannot execute %q: %v (exit code %d)\n", command[0], err, code)
+	if len(o.Command) > 0 {
+		if _, err := exec.LookPath(o.Command[0]); err != nil {
+			code := startFailureCode(err)
+			fmt.Fprintf(stderr, "leader-elector run: cannot execute %q: %s (exit code %d)\n", o.Command[0], textline.OneLine(err), code)
 			return code
 		}
 	}
 	self, err := os.Executable()
 	if err != nil {
-		fmt.Fprintf(stderr, "leader-elector run: cannot find its own binary for the watchdog: %v\n", err)
+		fmt.Fprintf(stderr, "leader-elector run: cannot find its own binary for the watchdog: %s\n", textline.OneLine(err))
 		return ExitRuntimeError
 	}
 
+	logging.SetUp(o.LogFormat, o.Verbosity, stderr)
+	defer klog.Flush()
+	logger := klog.Background().WithName("leader-elector").WithName("run")
 	signals := make(chan os.Signal, 8)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
-	return Run(context.Background(), Config{
-		Command:         command,
-		API:             api.NewClient(base, &http.Client{Timeout: max(*poll, time.Second)}),
+	cfg := o.config(self, signals, stderr)
+	return Run(klog.NewContext(context.Background(), logger), cfg)
+}
+
+// config is the supervisor's Config for valid options.
+func (o *Options) config(self string, signals <-chan os.Signal, stderr io.Writer) Config {
+	base, _ := baseURL(o.URL, o.lookupEnv) // checked by Validate
+	return Config{
+		Command:         o.Command,
+		API:             api.NewClient(base, &http.Client{Timeout: max(o.PollInterval, time.Second)}),
 		LongPoll:        api.NewClient(base, &http.Client{Timeout: longPollWait + 5*time.Second}),
-		PollInterval:    *poll,
-		StopGrace:       *stopGrace,
-		StartDelay:      *startDelay,
-		OnStartLeading:  *onStart,
-		OnStopLeading:   *onStop,
-		HookTimeout:     *hookTimeout,
-		OnExit:          *onExit,
-		RestartBackoff:  *backoff,
+		PollInterval:    o.PollInterval,
+		StopGrace:       o.StopGrace,
+		StartDelay:      o.StartDelay,
+		OnStartLeading:  o.OnStartLeading,
+		OnStopLeading:   o.OnStopLeading,
+		HookTimeout:     o.HookTimeout,
+		OnExit:          o.OnExit,
+		RestartBackoff:  o.RestartBackoff,
 		WatchdogCommand: []string{self, WatchdogArg},
 		Clock:           systemClock{},
 		Signals:         signals,
 		Stderr:          stderr,
-	})
+	}
 }
 
 // baseURL is --url, else what the environment says (api.BaseURLFromEnv),

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMainRefusesBadInput(t *testing.T) {
@@ -144,5 +145,83 @@ func TestBaseURLFromTheEnvironment(t *testing.T) {
 				t.Fatalf("baseURL = %q, %v; want %q", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestMainRefusesEveryProblemAtOnce: Validate checks each option on its
+// own, and Main prints every refusal, on one line.
+func TestMainRefusesEveryProblemAtOnce(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"--stop-grace=0s", "--poll-interval=1ms", "--on-exit=panic", "--log-format=xml", "--url=http://10.0.0.1:4040"}
+	if code := Main(args, func(string) (string, bool) { return "", false }, &stdout, &stderr); code != ExitBadInput {
+		t.Errorf("exit code %d, want %d", code, ExitBadInput)
+	}
+	line := stderr.String()
+	for _, want := range []string{
+		"want the command after -- (or a hook)",
+		"--stop-grace 0s is outside",
+		"--poll-interval 1ms is outside",
+		`--on-exit "panic" is unknown`,
+		`--log-format "xml" is unknown`,
+		"is not a loopback address",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("stderr %q: want %q", line, want)
+		}
+	}
+	if strings.Count(line, "\n") != 1 {
+		t.Errorf("stderr %q: want one line", line)
+	}
+}
+
+// TestOptionsLogFormat: --log-format, else $LEADER_ELECTOR_LOG_FORMAT (the
+// sidecar's own variable), else text; -v is klog's.
+func TestOptionsLogFormat(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    string
+		wantErr string
+	}{
+		{name: "default", want: "text"},
+		{name: "the flag", args: []string{"--log-format=json"}, want: "json"},
+		{name: "the environment", env: map[string]string{EnvLogFormat: "json"}, want: "json"},
+		{name: "the flag wins", args: []string{"--log-format=text"}, env: map[string]string{EnvLogFormat: "json"}, want: "text"},
+		{name: "a bad variable is named", env: map[string]string{EnvLogFormat: "xml"}, wantErr: `$LEADER_ELECTOR_LOG_FORMAT "xml" is unknown`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _, err := parseOptions(append(tc.args, "--", "true"), func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = o.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate = %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || o.LogFormat != tc.want {
+				t.Fatalf("log format %q, %v; want %q", o.LogFormat, err, tc.want)
+			}
+		})
+	}
+	// -v: restore klog's global verbosity afterwards.
+	t.Cleanup(func() { _, _, _ = parseOptions([]string{"-v=0"}, func(string) (string, bool) { return "", false }) })
+	if o, _, err := parseOptions([]string{"-v=3", "--", "true"}, func(string) (string, bool) { return "", false }); err != nil || o.Verbosity != 3 {
+		t.Fatalf("-v=3: %+v, %v", o, err)
+	}
+}
+
+// TestOptionsStartDelayDefault: --start-delay defaults to --stop-grace +
+// 500ms, and that default is never out of range itself.
+func TestOptionsStartDelayDefault(t *testing.T) {
+	o, _, err := parseOptions([]string{"--stop-grace=5m", "--", "true"}, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil || o.StartDelay != 5*time.Minute+500*time.Millisecond {
+		t.Fatalf("start delay %v, %v; want 5m0.5s and no error", o.StartDelay, err)
 	}
 }
