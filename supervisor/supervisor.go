@@ -4,6 +4,10 @@
 // claim ends. The sidecar stays the one elector; the supervisor needs no
 // Kubernetes client and no RBAC. docs/supervisor.md is the reference: the
 // guarantee, its bound and its limits.
+//
+// Every rule of the supervisor's loop is in decide.go, a pure function
+// tested on a fake clock; supervisor.go gathers the events it decides on
+// and act.go carries out what it decides.
 package supervisor
 
 import (
@@ -97,7 +101,9 @@ type Config struct {
 	Clock           Clock
 	// Signals delivers the signals the supervisor received.
 	Signals <-chan os.Signal
-	Stderr  io.Writer
+	// Stderr is the watchdog's standard error (its one line when it
+	// kills); the supervisor itself logs through Run's context.
+	Stderr io.Writer
 }
 
 // supervisor runs one Config: the loop that gathers events for decide and
