@@ -68,7 +68,7 @@ func TestChartSupervisor(t *testing.T) {
 	if !mounted {
 		t.Errorf("the app does not mount leader-elector-run read-only at %s: %s", cp.VolumeMounts[0].MountPath, asJSON(app.VolumeMounts))
 	}
-	wrap := []string{copied[len(dir):], "run", "--stop-grace=3s", "--"}
+	wrap := []string{copied[len(dir):], "run", "--log-format=json", "--stop-grace=3s", "--"}
 	wrap[0] = cp.VolumeMounts[0].MountPath + wrap[0]
 	at := slices.Index(app.Args, wrap[0])
 	if at < 0 || !slices.Equal(app.Args[at:at+len(wrap)], wrap) || at+len(wrap) >= len(app.Args) {
@@ -126,7 +126,7 @@ func TestKustomizeSupervisor(t *testing.T) {
 	}) {
 		t.Errorf("the app does not mount the binary read-only: %s", asJSON(app.VolumeMounts))
 	}
-	wrap := []string{"/leader-elector-run/leader-elector", "run", "--stop-grace=2s", "--"}
+	wrap := []string{"/leader-elector-run/leader-elector", "run", "--log-format=json", "--stop-grace=2s", "--"}
 	at := slices.Index(app.Args, wrap[0])
 	if at < 0 || at+len(wrap) >= len(app.Args) || !slices.Equal(app.Args[at:at+len(wrap)], wrap) {
 		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)

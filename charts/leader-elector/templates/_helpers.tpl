@@ -354,6 +354,7 @@ of a list; the app's own command and arguments follow it.
 {{- define "leader-elector.supervisorCommand" -}}
 - /leader-elector-run/leader-elector
 - run
+- --log-format={{ .Values.sidecar.logFormat }}
 - --stop-grace={{ .Values.supervisor.stopGrace }}
 - --
 {{- end }}
