@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/leader-elector/leader-elector"
+
+// stdOnly forbids everything outside the standard library (and the package
+// itself): a package every app, tool or test can import for nothing.
+var stdOnly = []string{"*"}
+
+// kubernetes is every Kubernetes module; klog is allowed where the logger
+// is shared with the sidecar (see the rows that allow it).
+var kubernetes = []string{"k8s.io/", "sigs.k8s.io/"}
+
+// layers is docs/architecture.md's one-way rule as data: for each shipping
+// package, what it must not depend on, directly or through another package
+// (a trailing "/" forbids a whole tree; "*" everything but the standard
+// library), and what is allowed nevertheless. Each row says why.
+var layers = []struct {
+	pkg, why string
+	forbid   []string
+	allow    []string
+}{
+	{pkg: "api", why: "the wire format an app imports: the standard library only", forbid: stdOnly},
+	{pkg: "internal/textline", why: "a leaf every package may import", forbid: stdOnly},
+	{pkg: "logging", why: "the logger setup the sidecar and run share: klog only",
+		forbid: append(stdOnly, kubernetes...), allow: []string{"k8s.io/klog/v2", "github.com/go-logr/logr"}},
+	{pkg: "election", why: "the elector on one Lease knows nothing of HTTP, routing, partitions or the binary",
+		forbid: ours("app", "options", "httpapi", "notify", "routing", "partition", "health", "status", "supervisor")},
+	{pkg: "routing", why: "publishes the election; knows no other mode or the binary",
+		forbid: ours("app", "options", "httpapi", "notify", "partition", "health", "status", "supervisor")},
+	{pkg: "health", why: "gates the election; knows no other mode or the binary",
+		forbid: ours("app", "options", "httpapi", "notify", "partition", "routing", "status", "supervisor")},
+	{pkg: "partition", why: "a group of elections; knows no routing, HTTP or the binary",
+		forbid: ours("app", "options", "httpapi", "notify", "routing", "health", "status", "supervisor")},
+	{pkg: "httpapi", why: "answers the app over a view of the state; sends nothing, parses no flags",
+		forbid: ours("app", "options", "notify", "routing", "health", "status", "supervisor")},
+	{pkg: "notify", why: "the outbound notifier; not the composition", forbid: ours("app", "options", "status", "supervisor")},
+	{pkg: "app", why: "the composition parses nothing", forbid: ours("options", "status", "supervisor")},
+	{pkg: "options", why: "builds Configs and runs nothing of the subcommands", forbid: ours("status", "supervisor")},
+	{pkg: "status", why: "a client of the local API alone: no Kubernetes client",
+		forbid: append(ours("app", "options", "election"), kubernetes...), allow: []string{"k8s.io/klog/v2"}},
+	{pkg: "supervisor", why: "a client of the local API alone: no Kubernetes client, klog for the sidecar's log format",
+		forbid: append(ours("app", "options", "election"), kubernetes...), allow: []string{"k8s.io/klog/v2"}},
+	{pkg: ".", why: "nothing that ships depends on a test-only component",
+		forbid: ours("test/", "bench/", "examples/", "hack/", "internal/leasetest")},
+}
+
+// ours names packages of this module (a trailing "/" the tree under it).
+func ours(pkgs ...string) []string {
+	out := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		out[i] = module + "/" + p
+	}
+	return out
+}
+
+// TestLayering: no shipping package depends on what its layer forbids. A
+// new import that breaks the rule fails here with the row's reason.
+func TestLayering(t *testing.T) {
+	for _, l := range layers {
+		t.Run(l.pkg, func(t *testing.T) {
+			self := module + "/" + l.pkg
+			for _, dep := range deps(t, "./"+l.pkg) {
+				if dep.ImportPath != self && matches(dep, l.forbid) && !matches(dep, l.allow) {
+					t.Errorf("%s depends on %s (%s)", l.pkg, dep.ImportPath, l.why)
+				}
+			}
+		})
+	}
+}
+
+type listedPackage struct {
+	ImportPath string
+	Standard   bool
+}
+
+// deps lists pkg and its dependencies without tests, as the binary links
+// them.
+func deps(t *testing.T, pkg string) []listedPackage {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+// matches reports whether p is named by one of the rules: "*" any package
+// outside the standard library, "x/" the tree x/, else the package (and the
+// packages under it).
+func matches(p listedPackage, rules []string) bool {
+	for _, r := range rules {
+		switch {
+		case r == "*":
+			if !p.Standard {
+				return true
+			}
+		case strings.HasSuffix(r, "/"):
+			if strings.HasPrefix(p.ImportPath, r) {
+				return true
+			}
+		case p.ImportPath == r || strings.HasPrefix(p.ImportPath, r+"/"):
+			return true
+		}
+	}
+	return false
+}
