@@ -86,9 +86,10 @@ func (s *Sidecar) acquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait > 0 {
-		s.waitFor(r, waitQuery{wait: wait}, func() uint64 {
+		// Waits while another pod holds the Lease ("revision" 1).
+		s.waitFor(r, waitQuery{wait: wait, revision: 1, hasRevision: true}, func() uint64 {
 			if s.leader.holder == "" || s.leader.isLeader {
-				return 0 // the wait is over
+				return 0
 			}
 			return 1
 		})
@@ -181,14 +182,5 @@ func (s *Sidecar) waitFor(r *http.Request, q waitQuery, revision func() uint64) 
 		if over {
 			return
 		}
-	}
-}
-
-func (s *Sidecar) isClosed() bool {
-	select {
-	case <-s.closed:
-		return true
-	default:
-		return false
 	}
 }

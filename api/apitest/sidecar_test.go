@@ -192,3 +192,13 @@ func TestCloseAndConcurrency(t *testing.T) {
 
 // fakeHTTP is the fake's own HTTP client, whose connections Close ends.
 func fakeHTTP(s *Sidecar) *http.Client { return s.srv.Client() }
+
+// A blocking acquire of a Lease no one holds answers at once.
+func TestWaitAcquireOfAFreeLease(t *testing.T) {
+	s := New(t, Config{})
+	start := time.Now()
+	a, err := s.Client().WaitAcquire(context.Background(), 20*time.Second)
+	if err != nil || !a.Acquired || a.FencingToken != 1 || time.Since(start) > 10*time.Second {
+		t.Fatalf("WaitAcquire: %+v, %v after %v", a, err, time.Since(start))
+	}
+}
