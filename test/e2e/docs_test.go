@@ -73,6 +73,7 @@ func TestDocSnippets(t *testing.T) {
 		"go-client-example":         testGoClientExample,
 		"go-forward-example":        testGoForwardExample,
 		"go-steer-example":          testGoSteerExample,
+		"go-apitest-example":        testGoApitestExample,
 		"python-steer-example":      testPythonSteerExample,
 		"kustomize-advertise-patch": testKustomizeAdvertisePatch,
 		"notify-receiver-example":   testNotifyReceiverExample,
@@ -631,6 +632,12 @@ func testGoClientExample(t *testing.T, b snippets.Block) {
 // calls against a real sidecar).
 func testGoSteerExample(t *testing.T, b snippets.Block) {
 	checkGoSnippet(t, b, "example_test.go", "api.Example_steer")
+}
+
+// testGoApitestExample: the fake-sidecar snippet is code of apitest.Example
+// and Example_partitions, which make unit runs.
+func testGoApitestExample(t *testing.T, b snippets.Block) {
+	checkGoSnippet(t, b, filepath.Join("apitest", "example_test.go"), "api/apitest's examples")
 }
 
 // testPythonSteerExample runs the Python snippet as an app would, next to a
