@@ -29,6 +29,8 @@ var layers = []struct {
 	allow    []string
 }{
 	{pkg: "api", why: "the wire format an app imports: the standard library only", forbid: stdOnly},
+	{pkg: "api/apitest", why: "the fake sidecar apps test against: the standard library and api only",
+		forbid: stdOnly, allow: ours("api")},
 	{pkg: "internal/textline", why: "a leaf every package may import", forbid: stdOnly},
 	{pkg: "logging", why: "the logger setup the sidecar and run share: klog only",
 		forbid: append(stdOnly, kubernetes...), allow: []string{"k8s.io/klog/v2", "github.com/go-logr/logr"}},
