@@ -16,6 +16,7 @@ import (
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/health"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/notify"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/routing"
@@ -51,7 +52,7 @@ type Config struct {
 	// group's and the routing's.
 	Election election.Config
 	// Acquire is what POST /acquire does without a query.
-	Acquire election.AcquireOptions
+	Acquire leadership.AcquireOptions
 	// Partition, when its Partitions is above 0, makes this pod a member
 	// of a partition group instead; its clients are filled in by Run.
 	Partition partition.Config

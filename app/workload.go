@@ -11,6 +11,7 @@ import (
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/health"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/notify"
 	"github.com/leader-elector/leader-elector/partition"
 )
@@ -69,7 +70,7 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 	// it misses none; it is built on the elector, hence the pointer.
 	var notifier atomic.Pointer[notify.Notifier]
 	if cfg.Notify.URL != "" {
-		ecfg.OnState = func(s election.State) {
+		ecfg.OnState = func(s leadership.State) {
 			if n := notifier.Load(); n != nil {
 				n.Observe(s)
 			}

@@ -2,26 +2,13 @@ package election
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-)
 
-// The reasons Annotate refuses a write; each also wraps ErrNotAnnotated.
-var (
-	// ErrNotAnnotated is wrapped by every refusal of Annotate: nothing was
-	// written.
-	ErrNotAnnotated = errors.New("lease not annotated")
-	// ErrClaimExpired: this pod's claim on the term has run out (it could
-	// not renew within the renew deadline, or it was paused).
-	ErrClaimExpired = fmt.Errorf("%w: this pod's claim on the term has expired", ErrNotAnnotated)
-	// ErrTermChanged: the Lease's current term is not the one asked for.
-	ErrTermChanged = fmt.Errorf("%w: the lease's term is not the one given", ErrNotAnnotated)
-	// ErrAnnotateConflict: the Lease kept changing under the write.
-	ErrAnnotateConflict = fmt.Errorf("%w: the lease kept changing (conflicts)", ErrNotAnnotated)
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // Annotate sets the annotation key to value on the Lease, fenced by the
@@ -48,19 +35,19 @@ func (e *Elector) Annotate(ctx context.Context, token int64, key, value string) 
 		s := e.tracker.Snapshot()
 		if !s.IsLeader {
 			if own, ok := e.tracker.ownTerm(); ok && own == token && e.tracker.holdingLease() {
-				return ErrClaimExpired
+				return leadership.ErrClaimExpired
 			}
-			return ErrNotLeader
+			return leadership.ErrNotLeader
 		}
 		if s.FencingToken != token {
-			return fmt.Errorf("%w (current %d, given %d)", ErrTermChanged, s.FencingToken, token)
+			return fmt.Errorf("%w (current %d, given %d)", leadership.ErrTermChanged, s.FencingToken, token)
 		}
 		lease, err := e.cache.get(ctx)
 		if err != nil {
 			return fmt.Errorf("get lease %s/%s: %w", e.cfg.Namespace, e.cfg.Name, err)
 		}
 		if holder, term := ptr.Deref(lease.Spec.HolderIdentity, ""), int64(ptr.Deref(lease.Spec.LeaseTransitions, 0)); holder != e.cfg.Identity || term != token {
-			return fmt.Errorf("%w (the lease names %q with token %d)", ErrTermChanged, holder, term)
+			return fmt.Errorf("%w (the lease names %q with token %d)", leadership.ErrTermChanged, holder, term)
 		}
 		if lease.Annotations[key] == value {
 			return nil
@@ -71,7 +58,7 @@ func (e *Elector) Annotate(ctx context.Context, token int64, key, value string) 
 		lease.Annotations[key] = value
 		left := s.ValidUntil.Sub(e.clock.Now())
 		if left <= 0 {
-			return ErrClaimExpired
+			return leadership.ErrClaimExpired
 		}
 		// The write holds e.writing, which the renewals wait for: bound it
 		// by a retry period too, so that a slow API server makes the
@@ -90,7 +77,7 @@ func (e *Elector) Annotate(ctx context.Context, token int64, key, value string) 
 		e.lock.rebase(ctx, updated)
 		return nil
 	}
-	return ErrAnnotateConflict
+	return leadership.ErrAnnotateConflict
 }
 
 // Annotation returns the annotation key of the newest version of the Lease

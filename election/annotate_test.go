@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // TestAnnotateKeptByRenewals: a fenced annotation is written by the term's
@@ -64,14 +66,14 @@ func TestAnnotateKeptByRenewals(t *testing.T) {
 		t.Errorf("lost the term while annotating: %+v", e.Snapshot())
 	}
 
-	if err := e.Annotate(ctx, token+1, "example.com/checkpoint", "x"); !errors.Is(err, ErrTermChanged) {
-		t.Errorf("Annotate with another token: %v, want ErrTermChanged", err)
+	if err := e.Annotate(ctx, token+1, "example.com/checkpoint", "x"); !errors.Is(err, leadership.ErrTermChanged) {
+		t.Errorf("Annotate with another token: %v, want leadership.ErrTermChanged", err)
 	}
 	if _, err := e.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Annotate(ctx, token, "example.com/checkpoint", "x"); !errors.Is(err, ErrNotLeader) {
-		t.Errorf("Annotate after release: %v, want ErrNotLeader", err)
+	if err := e.Annotate(ctx, token, "example.com/checkpoint", "x"); !errors.Is(err, leadership.ErrNotLeader) {
+		t.Errorf("Annotate after release: %v, want leadership.ErrNotLeader", err)
 	}
 	if got := getLease(t, client).Annotations["example.com/checkpoint"]; got != "9" {
 		t.Errorf("annotation after release = %q, want the last one written, 9", got)

@@ -15,6 +15,8 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // half is the back-off's random draw in these tests: the middle of the
@@ -251,7 +253,7 @@ func TestElectorCountsLostRaces(t *testing.T) {
 		{
 			name: "sitting out after its own release",
 			steps: func(e *Elector, clk settlingClock) {
-				e.tracker.setClaiming(false, ReasonReleased)
+				e.tracker.setClaiming(false, leadership.ReasonReleased)
 				e.cache.offer(leaseVersion("", "2", t0))
 				e.cache.offer(leaseVersion("pod-c", "3", t0))
 			},

@@ -2,9 +2,10 @@ package election
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // Campaign says when this pod tries to take the Lease.
@@ -21,9 +22,6 @@ const (
 	// it and answers who leads.
 	CampaignNever Campaign = "never"
 )
-
-// ErrObserver is returned by Acquire on an observer (CampaignNever).
-var ErrObserver = errors.New("this pod is an observer (--candidate=false): it never takes the Lease")
 
 // campaign admits this pod's new terms on the Lease: always (auto), only
 // while an Acquire is on its way (manual), or never (observer). Like a Gate,
@@ -114,28 +112,15 @@ func (c *campaign) stopAsking() {
 	}
 }
 
-// AcquireOptions say how hard Acquire tries.
-type AcquireOptions struct {
-	// Attempts is how many times the Lease is tried (at least one);
-	// RetryDelay separates the attempts. An attempt on a Lease that another
-	// holder renews fails at once, without a request: the watch-backed view
-	// of the Lease is what client-go's own attempt would read.
-	Attempts   int
-	RetryDelay time.Duration
-	// Wait, if above zero, replaces the attempts: campaign until this pod
-	// leads or Wait has passed (a blocking campaign).
-	Wait time.Duration
-}
-
 // Acquire makes this pod try to take the Lease now, and reports whether it
 // leads when it returns (a pod that already leads answers true at once).
 // While it runs, the pod campaigns: in manual mode that is the only time it
 // does; in auto mode it also ends a sit-out after a release early. Losing
 // to another holder is not an error. It returns ErrObserver on an observer,
 // and ctx's error if ctx ends first.
-func (e *Elector) Acquire(ctx context.Context, opts AcquireOptions) (State, bool, error) {
+func (e *Elector) Acquire(ctx context.Context, opts leadership.AcquireOptions) (leadership.State, bool, error) {
 	if e.campaign.mode == CampaignNever {
-		return e.Snapshot(), false, ErrObserver
+		return e.Snapshot(), false, leadership.ErrObserver
 	}
 	if s := e.Snapshot(); s.IsLeader {
 		return s, true, nil

@@ -23,10 +23,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-)
 
-// ErrNotLeader is returned by Release when this pod is not the leader.
-var ErrNotLeader = errors.New("this pod is not the leader")
+	"github.com/leader-elector/leader-elector/leadership"
+)
 
 // releaseTimeout bounds the write that clears the Lease on shutdown or on
 // request. If the API server does not answer in time, the Lease expires on
@@ -102,7 +101,7 @@ type Config struct {
 	// order, as it is published: unlike Watch, which shows the current
 	// state, it misses none that was overtaken within microseconds. It
 	// must not block: it runs under the state's lock.
-	OnState func(State)
+	OnState func(leadership.State)
 	// ServerClock learns the API server's clock from its answers; pass the
 	// one given to NewClientsets. Nil means one of the elector's own, which
 	// learns only from the Lease's metadata.
@@ -314,10 +313,10 @@ func New(cfg Config) (*Elector, error) {
 }
 
 // Snapshot returns the current state.
-func (e *Elector) Snapshot() State { return e.tracker.Snapshot() }
+func (e *Elector) Snapshot() leadership.State { return e.tracker.Snapshot() }
 
 // Watch returns the current state and a channel closed at its next change.
-func (e *Elector) Watch() (State, <-chan struct{}) { return e.tracker.Watch() }
+func (e *Elector) Watch() (leadership.State, <-chan struct{}) { return e.tracker.Watch() }
 
 // Collectors returns the election's Prometheus collectors.
 func (e *Elector) Collectors() []prometheus.Collector { return e.metrics.collectors }
@@ -347,15 +346,15 @@ func (e *Elector) Healthy() error { return e.healthz.Check(nil) }
 // duration, so that another candidate takes over (an Acquire ends that
 // early); in manual mode it campaigns only when asked anyway. It returns
 // ErrNotLeader if this pod does not lead.
-func (e *Elector) Release(ctx context.Context) (State, error) {
+func (e *Elector) Release(ctx context.Context) (leadership.State, error) {
 	return e.ReleaseFor(ctx, e.sitOut())
 }
 
 // ReleaseFor is Release with the time this pod then stays out of the
 // election. Partition mode hands a partition over with no sit-out at all:
 // its Gate already keeps this pod from taking it back.
-func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, error) {
-	return e.releaseFor(ctx, sitOut, ReasonReleased, AnyTerm)
+func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (leadership.State, error) {
+	return e.releaseFor(ctx, sitOut, leadership.ReasonReleased, leadership.AnyTerm)
 }
 
 // ReleaseTerm is Release of one term: it releases only if this pod leads
@@ -364,22 +363,22 @@ func (e *Elector) ReleaseFor(ctx context.Context, sitOut time.Duration) (State, 
 // ErrOtherTerm (it leads in another term) and changes nothing. The term is
 // checked and the claim given up under one lock, so a term that begins
 // meanwhile is never released by a request meant for an earlier one.
-func (e *Elector) ReleaseTerm(ctx context.Context, token int64) (State, error) {
-	return e.releaseFor(ctx, e.sitOut(), ReasonReleased, token)
+func (e *Elector) ReleaseTerm(ctx context.Context, token int64) (leadership.State, error) {
+	return e.releaseFor(ctx, e.sitOut(), leadership.ReasonReleased, token)
 }
 
 // ReleaseTermFor is ReleaseTerm with the time this pod then stays out of
 // the election (see ReleaseFor).
-func (e *Elector) ReleaseTermFor(ctx context.Context, sitOut time.Duration, token int64) (State, error) {
-	return e.releaseFor(ctx, sitOut, ReasonReleased, token)
+func (e *Elector) ReleaseTermFor(ctx context.Context, sitOut time.Duration, token int64) (leadership.State, error) {
+	return e.releaseFor(ctx, sitOut, leadership.ReasonReleased, token)
 }
 
 // StepDown is ReleaseFor with the reason the term ends for (the log line,
 // the Event and State.LastChange say it) and no sit-out: the caller's Gate
 // keeps this pod out of the election for as long as it must (health
 // gating: while its app is unhealthy).
-func (e *Elector) StepDown(ctx context.Context, reason Reason) (State, error) {
-	return e.releaseFor(ctx, 0, reason, AnyTerm)
+func (e *Elector) StepDown(ctx context.Context, reason leadership.Reason) (leadership.State, error) {
+	return e.releaseFor(ctx, 0, reason, leadership.AnyTerm)
 }
 
 // LeaseMissing reports whether the watch has shown that the Lease does not
@@ -400,11 +399,11 @@ func (e *Elector) SittingOut() bool {
 // State.Degraded).
 func (e *Elector) SetDegraded(reason string) { e.tracker.setDegraded(reason) }
 
-func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason Reason, token int64) (State, error) {
+func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason leadership.Reason, token int64) (leadership.State, error) {
 	e.mu.Lock()
 	if e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
-		return e.Snapshot(), ErrNotLeader
+		return e.Snapshot(), leadership.ErrNotLeader
 	}
 	if err := e.tracker.stopClaimingTerm(token, reason); err != nil {
 		e.mu.Unlock()
@@ -540,7 +539,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	ctx, stopRunning := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRunning()
 	stopClaiming := context.AfterFunc(shutdownCtx, func() {
-		e.tracker.setClaiming(false, ReasonShutdown)
+		e.tracker.setClaiming(false, leadership.ReasonShutdown)
 		stopRunning()
 	})
 	defer stopClaiming()
@@ -585,7 +584,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		e.serveRelease(ctx)
 	}
 
-	e.tracker.setClaiming(false, ReasonShutdown)
+	e.tracker.setClaiming(false, leadership.ReasonShutdown)
 	e.mu.Lock()
 	if e.attempt != nil {
 		e.attempt.Stop()

@@ -8,6 +8,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // FuzzTracker feeds one tracker an arbitrary sequence of Lease records (nil
@@ -48,7 +50,7 @@ func FuzzTracker(f *testing.F) {
 			case 4: // time passes (up to two days)
 				clk.Step(time.Duration(in.uint32()%(48*3600*1000)) * time.Millisecond)
 			case 5:
-				tr.setClaiming(in.byte()%2 == 0, ReasonReleased)
+				tr.setClaiming(in.byte()%2 == 0, leadership.ReasonReleased)
 			case 6:
 				highest := tr.Snapshot().FencingToken
 				if own, ok := tr.currentOwnTerm(); ok && own < highest {

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // errClaimLapsed is returned instead of renewing a claim that has run out.
@@ -452,7 +454,7 @@ func (l *observingLock) RecordEvent(s string) {
 	if !l.wroteOnce {
 		return
 	}
-	reason := ReasonAcquired
+	reason := leadership.ReasonAcquired
 	if s == clientGoStoppedLeading {
 		reason = l.tracker.stoppedLeading()
 	}

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
@@ -757,8 +759,8 @@ func TestElectorReleaseNotLeader(t *testing.T) {
 			t.Cleanup(e.tracker.stop)
 			tc.setUp(e)
 			s, err := e.Release(ctx)
-			if !errors.Is(err, ErrNotLeader) {
-				t.Errorf("Release error = %v, want ErrNotLeader", err)
+			if !errors.Is(err, leadership.ErrNotLeader) {
+				t.Errorf("Release error = %v, want leadership.ErrNotLeader", err)
 			}
 			if s.Identity != testIdentity {
 				t.Errorf("Release state identity = %q, want %q", s.Identity, testIdentity)
@@ -907,7 +909,7 @@ func TestElectorGuardedRelease(t *testing.T) {
 			if tc.ownTerm {
 				e.tracker.observeWrite(e.clock.Now(), own(ownToken, t0))
 				// The round has ended; the tracker no longer claims.
-				e.tracker.setClaiming(false, ReasonReleased)
+				e.tracker.setClaiming(false, leadership.ReasonReleased)
 			}
 			if tc.cached != nil {
 				primeCache(e.cache, tc.cached)
@@ -1082,8 +1084,8 @@ func TestElectorRunReleaseOnRequest(t *testing.T) {
 		t.Errorf("Lease after Release: holder %q, transitions %d; want \"\", %d", holder, transitions, token)
 	}
 	// Sitting out: a second release finds no leader.
-	if _, err := e.Release(ctx); !errors.Is(err, ErrNotLeader) {
-		t.Errorf("second Release error = %v, want ErrNotLeader", err)
+	if _, err := e.Release(ctx); !errors.Is(err, leadership.ErrNotLeader) {
+		t.Errorf("second Release error = %v, want leadership.ErrNotLeader", err)
 	}
 }
 
@@ -1103,7 +1105,7 @@ func TestElectorPreviousIncarnation(t *testing.T) {
 	// Record every state published until leadership.
 	var (
 		mu     sync.Mutex
-		states []State
+		states []leadership.State
 	)
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	watched := make(chan struct{})

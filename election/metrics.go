@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // metrics are the election's Prometheus collectors. The gauges are computed
@@ -27,10 +29,10 @@ func newMetrics(t *tracker) *metrics {
 		Name: "leader_elector_transitions_total",
 		Help: "This pod's own changes of leadership, by reason: \"acquired\" counts the terms it began, every other reason the terms that ended for it.",
 	}, []string{"reason"})
-	for _, r := range Reasons {
+	for _, r := range leadership.Reasons {
 		transitions.WithLabelValues(string(r))
 	}
-	t.onTransition = func(c Change) { transitions.WithLabelValues(string(c.Reason)).Inc() }
+	t.onTransition = func(c leadership.Change) { transitions.WithLabelValues(string(c.Reason)).Inc() }
 	m.collectors = []prometheus.Collector{
 		m.renewDuration,
 		transitions,

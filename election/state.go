@@ -5,119 +5,9 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
-
-// State is a point-in-time view of the election as this pod sees it. It is a
-// value: readers get a copy and may keep it.
-type State struct {
-	// Namespace and Name identify the Lease.
-	Namespace, Name string
-	// Identity is this candidate's holder identity.
-	Identity string
-	// Holder is the identity the Lease names, or "" when no one holds it:
-	// never acquired, released, or not renewed for a whole lease duration as
-	// far as this pod has observed.
-	Holder string
-	// IsLeader is true only while this pod holds the Lease and its last
-	// successful renewal started less than the renew deadline ago, measured on
-	// the monotonic clock when the State was taken.
-	IsLeader bool
-	// FencingToken is the Lease's spec.leaseTransitions for the current
-	// holder's term. It never goes back: it is the highest token this
-	// process has seen on the Lease, so it keeps the last known value while
-	// no one holds the Lease, and across a deletion or replacement of the
-	// Lease object (see docs/safety.md).
-	FencingToken int64
-	// LeaseDurationSeconds is the duration the current record asks for.
-	LeaseDurationSeconds int32
-	// RenewTime is the Lease's spec.renewTime as last observed; zero if unknown.
-	RenewTime time.Time
-	// LeaderSince is the local time at which this pod's current claim began;
-	// zero unless IsLeader.
-	LeaderSince time.Time
-	// ValidUntil is the wall-clock moment after which this pod stops claiming
-	// leadership unless it renews; zero unless IsLeader. It is advisory
-	// across a step of the wall clock; Deadline is not.
-	ValidUntil time.Time
-	// Deadline is ValidUntil with the monotonic clock reading that the
-	// claim is measured on (when the State was taken from the real clock):
-	// code in this process that must stop at the end of the claim measures
-	// the time left from it, so that a step of the wall clock cannot extend
-	// it. Zero unless IsLeader; it does not survive serialisation.
-	Deadline time.Time
-	// HolderAddress is the address the holder advertises
-	// (--advertise-address) for its current term, or "" when there is no
-	// holder or its term published none. It is only ever the address the
-	// holder named in FencingToken wrote with that term, never one of an
-	// ended term.
-	HolderAddress string
-	// Revision increases by one on every change of Holder, IsLeader,
-	// FencingToken, LeaderSince, HolderAddress or Degraded. It starts
-	// from a value taken from the wall clock when the process starts
-	// (microseconds since 1970), so that the revisions of a restarted sidecar do not repeat those of the
-	// process before it, and a long-poll carrying an old revision is
-	// answered at once.
-	Revision uint64
-	// LastChange is this pod's last change of leadership (became leader or
-	// stopped leading) and why; zero before the first.
-	LastChange Change
-	// LastLost is this pod's last change from leader to not leader (the
-	// end of its last term) and why; zero before the first. It is what the
-	// "lost" events are made of: a stream that missed the states between
-	// two reads still sees that a term ended.
-	LastLost Change
-	// Degraded, when not empty, says why this pod's leadership (or
-	// candidacy) is degraded: it goes on, but something its owner watches
-	// is wrong (an unhealthy app with no healthy candidate to take over).
-	// Set with Elector.SetDegraded; a change bumps the revision.
-	Degraded string
-}
-
-// Reason says why this pod's leadership changed. The values are a fixed
-// vocabulary: they appear in the log line and the Event of every change,
-// and operators and alerts match them.
-type Reason string
-
-const (
-	// ReasonAcquired: this pod wrote itself into the Lease as a new term
-	// and became leader.
-	ReasonAcquired Reason = "acquired"
-	// ReasonReleased: the leader stepped down on request (POST /release,
-	// or a partition handed over).
-	ReasonReleased Reason = "released"
-	// ReasonShutdown: the leader stopped because the process is shutting
-	// down (SIGTERM).
-	ReasonShutdown Reason = "shutdown"
-	// ReasonRenewDeadline: the leader's last successful renewal started a
-	// renew deadline ago (the API server did not answer in time, or the
-	// process was paused).
-	ReasonRenewDeadline Reason = "renew-deadline"
-	// ReasonTakenOver: the Lease was observed to name another holder or
-	// another term than this pod's.
-	ReasonTakenOver Reason = "taken-over"
-	// ReasonLeaseDeleted: the Lease was observed deleted (or not found).
-	ReasonLeaseDeleted Reason = "lease-deleted"
-	// ReasonAppUnhealthy: the leader stepped down because its app failed
-	// its health checks while another candidate was healthy.
-	ReasonAppUnhealthy Reason = "app-unhealthy"
-)
-
-// Reasons is the whole vocabulary, in a fixed order (metrics are
-// initialised with every reason, so that a rate over them starts at 0).
-var Reasons = []Reason{ReasonAcquired, ReasonReleased, ReasonShutdown, ReasonRenewDeadline, ReasonTakenOver, ReasonLeaseDeleted, ReasonAppUnhealthy}
-
-// Change is one change of this pod's leadership.
-type Change struct {
-	// Leader is true when this pod became leader, false when it stopped.
-	Leader bool
-	// Reason is why.
-	Reason Reason
-	// At is when, by the local wall clock: for ReasonRenewDeadline the
-	// moment the claim ran out, otherwise when the change was observed.
-	At time.Time
-	// FencingToken is the token of the term the change is about.
-	FencingToken int64
-}
 
 // record is the part of a Lease the tracker needs.
 type record struct {
@@ -216,22 +106,22 @@ type tracker struct {
 	onChange func()
 	// onState, if set, is given every new state, under mu; it must not
 	// block.
-	onState func(State)
+	onState func(leadership.State)
 	// degraded is what setDegraded last set.
 	degraded string
 
 	// stopCause is why this pod stops leading, set by the method that
 	// makes it stop (while it still led) just before it publishes; empty
 	// when the claim ran out by time.
-	stopCause Reason
+	stopCause leadership.Reason
 	// changes are the leadership changes not yet taken by takeChanges
 	// (the log), at most maxPendingChanges; lastChange is the latest.
-	changes    []Change
-	lastChange Change
-	lastLost   Change
+	changes    []leadership.Change
+	lastChange leadership.Change
+	lastLost   leadership.Change
 	// onTransition, if set, is told every change of leadership as it is
 	// recorded (the metrics by reason), under mu; it must not block.
-	onTransition func(Change)
+	onTransition func(leadership.Change)
 
 	published view
 	revision  uint64
@@ -270,14 +160,14 @@ func revisionBase() uint64 {
 }
 
 // Snapshot returns the current state.
-func (t *tracker) Snapshot() State {
+func (t *tracker) Snapshot() leadership.State {
 	s, _ := t.Watch()
 	return s
 }
 
 // Watch returns the current state and a channel that is closed at the next
 // change of its revision.
-func (t *tracker) Watch() (State, <-chan struct{}) {
+func (t *tracker) Watch() (leadership.State, <-chan struct{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.clock.Now()
@@ -321,9 +211,9 @@ func (t *tracker) viewLocked(now time.Time) view {
 	return v
 }
 
-func (t *tracker) stateLocked(now time.Time) State {
+func (t *tracker) stateLocked(now time.Time) leadership.State {
 	v := t.viewLocked(now)
-	s := State{
+	s := leadership.State{
 		Namespace:            t.namespace,
 		Name:                 t.name,
 		Identity:             t.identity,
@@ -372,13 +262,13 @@ func (t *tracker) publishLocked(now time.Time) {
 
 // recordChangeLocked records a change of leadership to the published view
 // v, for cause (empty: the claim ran out by time).
-func (t *tracker) recordChangeLocked(now time.Time, v view, cause Reason) {
-	c := Change{Leader: v.isLeader, Reason: ReasonAcquired, At: now.Round(0), FencingToken: v.token}
+func (t *tracker) recordChangeLocked(now time.Time, v view, cause leadership.Reason) {
+	c := leadership.Change{Leader: v.isLeader, Reason: leadership.ReasonAcquired, At: now.Round(0), FencingToken: v.token}
 	if !v.isLeader {
 		c.FencingToken = t.published.token
 		c.Reason = cause
 		if cause == "" {
-			c.Reason = ReasonRenewDeadline
+			c.Reason = leadership.ReasonRenewDeadline
 			// The claim ran out at its deadline, which may be well before
 			// this (a paused process learns it when it resumes).
 			if deadline := t.renewStart.Add(t.renewDeadline); deadline.Before(now) {
@@ -400,7 +290,7 @@ func (t *tracker) recordChangeLocked(now time.Time, v view, cause Reason) {
 
 // takeChanges returns the leadership changes since the last call, oldest
 // first.
-func (t *tracker) takeChanges() []Change {
+func (t *tracker) takeChanges() []leadership.Change {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.publishLocked(t.clock.Now())
@@ -411,7 +301,7 @@ func (t *tracker) takeChanges() []Change {
 
 // stopCauseLocked sets why this pod stops leading if it leads now: call it
 // before a change that ends the claim, and publish after.
-func (t *tracker) stopCauseLocked(now time.Time, cause Reason) {
+func (t *tracker) stopCauseLocked(now time.Time, cause leadership.Reason) {
 	if t.isLeaderLocked(now) {
 		t.stopCause = cause
 	}
@@ -458,7 +348,7 @@ func (t *tracker) observeRead(r record) {
 	t.observeLocked(now, r)
 	if r.holder != t.identity || !t.hasOwnTerm || r.transitions != t.ownToken {
 		// Someone else holds the Lease (or a term that is not ours).
-		t.stopCauseLocked(now, ReasonTakenOver)
+		t.stopCauseLocked(now, leadership.ReasonTakenOver)
 		t.holding = false
 	}
 	t.publishLocked(now)
@@ -483,7 +373,7 @@ func (t *tracker) observeDeleted() {
 
 func (t *tracker) observeAbsentLocked() {
 	now := t.clock.Now()
-	t.stopCauseLocked(now, ReasonLeaseDeleted)
+	t.stopCauseLocked(now, leadership.ReasonLeaseDeleted)
 	// The token of the last record seen is kept, so that an absent Lease
 	// reads the same on every NotFound and its wait is not restarted.
 	t.observeLocked(now, record{transitions: t.observed.transitions})
@@ -673,17 +563,17 @@ func (t *tracker) observeRelease(r record) {
 // returns why this pod's last term ended. client-go gives up only after
 // the claim's renew deadline has passed, or after its round was stopped
 // for a reason already recorded; still leading, it ran out of time.
-func (t *tracker) stoppedLeading() Reason {
+func (t *tracker) stoppedLeading() leadership.Reason {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.clock.Now()
-	t.stopCauseLocked(now, ReasonRenewDeadline)
+	t.stopCauseLocked(now, leadership.ReasonRenewDeadline)
 	t.holding = false
 	t.publishLocked(now)
 	if t.lastChange.Leader || t.lastChange.Reason == "" {
 		// No term of this pod was published as ended (nor begun): its
 		// claim lapsed before it could be.
-		return ReasonRenewDeadline
+		return leadership.ReasonRenewDeadline
 	}
 	return t.lastChange.Reason
 }
@@ -691,7 +581,7 @@ func (t *tracker) stoppedLeading() Reason {
 // setClaiming turns claims on, or off for reason (released, shutdown).
 // Turned off, this pod stops reporting leadership at once, whatever the
 // state of the Lease.
-func (t *tracker) setClaiming(on bool, reason Reason) {
+func (t *tracker) setClaiming(on bool, reason leadership.Reason) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.clock.Now()

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 const (
@@ -144,7 +146,7 @@ func TestTrackerRevision(t *testing.T) {
 		wantHolder  string
 		wantLeader  bool
 		wantToken   int64
-		checkExtras func(t *testing.T, s State)
+		checkExtras func(t *testing.T, s leadership.State)
 	}{
 		{
 			name:     "initial state",
@@ -204,7 +206,7 @@ func TestTrackerRevision(t *testing.T) {
 			wantHolder: testIdentity,
 			wantLeader: true,
 			wantToken:  3,
-			checkExtras: func(t *testing.T, s State) {
+			checkExtras: func(t *testing.T, s leadership.State) {
 				if !s.LeaderSince.Equal(clk.Now()) {
 					t.Errorf("LeaderSince = %v, want the time of the acquisition %v", s.LeaderSince, clk.Now())
 				}
@@ -221,7 +223,7 @@ func TestTrackerRevision(t *testing.T) {
 			wantHolder: testIdentity,
 			wantLeader: true,
 			wantToken:  3,
-			checkExtras: func(t *testing.T, s State) {
+			checkExtras: func(t *testing.T, s leadership.State) {
 				if !s.LeaderSince.Equal(firstLeaderSince) {
 					t.Errorf("LeaderSince = %v after a renewal, want it unchanged (%v)", s.LeaderSince, firstLeaderSince)
 				}
@@ -261,7 +263,7 @@ func TestTrackerRevision(t *testing.T) {
 			wantHolder: testIdentity,
 			wantLeader: true,
 			wantToken:  3,
-			checkExtras: func(t *testing.T, s State) {
+			checkExtras: func(t *testing.T, s leadership.State) {
 				if !s.LeaderSince.Equal(clk.Now()) || s.LeaderSince.Equal(firstLeaderSince) {
 					t.Errorf("LeaderSince = %v, want the new claim's start %v", s.LeaderSince, clk.Now())
 				}
@@ -269,7 +271,7 @@ func TestTrackerRevision(t *testing.T) {
 		},
 		{
 			name:       "claims turned off",
-			do:         func() { tr.setClaiming(false, ReasonReleased) },
+			do:         func() { tr.setClaiming(false, leadership.ReasonReleased) },
 			wantBump:   true,
 			wantHolder: testIdentity,
 			wantLeader: false,
@@ -277,7 +279,7 @@ func TestTrackerRevision(t *testing.T) {
 		},
 		{
 			name:       "claims turned off again",
-			do:         func() { tr.setClaiming(false, ReasonReleased) },
+			do:         func() { tr.setClaiming(false, leadership.ReasonReleased) },
 			wantBump:   false,
 			wantHolder: testIdentity,
 			wantLeader: false,
@@ -504,13 +506,13 @@ func TestTrackerSetClaiming(t *testing.T) {
 	if !before.IsLeader {
 		t.Fatal("not leader after a write")
 	}
-	tr.setClaiming(false, ReasonReleased)
+	tr.setClaiming(false, leadership.ReasonReleased)
 	if !isClosed(changed) {
-		t.Error("setClaiming(false, ReasonReleased) did not wake watchers")
+		t.Error("setClaiming(false, leadership.ReasonReleased) did not wake watchers")
 	}
 	s := tr.Snapshot()
 	if s.IsLeader || !s.LeaderSince.IsZero() || !s.ValidUntil.IsZero() {
-		t.Errorf("after setClaiming(false, ReasonReleased): IsLeader = %v, LeaderSince = %v, ValidUntil = %v; want false and zero times", s.IsLeader, s.LeaderSince, s.ValidUntil)
+		t.Errorf("after setClaiming(false, leadership.ReasonReleased): IsLeader = %v, LeaderSince = %v, ValidUntil = %v; want false and zero times", s.IsLeader, s.LeaderSince, s.ValidUntil)
 	}
 	// A successful write while not claiming does not make this pod leader.
 	tr.observeWrite(clk.Now(), own(2, clk.Now()))
@@ -547,7 +549,7 @@ func TestTrackerStateFields(t *testing.T) {
 	clk.Step(500 * time.Millisecond)
 	tr.observeWrite(start, record{holder: testIdentity, transitions: 7, durationSeconds: 15, renewTime: renew})
 	s := tr.Snapshot()
-	want := State{
+	want := leadership.State{
 		Namespace:            testNamespace,
 		Name:                 testName,
 		Identity:             testIdentity,
@@ -560,7 +562,7 @@ func TestTrackerStateFields(t *testing.T) {
 		ValidUntil:           t0.Add(testRenewDeadline),
 		Deadline:             t0.Add(testRenewDeadline),
 		Revision:             base + 1,
-		LastChange:           Change{Leader: true, Reason: ReasonAcquired, At: t0.Add(500 * time.Millisecond), FencingToken: 7},
+		LastChange:           leadership.Change{Leader: true, Reason: leadership.ReasonAcquired, At: t0.Add(500 * time.Millisecond), FencingToken: 7},
 	}
 	if s != want {
 		t.Errorf("Snapshot() =\n%+v\nwant\n%+v", s, want)
@@ -633,8 +635,8 @@ func TestMetrics(t *testing.T) {
 		}
 		got := map[string]float64{}
 		for _, f := range families {
-			if f.GetName() == "leader_elector_transitions_total" && len(f.GetMetric()) != len(Reasons) {
-				t.Fatalf("%s has %d series, want one per reason (%d)", f.GetName(), len(f.GetMetric()), len(Reasons))
+			if f.GetName() == "leader_elector_transitions_total" && len(f.GetMetric()) != len(leadership.Reasons) {
+				t.Fatalf("%s has %d series, want one per reason (%d)", f.GetName(), len(f.GetMetric()), len(leadership.Reasons))
 			}
 			for _, s := range f.GetMetric() {
 				name := f.GetName()
@@ -875,7 +877,7 @@ func TestTrackerNextAttempt(t *testing.T) {
 			name: "not claiming",
 			setUp: func(tr *tracker, _ asyncClock) {
 				tr.observeRead(record{transitions: 4, durationSeconds: 1})
-				tr.setClaiming(false, ReasonReleased)
+				tr.setClaiming(false, leadership.ReasonReleased)
 			},
 		},
 	} {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/klog/v2/ktesting"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // TestElectorReleaseTerm: a release naming an earlier term is refused with
@@ -22,8 +24,8 @@ func TestElectorReleaseTerm(t *testing.T) {
 	holder, token := leaseHolder(t, client)
 
 	s, err := e.ReleaseTerm(ctx, int64(token)-1)
-	if !errors.Is(err, ErrOtherTerm) {
-		t.Fatalf("ReleaseTerm(%d) with the term %d current: %v, want ErrOtherTerm", token-1, token, err)
+	if !errors.Is(err, leadership.ErrOtherTerm) {
+		t.Fatalf("ReleaseTerm(%d) with the term %d current: %v, want leadership.ErrOtherTerm", token-1, token, err)
 	}
 	if !s.IsLeader || s.FencingToken != int64(token) || e.SittingOut() {
 		t.Errorf("after a stale release: %+v (sitting out: %v), want still leading in term %d", s, e.SittingOut(), token)
@@ -39,7 +41,7 @@ func TestElectorReleaseTerm(t *testing.T) {
 	if h, _ := leaseHolder(t, client); h != "" {
 		t.Errorf("the Lease after the release names %q", h)
 	}
-	if _, err := e.ReleaseTerm(ctx, int64(token)); !errors.Is(err, ErrNotLeader) {
-		t.Errorf("ReleaseTerm when not leading: %v, want ErrNotLeader", err)
+	if _, err := e.ReleaseTerm(ctx, int64(token)); !errors.Is(err, leadership.ErrNotLeader) {
+		t.Errorf("ReleaseTerm when not leading: %v, want leadership.ErrNotLeader", err)
 	}
 }

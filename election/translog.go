@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // transitionLog writes an elector's log lines about its leadership: each
@@ -27,7 +29,7 @@ type transitionLog struct {
 	mu sync.Mutex
 	// logger is nil outside of Run: nothing is written then.
 	logger *klog.Logger
-	prev   State
+	prev   leadership.State
 }
 
 // wake starts a write of the changes unless one is already about to begin.
@@ -81,7 +83,7 @@ func (l *transitionLog) writeLocked() {
 }
 
 // logChange writes the line of one leadership change.
-func logChange(logger klog.Logger, c Change) {
+func logChange(logger klog.Logger, c leadership.Change) {
 	if c.Leader {
 		logger.Info("Became leader", "reason", c.Reason, "fencingToken", c.FencingToken)
 		return

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // lineRecorder collects the lines a funcr logger writes.
@@ -77,7 +79,7 @@ func TestTransitionLogLines(t *testing.T) {
 	}{
 		{func() { tr.observeRead(other("pod-c", 2, clk.Now())) }, `"msg"="Observed new holder" "holder"="pod-c" "fencingToken"=2`},
 		{func() { tr.observeWrite(clk.Now(), own(3, clk.Now())) }, `"msg"="Became leader" "reason"="acquired" "fencingToken"=3`},
-		{func() { tr.setClaiming(false, ReasonReleased) }, `"msg"="Stopped leading" "reason"="released" "fencingToken"=3`},
+		{func() { tr.setClaiming(false, leadership.ReasonReleased) }, `"msg"="Stopped leading" "reason"="released" "fencingToken"=3`},
 	} {
 		step.change()
 		if got := rec.waitLines(t, i+1)[i]; !strings.Contains(got, step.want) {
@@ -88,7 +90,7 @@ func TestTransitionLogLines(t *testing.T) {
 	// stop writes what is pending before it returns: the change that ends
 	// a run is logged.
 	tr.setClaiming(true, "")
-	tr.setClaiming(false, ReasonShutdown)
+	tr.setClaiming(false, leadership.ReasonShutdown)
 	l.stop()
 	got := rec.get()
 	if len(got) != 5 || !strings.Contains(got[3], `"Became leader"`) || !strings.Contains(got[4], `"Stopped leading" "reason"="shutdown" "fencingToken"=3`) {
@@ -107,9 +109,9 @@ func TestTransitionLogLines(t *testing.T) {
 // a writer: every change the tracker records is written once, in order.
 func TestTransitionLogOrder(t *testing.T) {
 	tr, clk, l, rec := newTestTransitionLog(t)
-	var recorded []Change
+	var recorded []leadership.Change
 	tr.mu.Lock()
-	tr.onTransition = func(c Change) { recorded = append(recorded, c) }
+	tr.onTransition = func(c leadership.Change) { recorded = append(recorded, c) }
 	tr.mu.Unlock()
 	count := func() int {
 		tr.mu.Lock()
@@ -120,7 +122,7 @@ func TestTransitionLogOrder(t *testing.T) {
 	for token := int64(1); count() < maxPendingChanges-4; token++ {
 		tr.setClaiming(true, "")
 		tr.observeWrite(clk.Now(), own(token, clk.Now()))
-		tr.setClaiming(false, ReasonReleased)
+		tr.setClaiming(false, leadership.ReasonReleased)
 	}
 	l.stop()
 	got := rec.get()

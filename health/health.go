@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // publishTimeout bounds the removal of this candidate's entry at shutdown.
@@ -63,9 +64,9 @@ func (c Config) CandidatesLease() string { return c.Lease + CandidatesLeaseSuffi
 
 // Elector is what health gating needs of the elector.
 type Elector interface {
-	Snapshot() election.State
-	Watch() (election.State, <-chan struct{})
-	StepDown(ctx context.Context, reason election.Reason) (election.State, error)
+	Snapshot() leadership.State
+	Watch() (leadership.State, <-chan struct{})
+	StepDown(ctx context.Context, reason leadership.Reason) (leadership.State, error)
 	SetDegraded(reason string)
 	TryNow()
 }
@@ -222,7 +223,7 @@ func (h *Health) Run(ctx context.Context, el Elector) error {
 			logger.Info("Stepping down: the app is unhealthy and another candidate is healthy", "healthyCandidates", h.registry.healthyOthers())
 			wg.Go(func() {
 				defer h.steppingDown.Store(false)
-				if _, err := el.StepDown(ctx, election.ReasonAppUnhealthy); err != nil && !errors.Is(err, election.ErrNotLeader) && ctx.Err() == nil {
+				if _, err := el.StepDown(ctx, leadership.ReasonAppUnhealthy); err != nil && !errors.Is(err, leadership.ErrNotLeader) && ctx.Err() == nil {
 					logger.Error(err, "Could not step down")
 				}
 				h.poke()

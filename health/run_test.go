@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // fakeElector records what health gating asks of the elector.
@@ -27,7 +27,7 @@ type fakeElector struct {
 	leading  bool
 	changed  chan struct{}
 	degraded string
-	stepDown []election.Reason
+	stepDown []leadership.Reason
 	tries    int
 }
 
@@ -35,29 +35,29 @@ func newFakeElector(leading bool) *fakeElector {
 	return &fakeElector{leading: leading, changed: make(chan struct{})}
 }
 
-func (f *fakeElector) Snapshot() election.State {
+func (f *fakeElector) Snapshot() leadership.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return election.State{IsLeader: f.leading}
+	return leadership.State{IsLeader: f.leading}
 }
 
-func (f *fakeElector) Watch() (election.State, <-chan struct{}) {
+func (f *fakeElector) Watch() (leadership.State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return election.State{IsLeader: f.leading}, f.changed
+	return leadership.State{IsLeader: f.leading}, f.changed
 }
 
-func (f *fakeElector) StepDown(_ context.Context, reason election.Reason) (election.State, error) {
+func (f *fakeElector) StepDown(_ context.Context, reason leadership.Reason) (leadership.State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.leading {
-		return election.State{}, election.ErrNotLeader
+		return leadership.State{}, leadership.ErrNotLeader
 	}
 	f.stepDown = append(f.stepDown, reason)
 	f.leading = false
 	close(f.changed)
 	f.changed = make(chan struct{})
-	return election.State{}, nil
+	return leadership.State{}, nil
 }
 
 func (f *fakeElector) SetDegraded(reason string) {
@@ -72,10 +72,10 @@ func (f *fakeElector) TryNow() {
 	f.tries++
 }
 
-func (f *fakeElector) get() (degraded string, stepDowns []election.Reason, tries int) {
+func (f *fakeElector) get() (degraded string, stepDowns []leadership.Reason, tries int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.degraded, append([]election.Reason(nil), f.stepDown...), f.tries
+	return f.degraded, append([]leadership.Reason(nil), f.stepDown...), f.tries
 }
 
 type fakeProber struct{ ok atomic.Bool }
@@ -168,7 +168,7 @@ func TestRunDecides(t *testing.T) {
 			break
 		}
 	}
-	poll(t, "the step-down", func() bool { _, s, _ := el.get(); return len(s) == 1 && s[0] == election.ReasonAppUnhealthy })
+	poll(t, "the step-down", func() bool { _, s, _ := el.get(); return len(s) == 1 && s[0] == leadership.ReasonAppUnhealthy })
 	poll(t, "degraded cleared", func() bool { d, _, _ := el.get(); return d == "" })
 
 	// Its own entry says unhealthy; on shutdown it is removed.

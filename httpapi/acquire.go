@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 const (
@@ -54,7 +54,7 @@ func (a *leaderAPI) acquireHandler(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	state, acquired, err := a.el.Acquire(ctx, opts)
 	switch {
-	case errors.Is(err, election.ErrObserver):
+	case errors.Is(err, leadership.ErrObserver):
 		writeError(w, http.StatusConflict, err.Error())
 		return
 	case r.Context().Err() != nil:
@@ -73,13 +73,13 @@ func (a *leaderAPI) acquireHandler(w http.ResponseWriter, r *http.Request) {
 // term this pod still holds, even with its claim lapsed, has not ended; a
 // token above every one this sidecar has seen names a term it cannot know
 // to be over.
-func termOver(s election.State, known int64) bool {
+func termOver(s leadership.State, known int64) bool {
 	return s.FencingToken > known || s.FencingToken == known && s.Holder == ""
 }
 
 // parseAcquireQuery reads ?retries=&retryDelay= or ?wait= over the
 // defaults; it lets ?fencingToken= through (the handler reads it).
-func parseAcquireQuery(v url.Values, defaults election.AcquireOptions) (election.AcquireOptions, error) {
+func parseAcquireQuery(v url.Values, defaults leadership.AcquireOptions) (leadership.AcquireOptions, error) {
 	opts := defaults
 	for key := range v {
 		if key != "retries" && key != "retryDelay" && key != "wait" && key != termParam {
@@ -126,7 +126,7 @@ func parseAcquireQuery(v url.Values, defaults election.AcquireOptions) (election
 
 // CheckAcquireSpan refuses attempts whose delays alone would outlast the
 // longest call (the long-poll's bound): such a call would be cut short.
-func CheckAcquireSpan(opts election.AcquireOptions) error {
+func CheckAcquireSpan(opts leadership.AcquireOptions) error {
 	if span := time.Duration(max(opts.Attempts-1, 0)) * opts.RetryDelay; span > maxAcquireCall {
 		return fmt.Errorf("%d attempts %v apart take %v, more than the %v one call may take", opts.Attempts, opts.RetryDelay, span, maxAcquireCall)
 	}

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 func TestAcquire(t *testing.T) {
-	defaults := election.AcquireOptions{Attempts: 3, RetryDelay: 500 * time.Millisecond}
+	defaults := leadership.AcquireOptions{Attempts: 3, RetryDelay: 500 * time.Millisecond}
 	for _, tc := range []struct {
 		name   string
 		target string
@@ -22,20 +22,20 @@ func TestAcquire(t *testing.T) {
 		leads bool
 		err   error
 		// wantOpts is what Acquire must be called with (nil: not called).
-		wantOpts   *election.AcquireOptions
+		wantOpts   *leadership.AcquireOptions
 		wantStatus int
 	}{
 		{name: "defaults, acquired", target: "/acquire", leads: true, wantOpts: &defaults, wantStatus: 200},
 		{name: "contended", target: "/acquire", wantOpts: &defaults, wantStatus: 200},
 		{
 			name: "retries and delay", target: "/acquire?retries=5&retryDelay=2s",
-			wantOpts: &election.AcquireOptions{Attempts: 5, RetryDelay: 2 * time.Second}, wantStatus: 200,
+			wantOpts: &leadership.AcquireOptions{Attempts: 5, RetryDelay: 2 * time.Second}, wantStatus: 200,
 		},
 		{
 			name: "blocking", target: "/acquire?wait=30s", leads: true,
-			wantOpts: &election.AcquireOptions{Attempts: 3, RetryDelay: 500 * time.Millisecond, Wait: 30 * time.Second}, wantStatus: 200,
+			wantOpts: &leadership.AcquireOptions{Attempts: 3, RetryDelay: 500 * time.Millisecond, Wait: 30 * time.Second}, wantStatus: 200,
 		},
-		{name: "observer", target: "/acquire", err: election.ErrObserver, wantOpts: &defaults, wantStatus: http.StatusConflict},
+		{name: "observer", target: "/acquire", err: leadership.ErrObserver, wantOpts: &defaults, wantStatus: http.StatusConflict},
 		{name: "unknown parameter", target: "/acquire?force=1", wantStatus: 400},
 		{name: "wait with retries", target: "/acquire?wait=1s&retries=2", wantStatus: 400},
 		{name: "zero retries", target: "/acquire?retries=0", wantStatus: 400},
@@ -51,7 +51,7 @@ func TestAcquire(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			el := newFakeElection(followerState())
 			called := false
-			el.acquire = func(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error) {
+			el.acquire = func(ctx context.Context, opts leadership.AcquireOptions) (leadership.State, bool, error) {
 				called = true
 				if tc.wantOpts != nil && opts != *tc.wantOpts {
 					t.Errorf("Acquire(%+v), want %+v", opts, *tc.wantOpts)
@@ -90,7 +90,7 @@ func TestAcquire(t *testing.T) {
 // TestAcquireMethod: only POST acquires.
 func TestAcquireMethod(t *testing.T) {
 	el := newFakeElection(followerState())
-	el.acquire = func(context.Context, election.AcquireOptions) (election.State, bool, error) {
+	el.acquire = func(context.Context, leadership.AcquireOptions) (leadership.State, bool, error) {
 		t.Error("GET /acquire acquired")
 		return followerState(), false, nil
 	}
@@ -115,10 +115,10 @@ func TestEventsLost(t *testing.T) {
 	}
 
 	at := time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
-	want := el.set(func(s *election.State) {
+	want := el.set(func(s *leadership.State) {
 		*s = followerState()
 		s.Holder = "pod-b"
-		s.LastChange = election.Change{Reason: election.ReasonTakenOver, At: at, FencingToken: 7}
+		s.LastChange = leadership.Change{Reason: leadership.ReasonTakenOver, At: at, FencingToken: 7}
 		s.LastLost = s.LastChange
 		s.Revision = 20
 	})
@@ -138,7 +138,7 @@ func TestEventsLost(t *testing.T) {
 	}
 
 	// A change that ends no term of this pod: no "lost".
-	want = el.set(func(s *election.State) { s.Holder = "pod-c" })
+	want = el.set(func(s *leadership.State) { s.Holder = "pod-c" })
 	if _, got := r.nextEvent(); got["revision"] != float64(want.Revision) {
 		t.Errorf("event = %v, want revision %d", got, want.Revision)
 	}
@@ -155,9 +155,9 @@ func TestEventsSharedBetweenStreams(t *testing.T) {
 	defer cancelA()
 	a := &sseReader{t: t, br: bufio.NewReader(respA.Body)}
 	a.nextEvent()
-	lostState := el.set(func(s *election.State) {
+	lostState := el.set(func(s *leadership.State) {
 		*s = followerState()
-		s.LastChange = election.Change{Reason: election.ReasonTakenOver, At: time.Now(), FencingToken: 7}
+		s.LastChange = leadership.Change{Reason: leadership.ReasonTakenOver, At: time.Now(), FencingToken: 7}
 		s.LastLost = s.LastChange
 		s.Revision = 20
 	})
@@ -174,7 +174,7 @@ func TestEventsSharedBetweenStreams(t *testing.T) {
 	}
 
 	// Both were told revision 20: the next change is the same text on both.
-	want := el.set(func(s *election.State) { s.Holder = "pod-c" })
+	want := el.set(func(s *leadership.State) { s.Holder = "pod-c" })
 	evA, evB := a.next(), b.next()
 	if evA != evB || evA.id != strconv.FormatUint(want.Revision, 10) {
 		t.Errorf("events after the change: a %+v, b %+v; want the same, at revision %d", evA, evB, want.Revision)

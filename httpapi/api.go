@@ -19,22 +19,22 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // Election is what the HTTP servers need from the elector.
 type Election interface {
 	// Snapshot returns the current state.
-	Snapshot() election.State
+	Snapshot() leadership.State
 	// Watch returns the current state and a channel closed at its next change.
-	Watch() (election.State, <-chan struct{})
+	Watch() (leadership.State, <-chan struct{})
 	// ReleaseTerm makes the leader step down, only in the term token
-	// (election.AnyTerm: whichever it leads in); election.ErrNotLeader if
-	// it does not lead, election.ErrOtherTerm if it leads in another term.
-	ReleaseTerm(ctx context.Context, token int64) (election.State, error)
+	// (leadership.AnyTerm: whichever it leads in); leadership.ErrNotLeader if
+	// it does not lead, leadership.ErrOtherTerm if it leads in another term.
+	ReleaseTerm(ctx context.Context, token int64) (leadership.State, error)
 	// Acquire tries to take the Lease and reports whether this pod leads;
-	// election.ErrObserver on an observer.
-	Acquire(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error)
+	// leadership.ErrObserver on an observer.
+	Acquire(ctx context.Context, opts leadership.AcquireOptions) (leadership.State, bool, error)
 	// Candidate fails until the elector runs and has reached the API server.
 	Candidate() error
 	// Healthy fails when the elector is wedged.
@@ -62,7 +62,7 @@ type APIOptions struct {
 	// Acquire is what POST /acquire does without a query: its attempts
 	// and their spacing (--acquire-retries, --acquire-retry-delay); one
 	// attempt if zero.
-	Acquire election.AcquireOptions
+	Acquire leadership.AcquireOptions
 	// Clock is what validForMs is measured on, against the state's
 	// Deadline; the real clock if nil. It must be the clock the Election
 	// measures its claims on: with the real one, both readings carry the
@@ -113,7 +113,7 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 type leaderAPI struct {
 	el        Election
 	keepAlive time.Duration
-	acquire   election.AcquireOptions
+	acquire   leadership.AcquireOptions
 	clock     clock.PassiveClock
 	// encoded is the JSON of the last state served: most requests find the
 	// state unchanged and reuse it.
@@ -123,7 +123,7 @@ type leaderAPI struct {
 }
 
 type encodedState struct {
-	state election.State
+	state leadership.State
 	// body is the JSON without validForMs, with a trailing newline: an
 	// event's, and an answer's once validForMs is put in at validForAt
 	// (-1: not leading, the answer has none).
@@ -133,7 +133,7 @@ type encodedState struct {
 
 // encodeLeader returns the JSON of s, with a trailing newline, and where
 // an answer's validForMs goes in it.
-func (a *leaderAPI) encodeLeader(s election.State) (*encodedState, error) {
+func (a *leaderAPI) encodeLeader(s leadership.State) (*encodedState, error) {
 	if c := a.encoded.Load(); c != nil && c.state == s {
 		return c, nil
 	}
@@ -168,7 +168,7 @@ var validForField = []byte(`,"validForMs":`)
 // leaderBody returns the JSON of s without validForMs, with a trailing
 // newline: the data of events, which one encoding serves to every stream
 // and which a stream may send well after the state was taken.
-func (a *leaderAPI) leaderBody(s election.State) ([]byte, error) {
+func (a *leaderAPI) leaderBody(s leadership.State) ([]byte, error) {
 	c, err := a.encodeLeader(s)
 	if err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func (a *leaderAPI) leaderBody(s election.State) ([]byte, error) {
 
 // answerBody returns the answer of GET /leader for s: its JSON with
 // validForMs measured now, when the answer is written.
-func (a *leaderAPI) answerBody(s election.State) ([]byte, error) {
+func (a *leaderAPI) answerBody(s leadership.State) ([]byte, error) {
 	c, err := a.encodeLeader(s)
 	if err != nil || c.validForAt < 0 {
 		return c.body, err
@@ -193,13 +193,13 @@ func (a *leaderAPI) answerBody(s election.State) ([]byte, error) {
 // validForMs is what is left of the claim s shows, now, in whole
 // milliseconds: s.Deadline carries the monotonic reading of the claim's
 // end, so a step of the wall clock changes nothing.
-func (a *leaderAPI) validForMs(s election.State) int64 {
+func (a *leaderAPI) validForMs(s leadership.State) int64 {
 	return max(s.Deadline.Sub(a.clock.Now()), 0).Milliseconds()
 }
 
 // answer is s as POST /acquire and POST /release answer it: with
 // validForMs while this pod leads.
-func (a *leaderAPI) answer(s election.State) api.Leader {
+func (a *leaderAPI) answer(s leadership.State) api.Leader {
 	l := leaderJSON(s)
 	if s.IsLeader {
 		ms := a.validForMs(s)
@@ -239,14 +239,14 @@ func (a *leaderAPI) leader(w http.ResponseWriter, r *http.Request) {
 }
 
 // leaderSource is the election state as long-polls and SSE follow it.
-func (a *leaderAPI) leaderSource() watchable[election.State] {
-	return watchable[election.State]{
+func (a *leaderAPI) leaderSource() watchable[leadership.State] {
+	return watchable[leadership.State]{
 		watch:    a.el.Watch,
-		revision: func(s election.State) uint64 { return s.Revision },
+		revision: func(s leadership.State) uint64 { return s.Revision },
 		event:    "leader",
 		// The body GET /leader serves, without its newline: encoded once
 		// per state, not once per stream (1 000 streams, one encoding).
-		encode: func(s election.State) ([]byte, error) {
+		encode: func(s leadership.State) ([]byte, error) {
 			body, err := a.leaderBody(s)
 			if err != nil {
 				return nil, err
@@ -261,7 +261,7 @@ func (a *leaderAPI) leaderSource() watchable[election.State] {
 // lostEvent is the "lost" event sent ahead of the state in which this pod
 // is seen to have stopped leading (a term of its own ended since the last
 // state sent), with why: the onLost of a Lease API.
-func lostEvent(prev, cur election.State) (string, []byte, bool) {
+func lostEvent(prev, cur leadership.State) (string, []byte, bool) {
 	if cur.LastLost == prev.LastLost || cur.LastLost.Reason == "" {
 		return "", nil, false
 	}
@@ -374,11 +374,11 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	state, err := a.el.ReleaseTerm(ctx, token)
 	switch {
-	case errors.Is(err, election.ErrNotLeader):
+	case errors.Is(err, leadership.ErrNotLeader):
 		// Releasing what one does not hold is a no-op, not an error (the
 		// release() of a Lease API), whatever term was named.
 		writeJSON(w, http.StatusOK, api.Release{Leader: a.answer(state), Released: false})
-	case errors.Is(err, election.ErrOtherTerm):
+	case errors.Is(err, leadership.ErrOtherTerm):
 		writeTermChanged(w, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped leading, but clearing the Lease did not finish within %v (it goes on, or the Lease expires on its own)", releaseAnswerTimeout))

@@ -24,35 +24,35 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // fakeElection is an Election whose state the test sets.
 type fakeElection struct {
 	mu      sync.Mutex
-	state   election.State
+	state   leadership.State
 	changed chan struct{}
 	// watched receives a value on every Watch call, if set; it needs room
 	// for all of them.
 	watched chan struct{}
 
-	release      func(ctx context.Context) (election.State, error)
-	acquire      func(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error)
+	release      func(ctx context.Context) (leadership.State, error)
+	acquire      func(ctx context.Context, opts leadership.AcquireOptions) (leadership.State, bool, error)
 	candidateErr error
 	healthyErr   error
 }
 
-func newFakeElection(s election.State) *fakeElection {
+func newFakeElection(s leadership.State) *fakeElection {
 	return &fakeElection{state: s, changed: make(chan struct{})}
 }
 
-func (f *fakeElection) Snapshot() election.State {
+func (f *fakeElection) Snapshot() leadership.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state
 }
 
-func (f *fakeElection) Watch() (election.State, <-chan struct{}) {
+func (f *fakeElection) Watch() (leadership.State, <-chan struct{}) {
 	f.mu.Lock()
 	s, ch, watched := f.state, f.changed, f.watched
 	f.mu.Unlock()
@@ -62,14 +62,14 @@ func (f *fakeElection) Watch() (election.State, <-chan struct{}) {
 	return s, ch
 }
 
-func (f *fakeElection) ReleaseTerm(ctx context.Context, _ int64) (election.State, error) {
+func (f *fakeElection) ReleaseTerm(ctx context.Context, _ int64) (leadership.State, error) {
 	if f.release == nil {
-		return f.Snapshot(), election.ErrNotLeader
+		return f.Snapshot(), leadership.ErrNotLeader
 	}
 	return f.release(ctx)
 }
 
-func (f *fakeElection) Acquire(ctx context.Context, opts election.AcquireOptions) (election.State, bool, error) {
+func (f *fakeElection) Acquire(ctx context.Context, opts leadership.AcquireOptions) (leadership.State, bool, error) {
 	if f.acquire == nil {
 		s := f.Snapshot()
 		return s, s.IsLeader, nil
@@ -82,7 +82,7 @@ func (f *fakeElection) Healthy() error   { return f.healthyErr }
 
 // set changes the state, bumps the revision and wakes watchers, as the
 // tracker does. It never blocks.
-func (f *fakeElection) set(change func(s *election.State)) election.State {
+func (f *fakeElection) set(change func(s *leadership.State)) leadership.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	change(&f.state)
@@ -98,8 +98,8 @@ var (
 	validUntil  = time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
 )
 
-func followerState() election.State {
-	return election.State{
+func followerState() leadership.State {
+	return leadership.State{
 		Namespace:            "default",
 		Name:                 "my-app",
 		Identity:             "my-app-7d9f-abcde",
@@ -111,7 +111,7 @@ func followerState() election.State {
 	}
 }
 
-func leaderState() election.State {
+func leaderState() leadership.State {
 	s := followerState()
 	s.Holder = s.Identity
 	s.IsLeader = true
@@ -164,7 +164,7 @@ func TestLeaderJSON(t *testing.T) {
 	inParis := time.FixedZone("CET", 3600)
 	for _, tc := range []struct {
 		name  string
-		state election.State
+		state leadership.State
 		want  string
 	}{
 		{
@@ -187,9 +187,9 @@ func TestLeaderJSON(t *testing.T) {
 		},
 		{
 			name: "after a change, degraded",
-			state: func() election.State {
+			state: func() leadership.State {
 				s := leaderState()
-				s.LastChange = election.Change{Leader: true, Reason: election.ReasonAcquired, At: leaderSince, FencingToken: 7}
+				s.LastChange = leadership.Change{Leader: true, Reason: leadership.ReasonAcquired, At: leaderSince, FencingToken: 7}
 				s.Degraded = "app unhealthy"
 				return s
 			}(),
@@ -227,7 +227,7 @@ func TestLeaderJSON(t *testing.T) {
 		},
 		{
 			name: "follower with the holder's advertised address",
-			state: func() election.State {
+			state: func() leadership.State {
 				s := followerState()
 				s.HolderAddress = "10.0.0.5:8080"
 				return s
@@ -247,7 +247,7 @@ func TestLeaderJSON(t *testing.T) {
 		},
 		{
 			name:  "nothing known: empty holder, no times",
-			state: election.State{Namespace: "ns", Name: "n", Identity: "me"},
+			state: leadership.State{Namespace: "ns", Name: "n", Identity: "me"},
 			want: `{
 				"lease": {"namespace": "ns", "name": "n"},
 				"identity": "me",
@@ -261,7 +261,7 @@ func TestLeaderJSON(t *testing.T) {
 		},
 		{
 			name: "times in another zone are given in UTC",
-			state: func() election.State {
+			state: func() leadership.State {
 				s := leaderState()
 				s.RenewTime = renewTime.In(inParis)
 				s.LeaderSince = leaderSince.In(inParis)
@@ -368,7 +368,7 @@ func TestLeaderAccept(t *testing.T) {
 	}
 
 	t.Run("no holder", func(t *testing.T) {
-		h := NewAPIHandler(newFakeElection(election.State{Name: "n", Namespace: "ns"}), APIOptions{})
+		h := NewAPIHandler(newFakeElection(leadership.State{Name: "n", Namespace: "ns"}), APIOptions{})
 		r := newRequest(t, http.MethodGet, "/leader")
 		r.Header.Set("Accept", "text/plain")
 		if got := serve(h, r).Body.String(); got != "\n" {
@@ -503,7 +503,7 @@ func TestLeaderLongPoll(t *testing.T) {
 				t.Fatalf("answered before any change: %d %s", w.Code, w.Body.String())
 			default:
 			}
-			el.set(func(s *election.State) { s.Holder = "pod-new" })
+			el.set(func(s *leadership.State) { s.Holder = "pod-new" })
 			w := receive(t, done)
 			if tc.accept == "text/plain" {
 				if got := w.Body.String(); got != "pod-new\n" {
@@ -549,7 +549,7 @@ func TestCompat(t *testing.T) {
 	noHolder.Holder = ""
 	for _, tc := range []struct {
 		name     string
-		state    election.State
+		state    leadership.State
 		isLeader bool
 	}{
 		{name: "leader", state: leaderState(), isLeader: true},
@@ -598,17 +598,17 @@ func TestRelease(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		target     string
-		release    func(ctx context.Context) (election.State, error)
+		release    func(ctx context.Context) (leadership.State, error)
 		wantStatus int
 		// wantState is the state answered with a 200; wantReleased its
 		// "released".
-		wantState    election.State
+		wantState    leadership.State
 		wantReleased bool
 	}{
 		{
 			name:         "leader steps down",
 			target:       "/release",
-			release:      func(context.Context) (election.State, error) { return released, nil },
+			release:      func(context.Context) (leadership.State, error) { return released, nil },
 			wantStatus:   http.StatusOK,
 			wantState:    released,
 			wantReleased: true,
@@ -617,15 +617,15 @@ func TestRelease(t *testing.T) {
 			// Releasing what one does not hold is a no-op, not an error.
 			name:       "not the leader",
 			target:     "/release",
-			release:    func(context.Context) (election.State, error) { return followerState(), election.ErrNotLeader },
+			release:    func(context.Context) (leadership.State, error) { return followerState(), leadership.ErrNotLeader },
 			wantStatus: http.StatusOK,
 			wantState:  followerState(),
 		},
 		{
 			name:   "not the leader, wrapped",
 			target: "/release",
-			release: func(context.Context) (election.State, error) {
-				return followerState(), fmt.Errorf("release: %w", election.ErrNotLeader)
+			release: func(context.Context) (leadership.State, error) {
+				return followerState(), fmt.Errorf("release: %w", leadership.ErrNotLeader)
 			},
 			wantStatus: http.StatusOK,
 			wantState:  followerState(),
@@ -633,7 +633,7 @@ func TestRelease(t *testing.T) {
 		{
 			name:   "the lease could not be cleared",
 			target: "/release",
-			release: func(context.Context) (election.State, error) {
+			release: func(context.Context) (leadership.State, error) {
 				return released, errors.New("update lease default/my-app: connection refused")
 			},
 			wantStatus: http.StatusBadGateway,
@@ -643,7 +643,7 @@ func TestRelease(t *testing.T) {
 			// write timeout cuts the connection.
 			name:   "clearing the lease outlasts the answer's bound",
 			target: "/release",
-			release: func(ctx context.Context) (election.State, error) {
+			release: func(ctx context.Context) (leadership.State, error) {
 				deadline, ok := ctx.Deadline()
 				if !ok || time.Until(deadline) > releaseAnswerTimeout {
 					t.Errorf("Release given deadline %v (set: %v), want within %v", deadline, ok, releaseAnswerTimeout)
@@ -655,7 +655,7 @@ func TestRelease(t *testing.T) {
 		{
 			name:   "query",
 			target: "/release?now=1",
-			release: func(context.Context) (election.State, error) {
+			release: func(context.Context) (leadership.State, error) {
 				t.Error("Release called despite a bad query")
 				return released, nil
 			},
@@ -936,7 +936,7 @@ func TestEvents(t *testing.T) {
 
 	// One event per change.
 	for i, holder := range []string{"pod-1", "", "my-app-7d9f-abcde"} {
-		want := el.set(func(s *election.State) { s.Holder = holder })
+		want := el.set(func(s *leadership.State) { s.Holder = holder })
 		_, got := r.nextEvent()
 		if got["revision"] != float64(want.Revision) || got["holder"] != holder {
 			t.Errorf("event after change %d = %v, want revision %d, holder %q", i, got, want.Revision, holder)
@@ -951,7 +951,7 @@ func TestEvents(t *testing.T) {
 		if i == 100 {
 			t.Fatal("the stream still runs after 100 changes since its client went away")
 		}
-		el.set(func(s *election.State) { s.Holder = fmt.Sprintf("pod-%d", i) })
+		el.set(func(s *leadership.State) { s.Holder = fmt.Sprintf("pod-%d", i) })
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -970,7 +970,7 @@ func TestEventsKeepAlive(t *testing.T) {
 		}
 	}
 	// Keep-alives do not repeat the state.
-	want := el.set(func(s *election.State) { s.Holder = "pod-2" })
+	want := el.set(func(s *leadership.State) { s.Holder = "pod-2" })
 	_, got := r.nextEvent()
 	if got["revision"] != float64(want.Revision) {
 		t.Errorf("event = %v, want revision %d", got, want.Revision)
@@ -994,7 +994,7 @@ func TestEventsSlowClient(t *testing.T) {
 		holder := fmt.Sprintf("pod-%d", i)
 		// The publisher (the tracker closes a channel) never waits for
 		// a client.
-		want := el.set(func(s *election.State) { s.Holder = holder })
+		want := el.set(func(s *leadership.State) { s.Holder = holder })
 		_, got := r.nextEvent()
 		if got["revision"] != float64(want.Revision) || got["holder"] != holder {
 			t.Fatalf("event %d = revision %v holder %v, want %d %q", i, got["revision"], got["holder"], want.Revision, holder)
@@ -1047,7 +1047,7 @@ func TestServerLifecycle(t *testing.T) {
 
 	// The last change before the shutdown reaches the stream, which then
 	// ends.
-	last := el.set(func(s *election.State) { s.Holder = "" })
+	last := el.set(func(s *leadership.State) { s.Holder = "" })
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), wait.ForeverTestTimeout)
 	defer cancel()
 	if err := s.Shutdown(shutdownCtx); err != nil {
@@ -1091,7 +1091,7 @@ func TestEventsAfterShutdownBegan(t *testing.T) {
 // bodies cannot drift apart.
 func TestLeaderBodyIsTheAnswer(t *testing.T) {
 	validForMs := regexp.MustCompile(`,"validForMs":[0-9]+`)
-	for name, s := range map[string]election.State{"follower": followerState(), "leader": leaderState()} {
+	for name, s := range map[string]leadership.State{"follower": followerState(), "leader": leaderState()} {
 		t.Run(name, func(t *testing.T) {
 			w := serve(NewAPIHandler(newFakeElection(s), APIOptions{}), newRequest(t, http.MethodGet, "/leader"))
 			body, err := LeaderBody(s)

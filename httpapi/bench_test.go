@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
-func benchState() election.State {
+func benchState() leadership.State {
 	now := time.Now()
-	return election.State{
+	return leadership.State{
 		Namespace: "default", Name: "my-app", Identity: "pod-a", Holder: "pod-a", IsLeader: true,
 		FencingToken: 7, LeaseDurationSeconds: 15, RenewTime: now, LeaderSince: now, ValidUntil: now.Add(10 * time.Second), Revision: 12,
 	}

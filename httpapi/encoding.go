@@ -12,11 +12,11 @@ import (
 	"strings"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // leaderJSON is s as GET /leader answers it.
-func leaderJSON(s election.State) api.Leader {
+func leaderJSON(s leadership.State) api.Leader {
 	return api.Leader{
 		Lease:                api.Lease{Namespace: s.Namespace, Name: s.Name},
 		Identity:             s.Identity,
@@ -38,7 +38,7 @@ func leaderJSON(s election.State) api.Leader {
 // LeaderBody is the JSON body of GET /leader at s, without validForMs (a
 // remaining time that is stale once the body is stored or sent later): what
 // --on-change-url receives (package notify).
-func LeaderBody(s election.State) ([]byte, error) {
+func LeaderBody(s leadership.State) ([]byte, error) {
 	body, err := marshalJSON(leaderJSON(s))
 	if err != nil {
 		return nil, err
@@ -47,7 +47,7 @@ func LeaderBody(s election.State) ([]byte, error) {
 }
 
 // changeJSON is c as the API writes it; nil before the first change.
-func changeJSON(c election.Change) *api.Change {
+func changeJSON(c leadership.Change) *api.Change {
 	if c.Reason == "" {
 		return nil
 	}

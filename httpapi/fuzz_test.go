@@ -16,8 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/leader-elector/leader-elector/election"
-	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // The fuzz targets of the application API: `make fuzz` runs each, and
@@ -123,7 +123,7 @@ func FuzzAPIHandler(f *testing.F) {
 		}
 		el := newFakeElection(leaderState())
 		var releases atomic.Int32
-		el.release = func(context.Context) (election.State, error) {
+		el.release = func(context.Context) (leadership.State, error) {
 			releases.Add(1)
 			return followerState(), nil
 		}
@@ -145,9 +145,9 @@ type fuzzPartitions struct {
 	released atomic.Int32
 }
 
-func (f *fuzzPartitions) ReleaseTerm(_ context.Context, i int, _ int64) (partition.State, error) {
+func (f *fuzzPartitions) ReleaseTerm(_ context.Context, i int, _ int64) (ownership.State, error) {
 	if i < 0 || i >= 4 {
-		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
+		return f.Snapshot(), fmt.Errorf("%w: %d", ownership.ErrOutOfRange, i)
 	}
 	f.released.Add(1)
 	return f.Snapshot(), nil

@@ -15,26 +15,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
-	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // Partitions is what the HTTP servers need from a partition group member
 // (--partitions).
 type Partitions interface {
 	// Snapshot returns the current state.
-	Snapshot() partition.State
+	Snapshot() ownership.State
 	// Watch returns the current state and a channel closed at its next
 	// change.
-	Watch() (partition.State, <-chan struct{})
+	Watch() (ownership.State, <-chan struct{})
 	// ReleaseTerm hands one owned partition back, only in the term token
-	// (election.AnyTerm: the current one); partition.ErrOutOfRange,
-	// partition.ErrNotOwned or election.ErrOtherTerm when it cannot.
-	ReleaseTerm(ctx context.Context, i int, token int64) (partition.State, error)
+	// (leadership.AnyTerm: the current one); ownership.ErrOutOfRange,
+	// ownership.ErrNotOwned or leadership.ErrOtherTerm when it cannot.
+	ReleaseTerm(ctx context.Context, i int, token int64) (ownership.State, error)
 	// CheckpointTerm stores value with partition i's Lease, fenced by the
-	// term token (election.AnyTerm: this pod's current term; see
+	// term token (leadership.AnyTerm: this pod's current term; see
 	// partition.Member.CheckpointTerm for its errors).
-	CheckpointTerm(ctx context.Context, i int, token int64, value string) (partition.Checkpoint, error)
+	CheckpointTerm(ctx context.Context, i int, token int64, value string) (ownership.Checkpoint, error)
 	// Ready fails while the pod holds less than its fair share after the
 	// group had time to settle.
 	Ready() error
@@ -45,7 +45,7 @@ type Partitions interface {
 }
 
 // partitionsJSON is s as GET /partitions answers it.
-func partitionsJSON(s partition.State) api.Partitions {
+func partitionsJSON(s ownership.State) api.Partitions {
 	owned := make([]api.OwnedPartition, 0, len(s.Owned))
 	for _, o := range s.Owned {
 		p := api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil},
@@ -69,7 +69,7 @@ func partitionsJSON(s partition.State) api.Partitions {
 	}
 }
 
-func checkpointJSON(c partition.Checkpoint) api.Checkpoint {
+func checkpointJSON(c ownership.Checkpoint) api.Checkpoint {
 	return api.Checkpoint{Value: c.Value, Holder: c.Holder, FencingToken: c.FencingToken, Time: api.Time{Time: c.Time}}
 }
 
@@ -102,12 +102,12 @@ type partitionsAPI struct {
 	chunks eventChunks
 }
 
-func (a *partitionsAPI) source() watchable[partition.State] {
-	return watchable[partition.State]{
+func (a *partitionsAPI) source() watchable[ownership.State] {
+	return watchable[ownership.State]{
 		watch:    a.p.Watch,
-		revision: func(s partition.State) uint64 { return s.Revision },
+		revision: func(s ownership.State) uint64 { return s.Revision },
 		event:    "partitions",
-		encode:   func(s partition.State) ([]byte, error) { return marshalJSON(partitionsJSON(s)) },
+		encode:   func(s ownership.State) ([]byte, error) { return marshalJSON(partitionsJSON(s)) },
 		chunks:   &a.chunks,
 	}
 }
@@ -173,11 +173,11 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int, t
 	defer cancel()
 	state, err := a.p.ReleaseTerm(ctx, i, token)
 	switch {
-	case errors.Is(err, partition.ErrOutOfRange):
+	case errors.Is(err, ownership.ErrOutOfRange):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, partition.ErrNotOwned):
+	case errors.Is(err, ownership.ErrNotOwned):
 		writeError(w, http.StatusConflict, err.Error())
-	case errors.Is(err, election.ErrOtherTerm):
+	case errors.Is(err, leadership.ErrOtherTerm):
 		writeTermChanged(w, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped owning partition %d, but clearing its Lease did not finish within %v (it goes on, or the Lease expires on its own)", i, releaseAnswerTimeout))
@@ -193,18 +193,18 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int, t
 // checkpoint answers PUT /partitions/<i>/checkpoint[?fencingToken=]: the
 // body is the checkpoint's value.
 func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int, token int64) {
-	if r.ContentLength > partition.MaxCheckpointBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got %d", partition.ErrCheckpointTooLarge, r.ContentLength))
+	if r.ContentLength > ownership.MaxCheckpointBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got %d", ownership.ErrCheckpointTooLarge, r.ContentLength))
 		return
 	}
 	// One byte more than allowed tells a body that is too long.
-	body, err := io.ReadAll(io.LimitReader(r.Body, partition.MaxCheckpointBytes+1))
+	body, err := io.ReadAll(io.LimitReader(r.Body, ownership.MaxCheckpointBytes+1))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "could not read the body: "+err.Error())
 		return
 	}
-	if len(body) > partition.MaxCheckpointBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got more", partition.ErrCheckpointTooLarge))
+	if len(body) > ownership.MaxCheckpointBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%v, got more", ownership.ErrCheckpointTooLarge))
 		return
 	}
 	// Bounded as a release is: the write's own context ends at the
@@ -212,22 +212,22 @@ func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int
 	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
 	defer cancel()
 	c, err := a.p.CheckpointTerm(ctx, i, token, string(body))
-	var limited *partition.RateLimitedError
+	var limited *ownership.RateLimitedError
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, api.CheckpointStored{Partition: i, Checkpoint: checkpointJSON(c)})
-	case errors.Is(err, partition.ErrOutOfRange):
+	case errors.Is(err, ownership.ErrOutOfRange):
 		writeError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, partition.ErrCheckpointTooLarge):
+	case errors.Is(err, ownership.ErrCheckpointTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
-	case errors.Is(err, partition.ErrCheckpointNotText):
+	case errors.Is(err, ownership.ErrCheckpointNotText):
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.As(err, &limited):
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(limited.RetryAfter.Seconds())))))
 		writeError(w, http.StatusTooManyRequests, err.Error())
-	case errors.Is(err, partition.ErrNotOwned):
+	case errors.Is(err, ownership.ErrNotOwned):
 		writeJSON(w, http.StatusConflict, &api.Error{Message: err.Error(), Reason: api.ReasonNotOwned})
-	case errors.Is(err, partition.ErrCheckpointRefused):
+	case errors.Is(err, ownership.ErrCheckpointRefused):
 		writeJSON(w, http.StatusConflict, &api.Error{Message: err.Error(), Reason: refusalReason(err)})
 	case errors.Is(err, context.DeadlineExceeded):
 		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("partition %d: the API server did not answer the checkpoint's write in time; it may or may not be stored: %v", i, err))
@@ -239,9 +239,9 @@ func (a *partitionsAPI) checkpoint(w http.ResponseWriter, r *http.Request, i int
 // refusalReason names why the term refused a checkpoint.
 func refusalReason(err error) string {
 	switch {
-	case errors.Is(err, election.ErrClaimExpired):
+	case errors.Is(err, leadership.ErrClaimExpired):
 		return api.ReasonClaimExpired
-	case errors.Is(err, election.ErrTermChanged):
+	case errors.Is(err, leadership.ErrTermChanged):
 		return api.ReasonTermChanged
 	default:
 		return api.ReasonConflict

@@ -16,14 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
-	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // fakePartitions is a Partitions whose state the test sets.
 type fakePartitions struct {
 	mu      sync.Mutex
-	state   partition.State
+	state   ownership.State
 	changed chan struct{}
 	ready   error
 	// releaseDeadline is the deadline the last Release was given; hang
@@ -36,10 +36,10 @@ func newFakePartitions() *fakePartitions {
 	valid := time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
 	return &fakePartitions{
 		changed: make(chan struct{}),
-		state: partition.State{
+		state: ownership.State{
 			Namespace: "default", Name: "work", Identity: "pod-a", Partitions: 4, EffectivePartitions: 4, Members: 2, Member: true,
 			FairShareMin: 2, FairShareMax: 2, Revision: 7,
-			Owned: []partition.Owned{
+			Owned: []ownership.Owned{
 				{Partition: 1, FencingToken: 3, Since: valid.Add(-time.Minute), ValidUntil: valid},
 				{Partition: 3, FencingToken: 12, Since: valid.Add(-time.Minute), ValidUntil: valid, Draining: true, DrainDeadline: time.Date(2026, 11, 29, 8, 0, 5, 0, time.UTC)},
 			},
@@ -47,15 +47,15 @@ func newFakePartitions() *fakePartitions {
 	}
 }
 
-func (f *fakePartitions) Snapshot() partition.State { s, _ := f.Watch(); return s }
+func (f *fakePartitions) Snapshot() ownership.State { s, _ := f.Watch(); return s }
 
-func (f *fakePartitions) Watch() (partition.State, <-chan struct{}) {
+func (f *fakePartitions) Watch() (ownership.State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state, f.changed
 }
 
-func (f *fakePartitions) set(change func(*partition.State)) {
+func (f *fakePartitions) set(change func(*ownership.State)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	change(&f.state)
@@ -64,7 +64,7 @@ func (f *fakePartitions) set(change func(*partition.State)) {
 	f.changed = make(chan struct{})
 }
 
-func (f *fakePartitions) ReleaseTerm(ctx context.Context, i int, _ int64) (partition.State, error) {
+func (f *fakePartitions) ReleaseTerm(ctx context.Context, i int, _ int64) (ownership.State, error) {
 	f.mu.Lock()
 	f.releaseDeadline, _ = ctx.Deadline()
 	hang := f.hang
@@ -75,32 +75,32 @@ func (f *fakePartitions) ReleaseTerm(ctx context.Context, i int, _ int64) (parti
 	}
 	switch {
 	case i < 0 || i >= 4:
-		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
+		return f.Snapshot(), fmt.Errorf("%w: %d", ownership.ErrOutOfRange, i)
 	case i != 1 && i != 3:
-		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
+		return f.Snapshot(), fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
 	case i == 3:
 		return f.Snapshot(), errors.New("API server unreachable")
 	}
-	f.set(func(s *partition.State) { s.Owned = s.Owned[1:] })
+	f.set(func(s *ownership.State) { s.Owned = s.Owned[1:] })
 	return f.Snapshot(), nil
 }
 
 // Checkpoint stores any checkpoint of partition 1 (except "too fast",
 // rate-limited), refuses partition 3's as if its claim had expired.
-func (f *fakePartitions) CheckpointTerm(_ context.Context, i int, _ int64, value string) (partition.Checkpoint, error) {
+func (f *fakePartitions) CheckpointTerm(_ context.Context, i int, _ int64, value string) (ownership.Checkpoint, error) {
 	switch {
 	case i < 0 || i >= 4:
-		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrOutOfRange, i)
-	case len(value) > partition.MaxCheckpointBytes:
-		return partition.Checkpoint{}, partition.ErrCheckpointTooLarge
+		return ownership.Checkpoint{}, fmt.Errorf("%w: %d", ownership.ErrOutOfRange, i)
+	case len(value) > ownership.MaxCheckpointBytes:
+		return ownership.Checkpoint{}, ownership.ErrCheckpointTooLarge
 	case i != 1 && i != 3:
-		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
+		return ownership.Checkpoint{}, fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
 	case i == 3:
-		return partition.Checkpoint{}, fmt.Errorf("%w: partition 3: %w", partition.ErrCheckpointRefused, election.ErrClaimExpired)
+		return ownership.Checkpoint{}, fmt.Errorf("%w: partition 3: %w", ownership.ErrCheckpointRefused, leadership.ErrClaimExpired)
 	case value == "too fast":
-		return partition.Checkpoint{}, &partition.RateLimitedError{Partition: i, RetryAfter: 1500 * time.Millisecond}
+		return ownership.Checkpoint{}, &ownership.RateLimitedError{Partition: i, RetryAfter: 1500 * time.Millisecond}
 	}
-	return partition.Checkpoint{Value: value, Holder: "pod-a", FencingToken: 3, Time: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)}, nil
+	return ownership.Checkpoint{Value: value, Holder: "pod-a", FencingToken: 3, Time: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)}, nil
 }
 
 func (f *fakePartitions) Ready() error     { return f.ready }
@@ -180,7 +180,7 @@ func TestPartitionsLongPollAndEvents(t *testing.T) {
 	if first := string(buf[:n]); !strings.HasPrefix(first, "id: 7\nevent: partitions\ndata: {") {
 		t.Errorf("first event %q", first)
 	}
-	f.set(func(s *partition.State) { s.Members = 3 })
+	f.set(func(s *ownership.State) { s.Members = 3 })
 	select {
 	case r := <-answered:
 		if r.Revision != 8 || r.Members != 3 {
@@ -239,8 +239,8 @@ func TestPartitionsReleaseIsBounded(t *testing.T) {
 // Retry-After in whole seconds, rounded up; and a checkpoint is shown with
 // its partition in GET /partitions.
 func TestPartitionsCheckpointLimits(t *testing.T) {
-	if partition.MaxCheckpointBytes != api.MaxCheckpointBytes {
-		t.Fatalf("partition.MaxCheckpointBytes %d, api.MaxCheckpointBytes %d", partition.MaxCheckpointBytes, api.MaxCheckpointBytes)
+	if ownership.MaxCheckpointBytes != api.MaxCheckpointBytes {
+		t.Fatalf("ownership.MaxCheckpointBytes %d, api.MaxCheckpointBytes %d", ownership.MaxCheckpointBytes, api.MaxCheckpointBytes)
 	}
 	f := newFakePartitions()
 	h := NewPartitionsAPIHandler(f, APIOptions{})
@@ -249,7 +249,7 @@ func TestPartitionsCheckpointLimits(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/partitions/1/checkpoint", body))
 		return rec
 	}
-	limit := strings.Repeat("x", partition.MaxCheckpointBytes)
+	limit := strings.Repeat("x", ownership.MaxCheckpointBytes)
 	if rec := put(strings.NewReader(limit)); rec.Code != http.StatusOK {
 		t.Errorf("a checkpoint of %d bytes: %d %s, want 200", len(limit), rec.Code, rec.Body)
 	}
@@ -265,8 +265,8 @@ func TestPartitionsCheckpointLimits(t *testing.T) {
 		t.Errorf("rate-limited: %d Retry-After %q %s, want 429 with Retry-After 2", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 	}
 
-	f.set(func(s *partition.State) {
-		s.Owned[0].Checkpoint = &partition.Checkpoint{Value: "offset=7", Holder: "pod-b", FencingToken: 2, Time: time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)}
+	f.set(func(s *ownership.State) {
+		s.Owned[0].Checkpoint = &ownership.Checkpoint{Value: "offset=7", Holder: "pod-b", FencingToken: 2, Time: time.Date(2026, 11, 29, 7, 0, 0, 0, time.UTC)}
 	})
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/partitions", nil))

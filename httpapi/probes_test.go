@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // checkText checks a probe answer: status, a plain-text content type and
@@ -35,7 +35,7 @@ func TestReadyz(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		mode         Readiness
-		state        election.State
+		state        leadership.State
 		candidateErr error
 		wantStatus   int
 		wantBody     string

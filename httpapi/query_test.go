@@ -11,8 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/leader-elector/leader-elector/election"
-	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // countingPartitions counts the releases it is asked for.
@@ -21,7 +21,7 @@ type countingPartitions struct {
 	releases atomic.Int32
 }
 
-func (c *countingPartitions) ReleaseTerm(ctx context.Context, i int, token int64) (partition.State, error) {
+func (c *countingPartitions) ReleaseTerm(ctx context.Context, i int, token int64) (ownership.State, error) {
 	c.releases.Add(1)
 	return c.fakePartitions.ReleaseTerm(ctx, i, token)
 }
@@ -55,7 +55,7 @@ func TestMalformedQuery(t *testing.T) {
 			t.Run("leader election "+tg.method+" "+tg.path+"?"+q, func(t *testing.T) {
 				el := newFakeElection(leaderState())
 				var releases atomic.Int32
-				el.release = func(context.Context) (election.State, error) {
+				el.release = func(context.Context) (leadership.State, error) {
 					releases.Add(1)
 					return followerState(), nil
 				}

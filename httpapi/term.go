@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // termParam names the term a write belongs to: the fencing token the app
@@ -20,7 +20,7 @@ import (
 const termParam = "fencingToken"
 
 // parseTerm reads ?fencingToken= and refuses every other parameter;
-// election.AnyTerm without one. A token is a Lease's leaseTransitions, an
+// leadership.AnyTerm without one. A token is a Lease's leaseTransitions, an
 // int32: anything but a canonical decimal number from 0 to 2147483647 is
 // refused, so that "+5", "05" or "5.0" cannot name the term 5.
 func parseTerm(v url.Values, what string) (int64, error) {
@@ -30,7 +30,7 @@ func parseTerm(v url.Values, what string) (int64, error) {
 		}
 	}
 	if !v.Has(termParam) {
-		return election.AnyTerm, nil
+		return leadership.AnyTerm, nil
 	}
 	if len(v[termParam]) > 1 {
 		return 0, fmt.Errorf("query parameter %q given more than once", termParam)

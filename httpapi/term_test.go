@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
-	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // termElection leads in term 8 and releases only a term it leads in, as
@@ -29,18 +29,18 @@ func newTermElection() *termElection {
 	return &termElection{fakeElection: newFakeElection(s)}
 }
 
-func (f *termElection) ReleaseTerm(_ context.Context, token int64) (election.State, error) {
+func (f *termElection) ReleaseTerm(_ context.Context, token int64) (leadership.State, error) {
 	s := f.Snapshot()
 	switch {
 	case !s.IsLeader:
-		return s, election.ErrNotLeader
-	case token != election.AnyTerm && token != s.FencingToken:
-		return s, fmt.Errorf("%w (current %d, given %d)", election.ErrOtherTerm, s.FencingToken, token)
+		return s, leadership.ErrNotLeader
+	case token != leadership.AnyTerm && token != s.FencingToken:
+		return s, fmt.Errorf("%w (current %d, given %d)", leadership.ErrOtherTerm, s.FencingToken, token)
 	}
 	f.mu.Lock()
 	f.released = append(f.released, s.FencingToken)
 	f.mu.Unlock()
-	return f.set(func(s *election.State) { s.IsLeader, s.Holder = false, "" }), nil
+	return f.set(func(s *leadership.State) { s.IsLeader, s.Holder = false, "" }), nil
 }
 
 func (f *termElection) releases() []int64 {
@@ -55,13 +55,13 @@ func (f *termElection) releases() []int64 {
 type termPartitions struct {
 	*fakePartitions
 	mu       sync.Mutex
-	stored   []partition.Checkpoint
+	stored   []ownership.Checkpoint
 	released []int
 }
 
 func newTermPartitions() *termPartitions {
 	f := &termPartitions{fakePartitions: newFakePartitions()}
-	f.set(func(s *partition.State) { s.Owned[0].FencingToken = 5 })
+	f.set(func(s *ownership.State) { s.Owned[0].FencingToken = 5 })
 	return f
 }
 
@@ -74,28 +74,28 @@ func (f *termPartitions) token(i int) (int64, bool) {
 	return 0, false
 }
 
-func (f *termPartitions) CheckpointTerm(_ context.Context, i int, token int64, value string) (partition.Checkpoint, error) {
+func (f *termPartitions) CheckpointTerm(_ context.Context, i int, token int64, value string) (ownership.Checkpoint, error) {
 	current, ok := f.token(i)
 	switch {
 	case !ok:
-		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
-	case token != election.AnyTerm && token != current:
-		return partition.Checkpoint{}, fmt.Errorf("%w: partition %d: %w (current %d, given %d)", partition.ErrCheckpointRefused, i, election.ErrTermChanged, current, token)
+		return ownership.Checkpoint{}, fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
+	case token != leadership.AnyTerm && token != current:
+		return ownership.Checkpoint{}, fmt.Errorf("%w: partition %d: %w (current %d, given %d)", ownership.ErrCheckpointRefused, i, leadership.ErrTermChanged, current, token)
 	}
-	c := partition.Checkpoint{Value: value, Holder: "pod-a", FencingToken: current}
+	c := ownership.Checkpoint{Value: value, Holder: "pod-a", FencingToken: current}
 	f.mu.Lock()
 	f.stored = append(f.stored, c)
 	f.mu.Unlock()
 	return c, nil
 }
 
-func (f *termPartitions) ReleaseTerm(_ context.Context, i int, token int64) (partition.State, error) {
+func (f *termPartitions) ReleaseTerm(_ context.Context, i int, token int64) (ownership.State, error) {
 	current, ok := f.token(i)
 	switch {
 	case !ok:
-		return f.Snapshot(), fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
-	case token != election.AnyTerm && token != current:
-		return f.Snapshot(), fmt.Errorf("%w: partition %d (current %d, given %d)", election.ErrOtherTerm, i, current, token)
+		return f.Snapshot(), fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
+	case token != leadership.AnyTerm && token != current:
+		return f.Snapshot(), fmt.Errorf("%w: partition %d (current %d, given %d)", leadership.ErrOtherTerm, i, current, token)
 	}
 	f.mu.Lock()
 	f.released = append(f.released, i)
@@ -103,10 +103,10 @@ func (f *termPartitions) ReleaseTerm(_ context.Context, i int, token int64) (par
 	return f.Snapshot(), nil
 }
 
-func (f *termPartitions) record() ([]partition.Checkpoint, []int) {
+func (f *termPartitions) record() ([]ownership.Checkpoint, []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]partition.Checkpoint(nil), f.stored...), append([]int(nil), f.released...)
+	return append([]ownership.Checkpoint(nil), f.stored...), append([]int(nil), f.released...)
 }
 
 // checkTermChanged checks a 409 answer with reason term-changed.
@@ -185,7 +185,7 @@ func TestAcquireAfterTerm(t *testing.T) {
 	released.Holder = ""
 	for _, tc := range []struct {
 		name   string
-		state  election.State
+		state  leadership.State
 		target string
 		// want is the status; campaigns whether Acquire is called.
 		want      int
@@ -203,7 +203,7 @@ func TestAcquireAfterTerm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			el := newFakeElection(tc.state)
 			called := false
-			el.acquire = func(context.Context, election.AcquireOptions) (election.State, bool, error) {
+			el.acquire = func(context.Context, leadership.AcquireOptions) (leadership.State, bool, error) {
 				called = true
 				return leaderState(), true, nil
 			}

@@ -14,7 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/leader-elector/leader-elector/api"
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // TestValidForMs: an answer of a leader carries the milliseconds left of
@@ -44,7 +44,7 @@ func TestValidForMs(t *testing.T) {
 	}
 
 	clk.SetTime(validUntil.Add(-time.Second))
-	el.acquire = func(context.Context, election.AcquireOptions) (election.State, bool, error) {
+	el.acquire = func(context.Context, leadership.AcquireOptions) (leadership.State, bool, error) {
 		return el.Snapshot(), true, nil
 	}
 	w := serve(h, newRequest(t, http.MethodPost, "/acquire"))
@@ -75,7 +75,7 @@ func TestValidForMs(t *testing.T) {
 		}
 	}
 
-	el.set(func(s *election.State) { *s = followerState() })
+	el.set(func(s *leadership.State) { *s = followerState() })
 	if l := get(); l.ValidForMs != nil {
 		t.Errorf("a follower's answer has validForMs %d", *l.ValidForMs)
 	}

@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
-	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // RevisionHeader carries the notification's revision, so that an app can
@@ -72,8 +72,8 @@ type Options struct {
 // Source is the election as the notifier follows it (httpapi.Election
 // has these methods too).
 type Source interface {
-	Snapshot() election.State
-	Watch() (election.State, <-chan struct{})
+	Snapshot() leadership.State
+	Watch() (leadership.State, <-chan struct{})
 }
 
 // Notifier POSTs the GET /leader JSON to the app at every change of the
@@ -229,7 +229,7 @@ func (n *Notifier) follow(ctx context.Context) {
 
 // Observe queues s, a new state: set it as the elector's OnState. It never
 // blocks (it runs under the election state's lock).
-func (n *Notifier) Observe(s election.State) {
+func (n *Notifier) Observe(s leadership.State) {
 	n.enqueue(context.Background(), s)
 }
 
@@ -237,7 +237,7 @@ func (n *Notifier) Observe(s election.State) {
 // one is queued already (Observe and the follower both see every state the
 // follower reads); when the queue is full, the oldest change waiting is
 // dropped: the app learns the newer state instead.
-func (n *Notifier) enqueue(ctx context.Context, s election.State) {
+func (n *Notifier) enqueue(ctx context.Context, s leadership.State) {
 	n.mu.Lock()
 	queued := n.queuedAny && s.Revision <= n.lastQueued
 	n.mu.Unlock()

@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // receiver is an app that records the notifications it answers with 204;
@@ -90,28 +90,28 @@ func (rc *receiver) waitDelivered(t *testing.T, n int) []uint64 {
 // fakeSource is an election whose state the test sets.
 type fakeSource struct {
 	mu      sync.Mutex
-	state   election.State
+	state   leadership.State
 	changed chan struct{}
 }
 
-func newFakeSource(s election.State) *fakeSource {
+func newFakeSource(s leadership.State) *fakeSource {
 	return &fakeSource{state: s, changed: make(chan struct{})}
 }
 
-func (f *fakeSource) Snapshot() election.State {
+func (f *fakeSource) Snapshot() leadership.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state
 }
 
-func (f *fakeSource) Watch() (election.State, <-chan struct{}) {
+func (f *fakeSource) Watch() (leadership.State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state, f.changed
 }
 
 // set changes the state, counts a revision and wakes the watchers.
-func (f *fakeSource) set(change func(s *election.State)) election.State {
+func (f *fakeSource) set(change func(s *leadership.State)) leadership.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	change(&f.state)
@@ -127,8 +127,8 @@ var (
 	validUntil  = time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
 )
 
-func followerState() election.State {
-	return election.State{
+func followerState() leadership.State {
+	return leadership.State{
 		Namespace:            "default",
 		Name:                 "my-app",
 		Identity:             "my-app-7d9f-abcde",
@@ -140,7 +140,7 @@ func followerState() election.State {
 	}
 }
 
-func leaderState() election.State {
+func leaderState() leadership.State {
 	s := followerState()
 	s.Holder = s.Identity
 	s.IsLeader = true
@@ -157,13 +157,13 @@ type notifierFixture struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	// states are the states the election went through, by revision.
-	states map[uint64]election.State
+	states map[uint64]leadership.State
 }
 
 func startNotifier(t *testing.T, url string, opts Options) *notifierFixture {
 	_, ctx := ktesting.NewTestContext(t)
 	opts.URL = url
-	f := &notifierFixture{el: newFakeSource(followerState()), done: make(chan struct{}), states: map[uint64]election.State{}}
+	f := &notifierFixture{el: newFakeSource(followerState()), done: make(chan struct{}), states: map[uint64]leadership.State{}}
 	f.states[f.el.state.Revision] = f.el.state
 	f.n = New(f.el, opts)
 	ctx, f.cancel = context.WithCancel(ctx)
@@ -181,7 +181,7 @@ func startNotifier(t *testing.T, url string, opts Options) *notifierFixture {
 
 // change makes one change and waits until the notifier has read it, so
 // that no two changes are coalesced.
-func (f *notifierFixture) change(t *testing.T, change func(*election.State)) {
+func (f *notifierFixture) change(t *testing.T, change func(*leadership.State)) {
 	t.Helper()
 	s := f.el.set(change)
 	f.states[s.Revision] = s
@@ -212,7 +212,7 @@ func (f *notifierFixture) waitCount(t *testing.T, result string, want float64) {
 	}
 }
 
-func toggle(s *election.State) {
+func toggle(s *leadership.State) {
 	rev := s.Revision
 	defer func() { s.Revision = rev }()
 	if s.IsLeader {

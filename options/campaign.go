@@ -8,6 +8,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/routing"
 )
 
@@ -100,6 +101,6 @@ func (o *Options) campaign() election.Campaign {
 }
 
 // acquireOptions are what POST /acquire does without a query.
-func (o *Options) acquireOptions() election.AcquireOptions {
-	return election.AcquireOptions{Attempts: o.Campaign.AcquireRetries, RetryDelay: o.Campaign.AcquireRetryDelay}
+func (o *Options) acquireOptions() leadership.AcquireOptions {
+	return leadership.AcquireOptions{Attempts: o.Campaign.AcquireRetries, RetryDelay: o.Campaign.AcquireRetryDelay}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // TestMemberCheckpoint: a new owner sees the previous owner's checkpoint
@@ -16,7 +18,7 @@ func TestMemberCheckpoint(t *testing.T) {
 	junk := partitionLease(1, "", 3)
 	junk.Annotations = map[string]string{CheckpointAnnotation: `{"value":"x"}`}
 	mt := startMember(t, 2, old, junk)
-	s := mt.waitFor("both partitions", func(s State) bool { return len(s.Owned) == 2 })
+	s := mt.waitFor("both partitions", func(s ownership.State) bool { return len(s.Owned) == 2 })
 
 	c := s.Owned[0].Checkpoint
 	if c == nil || c.Value != "offset=7" || c.Holder != "pod-z" || c.FencingToken != 3 {
@@ -42,8 +44,8 @@ func TestMemberCheckpoint(t *testing.T) {
 	}
 
 	// The burst is CheckpointBurst; the first was above.
-	var limited *RateLimitedError
-	for range CheckpointBurst + 1 {
+	var limited *ownership.RateLimitedError
+	for range ownership.CheckpointBurst + 1 {
 		if _, err = mt.m.Checkpoint(mt.ctx, 0, "offset=10"); err != nil {
 			break
 		}
@@ -61,24 +63,24 @@ func TestMemberCheckpoint(t *testing.T) {
 		i     int
 		want  error
 	}{
-		{"x", 2, ErrOutOfRange},
-		{string(make([]byte, MaxCheckpointBytes+1)), 1, ErrCheckpointTooLarge},
-		{"\xff", 1, ErrCheckpointNotText},
+		{"x", 2, ownership.ErrOutOfRange},
+		{string(make([]byte, ownership.MaxCheckpointBytes+1)), 1, ownership.ErrCheckpointTooLarge},
+		{"\xff", 1, ownership.ErrCheckpointNotText},
 	} {
 		if _, err := mt.m.Checkpoint(mt.ctx, tc.i, tc.value); !errors.Is(err, tc.want) {
-			t.Errorf("Checkpoint(%d, %d bytes): %v, want %v", tc.i, len(tc.value), err, tc.want)
+			t.Errorf("ownership.Checkpoint(%d, %d bytes): %v, want %v", tc.i, len(tc.value), err, tc.want)
 		}
 	}
 
 	// Partition 1 moves to pod-b (as if pod-a's claim had lapsed): pod-a's
 	// checkpoints of it are refused and the stored one stays pod-b's.
 	mt.take(1, "pod-b")
-	mt.waitFor("partition 1 lost", func(s State) bool { return len(s.Owned) == 1 })
+	mt.waitFor("partition 1 lost", func(s ownership.State) bool { return len(s.Owned) == 1 })
 	mt.write(PartitionLease(testGroup, 1), func(l *coordinationv1.Lease) {
 		l.Annotations[CheckpointAnnotation] = `{"value":"b","holder":"pod-b","fencingToken":4,"time":"2026-11-29T08:00:00Z"}`
 	})
-	if _, err := mt.m.Checkpoint(mt.ctx, 1, "late"); !errors.Is(err, ErrNotOwned) {
-		t.Errorf("checkpoint of a partition that moved: %v, want ErrNotOwned", err)
+	if _, err := mt.m.Checkpoint(mt.ctx, 1, "late"); !errors.Is(err, ownership.ErrNotOwned) {
+		t.Errorf("checkpoint of a partition that moved: %v, want ownership.ErrNotOwned", err)
 	}
 	l, _ = mt.lease(PartitionLease(testGroup, 1))
 	if got, _ := parseCheckpoint(l.Annotations[CheckpointAnnotation]); got.Holder != "pod-b" {

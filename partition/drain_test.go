@@ -8,6 +8,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // TestMemberDrainsBeforeHandingOver: with a drain timeout, the partitions
@@ -20,16 +22,16 @@ func TestMemberDrainsBeforeHandingOver(t *testing.T) {
 	const drainTimeout = 10 * time.Second
 	mt := startMemberWith(t, 4, func(c *Config) { c.DrainTimeout = drainTimeout }, func(*fake.Clientset) {},
 		partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
-	mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 4 })
+	mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == 4 })
 
 	mt.join("pod-b")
-	mt.waitFor("partitions 2 and 3 draining", func(s State) bool { return reflect.DeepEqual(draining(s), []int{2, 3}) })
+	mt.waitFor("partitions 2 and 3 draining", func(s ownership.State) bool { return reflect.DeepEqual(draining(s), []int{2, 3}) })
 	mt.leave("pod-b")
-	mt.waitFor("the drain to end", func(s State) bool { return s.Members == 1 && len(draining(s)) == 0 && len(s.Owned) == 4 })
+	mt.waitFor("the drain to end", func(s ownership.State) bool { return s.Members == 1 && len(draining(s)) == 0 && len(s.Owned) == 4 })
 
 	joined := mt.clock.Now()
 	mt.join("pod-b")
-	s := mt.waitFor("partitions 2 and 3 draining", func(s State) bool { return reflect.DeepEqual(draining(s), []int{2, 3}) })
+	s := mt.waitFor("partitions 2 and 3 draining", func(s ownership.State) bool { return reflect.DeepEqual(draining(s), []int{2, 3}) })
 	for _, o := range s.Owned[2:] {
 		if !o.DrainDeadline.Equal(joined.Add(drainTimeout)) {
 			t.Errorf("partition %d: drain deadline %v, want %v", o.Partition, o.DrainDeadline, joined.Add(drainTimeout))
@@ -73,7 +75,7 @@ func TestMemberDrainsBeforeHandingOver(t *testing.T) {
 		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
 	})
 	mt.take(2, "pod-b")
-	s = mt.waitFor("pod-a at its share", func(s State) bool { return len(s.Owned) == 2 && len(draining(s)) == 0 })
+	s = mt.waitFor("pod-a at its share", func(s ownership.State) bool { return len(s.Owned) == 2 && len(draining(s)) == 0 })
 	if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0, 1}) {
 		t.Errorf("owns %v, want [0 1]", got)
 	}
@@ -83,7 +85,7 @@ func TestMemberDrainsBeforeHandingOver(t *testing.T) {
 }
 
 // draining are the partitions s shows as draining (each with a deadline).
-func draining(s State) []int {
+func draining(s ownership.State) []int {
 	var out []int
 	for _, o := range s.Owned {
 		if o.Draining && !o.DrainDeadline.IsZero() {

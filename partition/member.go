@@ -22,13 +22,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
-
-// ErrOutOfRange is returned for a partition number outside 0..N-1.
-var ErrOutOfRange = errors.New("no such partition")
-
-// ErrNotOwned is returned by Release for a partition this pod does not own.
-var ErrNotOwned = errors.New("this pod does not own the partition")
 
 // Config configures a Member.
 type Config struct {
@@ -461,7 +456,7 @@ func (m *Member) handOverLocked(ctx context.Context, v view, p int, now time.Tim
 	go func() {
 		logger := klog.FromContext(ctx)
 		logger.Info("Handing over a partition above the fair share", "partition", p, "owned", len(v.mine), "target", v.target, "members", len(v.members))
-		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, election.ErrNotLeader) {
+		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, leadership.ErrNotLeader) {
 			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
 		}
 		m.mu.Lock()
@@ -480,7 +475,7 @@ func (m *Member) retireLocked(ctx context.Context, v view, p int) {
 	go func() {
 		logger := klog.FromContext(ctx)
 		logger.Info("Giving up a partition beyond the group's effective partition count", "partition", p, "effectivePartitions", v.effective, "partitions", len(m.partitions))
-		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, election.ErrNotLeader) {
+		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, leadership.ErrNotLeader) {
 			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
 		}
 		m.mu.Lock()
@@ -513,7 +508,7 @@ type view struct {
 	// mine are the partitions this pod owns, with their states; inRange
 	// are those of them below the effective N.
 	mine, inRange []int
-	states        []election.State
+	states        []leadership.State
 	// target is this pod's fair share of the effective N under Targets.
 	target int
 }
@@ -523,7 +518,7 @@ type view struct {
 func (m *Member) assess() view {
 	v := view{
 		owners: make([]string, len(m.partitions)),
-		states: make([]election.State, len(m.partitions)),
+		states: make([]leadership.State, len(m.partitions)),
 	}
 	v.member = m.membership.Snapshot().IsLeader
 	published := m.group.HolderLabels(memberPrefix(m.cfg.Name), PartitionsLabel)

@@ -28,6 +28,8 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 const (
@@ -233,9 +235,9 @@ func startMemberWith(t *testing.T, n int, configure func(*Config), prepare func(
 }
 
 // waitFor polls pod-a's published state until cond holds.
-func (mt *memberTest) waitFor(what string, cond func(State) bool) State {
+func (mt *memberTest) waitFor(what string, cond func(ownership.State) bool) ownership.State {
 	mt.t.Helper()
-	var s State
+	var s ownership.State
 	err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
 		s = mt.m.Snapshot()
 		return cond(s), nil
@@ -375,7 +377,7 @@ func (mt *memberTest) advance(d time.Duration, live ...string) {
 		mt.clock.Step(step)
 		d -= step
 		renewedBy := mt.clock.Now().Add(testRenewDeadline)
-		mt.waitFor("pod-a to renew its claims after the clock moved", func(s State) bool {
+		mt.waitFor("pod-a to renew its claims after the clock moved", func(s ownership.State) bool {
 			if !s.Member || mt.m.membership.Snapshot().ValidUntil.Before(renewedBy) {
 				return false
 			}
@@ -398,7 +400,7 @@ func (mt *memberTest) settle() {
 
 // checkStateFollowsLeases fails the test unless the published state shows
 // as owned exactly the partition Leases that name pod-a, with their tokens.
-func (mt *memberTest) checkStateFollowsLeases(s State) {
+func (mt *memberTest) checkStateFollowsLeases(s ownership.State) {
 	mt.t.Helper()
 	tokens := map[int]int64{}
 	for i := range s.Partitions {
@@ -443,7 +445,7 @@ func (mt *memberTest) checkHandingOver(partition int, want []int) {
 	}
 }
 
-func ownedPartitions(s State) []int {
+func ownedPartitions(s ownership.State) []int {
 	out := []int{}
 	for _, o := range s.Owned {
 		out = append(out, o.Partition)
@@ -451,7 +453,7 @@ func ownedPartitions(s State) []int {
 	return out
 }
 
-func tokenOf(s State, partition int) int64 {
+func tokenOf(s ownership.State, partition int) int64 {
 	for _, o := range s.Owned {
 		if o.Partition == partition {
 			return o.FencingToken
@@ -535,7 +537,7 @@ func TestMemberTakesItsFairShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mt := startMember(t, tc.partitions, tc.leases...)
-			s := mt.waitFor(fmt.Sprintf("pod-a to own %d partitions", tc.wantOwned), func(s State) bool {
+			s := mt.waitFor(fmt.Sprintf("pod-a to own %d partitions", tc.wantOwned), func(s ownership.State) bool {
 				return s.Member && s.Members == tc.wantMembers && len(s.Owned) == tc.wantOwned
 			})
 			mt.settle()
@@ -621,11 +623,11 @@ func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mt := startMember(t, 4, partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
-			mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 4 })
+			mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == 4 })
 			before, changed := mt.m.Watch()
 
 			mt.join("pod-b")
-			s := mt.waitFor("pod-a to see pod-b join", func(s State) bool { return s.Members == 2 })
+			s := mt.waitFor("pod-a to see pod-b join", func(s ownership.State) bool { return s.Members == 2 })
 			if s.FairShareMin != 2 || s.FairShareMax != 2 {
 				t.Errorf("fair share %d..%d with 2 members, want 2..2", s.FairShareMin, s.FairShareMax)
 			}
@@ -659,7 +661,7 @@ func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 			if tc.takeOver {
 				mt.take(2, "pod-b")
 			}
-			mt.waitFor("pod-a to own its fair share", func(s State) bool { return len(s.Owned) == 2 })
+			mt.waitFor("pod-a to own its fair share", func(s ownership.State) bool { return len(s.Owned) == 2 })
 			mt.settle()
 			s = mt.m.Snapshot()
 			if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0, 1}) {
@@ -724,12 +726,12 @@ func TestMemberTakesOverWhenAMemberLeaves(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			mt := startMember(t, 4, memberLease("pod-b"),
 				partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "pod-b", 7), partitionLease(3, "pod-b", 7))
-			before := mt.waitFor("pod-a to own its fair share", func(s State) bool { return s.Members == 2 && len(s.Owned) == 2 })
+			before := mt.waitFor("pod-a to own its fair share", func(s ownership.State) bool { return s.Members == 2 && len(s.Owned) == 2 })
 			if got := ownedPartitions(before); !reflect.DeepEqual(got, []int{0, 1}) {
 				t.Fatalf("owns %v, want the free [0 1]", got)
 			}
 			tc.leave(mt)
-			s := mt.waitFor("pod-a to take every partition", func(s State) bool { return s.Members == 1 && len(s.Owned) == 4 })
+			s := mt.waitFor("pod-a to take every partition", func(s ownership.State) bool { return s.Members == 1 && len(s.Owned) == 4 })
 			if s.FairShareMin != 4 || s.FairShareMax != 4 {
 				t.Errorf("fair share %d..%d alone, want 4..4", s.FairShareMin, s.FairShareMax)
 			}
@@ -755,7 +757,7 @@ func TestMemberReadyWhileSettling(t *testing.T) {
 	// only the free one, below its share of 2.
 	mt := startMember(t, 4, memberLease("pod-b"),
 		partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3), partitionLease(3, "", 3))
-	mt.waitFor("pod-a to own partition 3", func(s State) bool { return s.Members == 2 && len(s.Owned) == 1 })
+	mt.waitFor("pod-a to own partition 3", func(s ownership.State) bool { return s.Members == 2 && len(s.Owned) == 1 })
 	if err := mt.m.Ready(); err != nil {
 		t.Errorf("Ready while settling: %v", err)
 	}
@@ -771,7 +773,7 @@ func TestMemberReadyWhileSettling(t *testing.T) {
 	}
 	// pod-b hands one over: pod-a takes it and is ready again.
 	mt.release(2)
-	mt.waitFor("pod-a to take partition 2", func(s State) bool { return len(s.Owned) == 2 })
+	mt.waitFor("pod-a to take partition 2", func(s ownership.State) bool { return len(s.Owned) == 2 })
 	if err := mt.m.Ready(); err != nil {
 		t.Errorf("Ready at the fair share: %v", err)
 	}
@@ -816,18 +818,18 @@ func TestMemberMixedPartitionCounts(t *testing.T) {
 		leases = append(leases, partitionLease(i, "", 3))
 	}
 	mt := startMember(t, 8, leases...)
-	mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 8 && s.EffectivePartitions == 8 })
+	mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == 8 && s.EffectivePartitions == 8 })
 
 	mt.joinWithN("pod-old", "")
-	s := mt.waitFor("pod-a to count the member without an N", func(s State) bool { return s.Members == 2 })
+	s := mt.waitFor("pod-a to count the member without an N", func(s ownership.State) bool { return s.Members == 2 })
 	if s.EffectivePartitions != 8 || s.FairShareMin != 4 {
 		t.Errorf("with a member that publishes no N: effective N %d, fair share %d, want 8 and 4", s.EffectivePartitions, s.FairShareMin)
 	}
 	mt.leave("pod-old")
-	mt.waitFor("pod-a to see pod-old leave", func(s State) bool { return s.Members == 1 })
+	mt.waitFor("pod-a to see pod-old leave", func(s ownership.State) bool { return s.Members == 1 })
 
 	mt.joinWithN("pod-b", "4")
-	s = mt.waitFor("pod-a to see pod-b's N", func(s State) bool { return s.Members == 2 && s.EffectivePartitions == 4 })
+	s = mt.waitFor("pod-a to see pod-b's N", func(s ownership.State) bool { return s.Members == 2 && s.EffectivePartitions == 4 })
 	if s.Partitions != 8 || s.FairShareMin != 2 || s.FairShareMax != 2 {
 		t.Errorf("state %+v: want its own 8 partitions and a fair share of 2..2 of the effective 4", s)
 	}
@@ -843,7 +845,7 @@ func TestMemberMixedPartitionCounts(t *testing.T) {
 		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
 	})
 	mt.take(2, "pod-b")
-	s = mt.waitFor("pod-a to own its share of the effective N", func(s State) bool { return len(s.Owned) == 2 })
+	s = mt.waitFor("pod-a to own its share of the effective N", func(s ownership.State) bool { return len(s.Owned) == 2 })
 	if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0, 1}) {
 		t.Errorf("owns %v, want [0 1]", got)
 	}
@@ -854,7 +856,7 @@ func TestMemberMixedPartitionCounts(t *testing.T) {
 	// pod-b leaves: the effective N is pod-a's own again.
 	mt.leave("pod-b")
 	mt.advance(testLeaseDuration, "")
-	s = mt.waitFor("pod-a to own all 8 again", func(s State) bool { return s.EffectivePartitions == 8 && len(s.Owned) == 8 })
+	s = mt.waitFor("pod-a to own all 8 again", func(s ownership.State) bool { return s.EffectivePartitions == 8 && len(s.Owned) == 8 })
 	mt.checkStateFollowsLeases(s)
 }
 
@@ -871,7 +873,7 @@ func TestMemberBelowItsShareTakesNothingBeyondTheEffectiveN(t *testing.T) {
 		leases = append(leases, partitionLease(i, "", 3))
 	}
 	mt := startMember(t, 8, leases...)
-	s := mt.waitFor("pod-a to take partition 3", func(s State) bool { return len(s.Owned) == 1 })
+	s := mt.waitFor("pod-a to take partition 3", func(s ownership.State) bool { return len(s.Owned) == 1 })
 	mt.settle()
 	if s.EffectivePartitions != 4 || s.FairShareMin != 2 {
 		t.Errorf("effective N %d, fair share %d; want 4 and 2", s.EffectivePartitions, s.FairShareMin)
@@ -902,10 +904,10 @@ func TestMemberDrainsPartitionsBeyondTheEffectiveN(t *testing.T) {
 		leases = append(leases, partitionLease(i, "", 3))
 	}
 	mt := startMemberWith(t, 4, func(c *Config) { c.DrainTimeout = 30 * time.Second }, func(*fake.Clientset) {}, leases...)
-	mt.waitFor("pod-a to own every partition", func(s State) bool { return len(s.Owned) == 4 })
+	mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == 4 })
 
 	mt.joinWithN("pod-b", "2")
-	s := mt.waitFor("pod-a to drain its surplus", func(s State) bool {
+	s := mt.waitFor("pod-a to drain its surplus", func(s ownership.State) bool {
 		draining := 0
 		for _, o := range s.Owned {
 			if o.Draining {
@@ -935,7 +937,7 @@ func TestMemberDrainsPartitionsBeyondTheEffectiveN(t *testing.T) {
 	mt.waitForLease("pod-a to hand partition 1 over at the deadline", PartitionLease(testGroup, 1), func(l *coordinationv1.Lease) bool {
 		return ptr.Deref(l.Spec.HolderIdentity, "") == ""
 	})
-	s = mt.waitFor("pod-a to own its share", func(s State) bool { return len(s.Owned) == 1 })
+	s = mt.waitFor("pod-a to own its share", func(s ownership.State) bool { return len(s.Owned) == 1 })
 	if got := ownedPartitions(s); !reflect.DeepEqual(got, []int{0}) {
 		t.Errorf("owns %v, want [0]", got)
 	}
@@ -968,7 +970,7 @@ func TestMemberRunsElectorsForItsShareOnly(t *testing.T) {
 		}
 	}
 
-	mt.waitFor("pod-a to take the free partitions", func(s State) bool { return len(s.Owned) == 2 })
+	mt.waitFor("pod-a to take the free partitions", func(s ownership.State) bool { return len(s.Owned) == 2 })
 	waitForRuns("owning 2 of a share of 4, none other free", []int{6, 7})
 	// Followed without an elector of their own.
 	if h := mt.m.partitions[0].Snapshot().Holder; h != "pod-b" {
@@ -976,12 +978,12 @@ func TestMemberRunsElectorsForItsShareOnly(t *testing.T) {
 	}
 
 	mt.release(5)
-	mt.waitFor("pod-a to take the partition pod-b released", func(s State) bool { return len(s.Owned) == 3 })
+	mt.waitFor("pod-a to take the partition pod-b released", func(s ownership.State) bool { return len(s.Owned) == 3 })
 	waitForRuns("after pod-b released partition 5", []int{5, 6, 7})
 
 	// pod-b dies: its Leases expire, and pod-a takes them all.
 	mt.advance(testLeaseDuration + 2*time.Second)
-	s := mt.waitFor("pod-a to take every partition", func(s State) bool { return s.Members == 1 && len(s.Owned) == 8 })
+	s := mt.waitFor("pod-a to take every partition", func(s ownership.State) bool { return s.Members == 1 && len(s.Owned) == 8 })
 	waitForRuns("owning every partition", []int{0, 1, 2, 3, 4, 5, 6, 7})
 	mt.checkStateFollowsLeases(s)
 }
@@ -1007,7 +1009,7 @@ func (mt *memberTest) running() []int {
 func TestGateRefusesAStoppingElector(t *testing.T) {
 	mt := startMember(t, 4, memberLease("pod-b"),
 		partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3), partitionLease(3, "", 3))
-	mt.waitFor("pod-a to take the free partition", func(s State) bool { return s.Members == 2 && len(s.Owned) == 1 })
+	mt.waitFor("pod-a to take the free partition", func(s ownership.State) bool { return s.Members == 2 && len(s.Owned) == 1 })
 	if !mt.gateAdmits() {
 		t.Fatal("gate refuses a member below its share")
 	}
@@ -1040,7 +1042,7 @@ func TestMemberCreatesEveryMissingLease(t *testing.T) {
 		t.Fatalf("not every partition Lease was created (pod-a's share is 4 of 8):%s", mt.describeLeases())
 	}
 	// Created, they need no elector until wanted.
-	mt.waitFor("pod-a to own nothing yet (the Leases have no history)", func(s State) bool { return len(s.Owned) == 0 })
+	mt.waitFor("pod-a to own nothing yet (the Leases have no history)", func(s ownership.State) bool { return len(s.Owned) == 0 })
 	var running []int
 	if err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
 		mt.settle()

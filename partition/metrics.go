@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // metrics are the group's Prometheus collectors. The gauges are computed
@@ -34,16 +36,16 @@ const (
 
 // observeCheckpoint counts one checkpoint request by its result.
 func (mt *metrics) observeCheckpoint(err error) {
-	var limited *RateLimitedError
+	var limited *ownership.RateLimitedError
 	result := checkpointFailed
 	switch {
 	case err == nil:
 		result = checkpointStored
 	case errors.As(err, &limited):
 		result = checkpointRateLimited
-	case errors.Is(err, ErrNotOwned), errors.Is(err, ErrCheckpointRefused):
+	case errors.Is(err, ownership.ErrNotOwned), errors.Is(err, ownership.ErrCheckpointRefused):
 		result = checkpointRefused
-	case errors.Is(err, ErrOutOfRange), errors.Is(err, ErrCheckpointTooLarge), errors.Is(err, ErrCheckpointNotText):
+	case errors.Is(err, ownership.ErrOutOfRange), errors.Is(err, ownership.ErrCheckpointTooLarge), errors.Is(err, ownership.ErrCheckpointNotText):
 		result = checkpointInvalid
 	}
 	mt.checkpoints.WithLabelValues(result).Inc()

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // settleBound is how long after a change of members the group may take to
@@ -67,30 +68,30 @@ func (m *Member) Healthy() error {
 // fair share takes it (if none is, it stays free for that time). A draining
 // partition is handed over as the rebalance wanted: without the sit-out
 // (the gate keeps this pod off it).
-func (m *Member) Release(ctx context.Context, i int) (State, error) {
-	return m.ReleaseTerm(ctx, i, election.AnyTerm)
+func (m *Member) Release(ctx context.Context, i int) (ownership.State, error) {
+	return m.ReleaseTerm(ctx, i, leadership.AnyTerm)
 }
 
 // ReleaseTerm is Release of partition i's term token only (the fencing
-// token the app was given for it; election.AnyTerm: whichever this pod
+// token the app was given for it; leadership.AnyTerm: whichever this pod
 // owns it in). A release left over from an earlier term is refused with
-// an error wrapping election.ErrOtherTerm, and the current term goes on.
+// an error wrapping leadership.ErrOtherTerm, and the current term goes on.
 // The term is checked here, before the draining bookkeeping, and again by
 // the elector together with giving up the claim (election.ReleaseTerm),
 // which is what makes it safe: a term that began between the two checks
 // is not released, though its drain may then be started over.
-func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (State, error) {
+func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (ownership.State, error) {
 	if i < 0 || i >= len(m.partitions) {
-		return m.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", ErrOutOfRange, i, len(m.partitions)-1)
+		return m.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", ownership.ErrOutOfRange, i, len(m.partitions)-1)
 	}
 	s := m.partitions[i].Snapshot()
 	if !s.IsLeader {
-		return m.Snapshot(), fmt.Errorf("%w: %d", ErrNotOwned, i)
+		return m.Snapshot(), fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
 	}
-	if token != election.AnyTerm && token != s.FencingToken {
-		return m.Snapshot(), fmt.Errorf("partition %d: %w (current %d, given %d)", i, election.ErrOtherTerm, s.FencingToken, token)
+	if token != leadership.AnyTerm && token != s.FencingToken {
+		return m.Snapshot(), fmt.Errorf("partition %d: %w (current %d, given %d)", i, leadership.ErrOtherTerm, s.FencingToken, token)
 	}
-	release := func(ctx context.Context) (election.State, error) { return m.partitions[i].ReleaseTerm(ctx, token) }
+	release := func(ctx context.Context) (leadership.State, error) { return m.partitions[i].ReleaseTerm(ctx, token) }
 	v := m.assess()
 	m.mu.Lock()
 	if m.draining[i] {
@@ -103,7 +104,7 @@ func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (State, er
 		}
 		m.releasing++
 		m.metrics.rebalances.Inc()
-		release = func(ctx context.Context) (election.State, error) {
+		release = func(ctx context.Context) (leadership.State, error) {
 			defer func() {
 				m.mu.Lock()
 				m.releasing--
@@ -115,9 +116,9 @@ func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (State, er
 	m.mu.Unlock()
 	if _, err := release(ctx); err != nil {
 		switch {
-		case errors.Is(err, election.ErrNotLeader):
-			err = fmt.Errorf("%w: %d", ErrNotOwned, i)
-		case errors.Is(err, election.ErrOtherTerm):
+		case errors.Is(err, leadership.ErrNotLeader):
+			err = fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
+		case errors.Is(err, leadership.ErrOtherTerm):
 			err = fmt.Errorf("partition %d: %w", i, err)
 		}
 		return m.Snapshot(), err

@@ -5,70 +5,18 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
-// State is this pod's view of its group at one moment. It is a value:
-// readers get a copy and may keep it.
-type State struct {
-	// Namespace and Name identify the group.
-	Namespace, Name string
-	// Identity is this pod's identity.
-	Identity string
-	// Partitions is N, this pod's --partitions.
-	Partitions int
-	// EffectivePartitions is the N the group works with (EffectiveN): the
-	// smallest N of the live members, at most Partitions. It differs from
-	// Partitions only while the members disagree on N (a rolling update
-	// that changes it); no member takes a partition at or above it, and
-	// one it owns there is draining.
-	EffectivePartitions int
-	// Members counts the live members, this pod included once it holds its
-	// membership Lease.
-	Members int
-	// Member: this pod holds its membership Lease.
-	Member bool
-	// Owned are the partitions this pod owns, in order. Ownership is
-	// time-bounded like leadership: each is claimed only until its
-	// ValidUntil.
-	Owned []Owned
-	// FairShareMin and FairShareMax are ⌊N/M⌋ and ⌈N/M⌉ of the effective N.
-	FairShareMin, FairShareMax int
-	// Revision increases by one on every change of Members, of the
-	// effective N or of the owned partitions, their fencing tokens and
-	// whether they are draining.
-	Revision uint64
-}
-
-// Owned is one partition this pod owns.
-type Owned struct {
-	Partition int
-	// FencingToken is the partition Lease's leaseTransitions for this
-	// pod's term; it strictly increases from one owner to the next.
-	FencingToken int64
-	// Since is when this pod's claim began; ValidUntil is when it ends
-	// unless renewed.
-	Since, ValidUntil time.Time
-	// Draining: this pod is to hand the partition over (it owns more than
-	// its fair share); the app should finish, checkpoint and release it
-	// before DrainDeadline, when the pod releases it anyway. It stays owned,
-	// and renewed, until then.
-	Draining      bool
-	DrainDeadline time.Time
-	// Checkpoint is the last checkpoint stored with the partition, by this
-	// pod or an earlier owner; nil if none. A change of it alone does not
-	// change the Revision.
-	Checkpoint *Checkpoint
-}
-
 // Snapshot returns the current state.
-func (m *Member) Snapshot() State {
+func (m *Member) Snapshot() ownership.State {
 	s, _ := m.Watch()
 	return s
 }
 
 // Watch returns the current state and a channel closed at its next change.
-func (m *Member) Watch() (State, <-chan struct{}) {
+func (m *Member) Watch() (ownership.State, <-chan struct{}) {
 	v := m.assess()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -76,9 +24,9 @@ func (m *Member) Watch() (State, <-chan struct{}) {
 	return m.stateLocked(v), m.changed
 }
 
-func (m *Member) stateLocked(v view) State {
+func (m *Member) stateLocked(v view) ownership.State {
 	lo, hi := FairShare(v.effective, len(v.members))
-	s := State{
+	s := ownership.State{
 		Namespace:           m.cfg.Namespace,
 		Name:                m.cfg.Name,
 		Identity:            m.cfg.Identity,
@@ -92,7 +40,7 @@ func (m *Member) stateLocked(v view) State {
 	}
 	for _, i := range v.mine {
 		st := v.states[i]
-		o := Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil, Checkpoint: m.checkpoint(i)}
+		o := ownership.Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil, Checkpoint: m.checkpoint(i)}
 		if m.draining[i] {
 			o.Draining, o.DrainDeadline = true, m.drainDeadline
 		}

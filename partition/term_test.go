@@ -6,7 +6,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // TestMemberTermScopedWrites: a checkpoint and a release naming an
@@ -15,7 +16,7 @@ import (
 // stays owned); naming the current term, both go through.
 func TestMemberTermScopedWrites(t *testing.T) {
 	mt := startMember(t, 1, partitionLease(0, "", 3))
-	s := mt.waitFor("partition 0", func(s State) bool { return len(s.Owned) == 1 })
+	s := mt.waitFor("partition 0", func(s ownership.State) bool { return len(s.Owned) == 1 })
 	current := s.Owned[0].FencingToken
 	stale := current - 1
 	lease := PartitionLease(testGroup, 0)
@@ -24,7 +25,7 @@ func TestMemberTermScopedWrites(t *testing.T) {
 		t.Fatalf("the current term's checkpoint: %v", err)
 	}
 	_, err := mt.m.CheckpointTerm(mt.ctx, 0, stale, "offset=1042")
-	if !errors.Is(err, ErrCheckpointRefused) || !errors.Is(err, election.ErrTermChanged) {
+	if !errors.Is(err, ownership.ErrCheckpointRefused) || !errors.Is(err, leadership.ErrTermChanged) {
 		t.Errorf("a checkpoint of term %d while term %d is current: %v, want refused, term changed", stale, current, err)
 	}
 	l, _ := mt.lease(lease)
@@ -32,7 +33,7 @@ func TestMemberTermScopedWrites(t *testing.T) {
 		t.Errorf("the Lease's checkpoint after a stale one: %q, want offset=2000 of term %d", l.Annotations[CheckpointAnnotation], current)
 	}
 
-	if _, err := mt.m.ReleaseTerm(mt.ctx, 0, stale); !errors.Is(err, election.ErrOtherTerm) {
+	if _, err := mt.m.ReleaseTerm(mt.ctx, 0, stale); !errors.Is(err, leadership.ErrOtherTerm) {
 		t.Errorf("a release of term %d while term %d is current: %v, want ErrOtherTerm", stale, current, err)
 	}
 	if got := tokenOf(mt.m.Snapshot(), 0); got != current || mt.holder(lease) != testIdentity {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // maxAttempts bounds the re-reads after resourceVersion conflicts in one
@@ -45,7 +45,7 @@ type sliceWriter struct {
 	metrics *Metrics
 }
 
-func (w *sliceWriter) publish(ctx context.Context, s election.State) error {
+func (w *sliceWriter) publish(ctx context.Context, s leadership.State) error {
 	logger := klog.FromContext(ctx)
 	name := SliceName(w.cfg.Service)
 	slices := w.cfg.Client.DiscoveryV1().EndpointSlices(w.cfg.Namespace)

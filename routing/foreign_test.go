@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // The fencing token a stolen ServiceAccount token may plant: the label
@@ -188,7 +188,7 @@ func TestNewerTokenStillRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// now is this pod's view when it judges the token.
-		now        election.State
+		now        leadership.State
 		onLease    int32
 		leaseReads int
 	}{

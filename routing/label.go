@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // labelWriter is label mode: every pod keeps the leader label on itself,
@@ -34,7 +34,7 @@ type labelWriter struct {
 	metrics *Metrics
 }
 
-func (w *labelWriter) publish(ctx context.Context, s election.State) error {
+func (w *labelWriter) publish(ctx context.Context, s leadership.State) error {
 	pods := w.cfg.Client.CoreV1().Pods(w.cfg.Namespace)
 	for range maxAttempts {
 		// Others first, so that a Service selecting on the label never

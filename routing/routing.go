@@ -24,7 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // Mode is how traffic is routed to the leader (--route).
@@ -64,9 +64,9 @@ const shutdownTimeout = 2 * time.Second
 type Leadership interface {
 	// Watch returns the current state and a channel closed at its next
 	// change.
-	Watch() (election.State, <-chan struct{})
+	Watch() (leadership.State, <-chan struct{})
 	// Snapshot returns the state at this moment; IsLeader is time-bounded.
-	Snapshot() election.State
+	Snapshot() leadership.State
 }
 
 // Config configures a Router.
@@ -104,7 +104,7 @@ type Config struct {
 // publisher is one routing mode.
 type publisher interface {
 	// publish routes traffic to this pod for the term of s, which leads.
-	publish(ctx context.Context, s election.State) error
+	publish(ctx context.Context, s leadership.State) error
 	// withdraw stops routing traffic to this pod, if it still does; it
 	// never touches what another pod's term has written.
 	withdraw(ctx context.Context) error

@@ -23,7 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 const (
@@ -36,26 +36,26 @@ const (
 // fakeLeadership is an election state the test sets.
 type fakeLeadership struct {
 	mu      sync.Mutex
-	state   election.State
+	state   leadership.State
 	changed chan struct{}
 }
 
-func newLeadership(s election.State) *fakeLeadership {
+func newLeadership(s leadership.State) *fakeLeadership {
 	return &fakeLeadership{state: s, changed: make(chan struct{})}
 }
 
-func (f *fakeLeadership) Watch() (election.State, <-chan struct{}) {
+func (f *fakeLeadership) Watch() (leadership.State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state, f.changed
 }
 
-func (f *fakeLeadership) Snapshot() election.State {
+func (f *fakeLeadership) Snapshot() leadership.State {
 	s, _ := f.Watch()
 	return s
 }
 
-func (f *fakeLeadership) set(s election.State) {
+func (f *fakeLeadership) set(s leadership.State) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.state = s
@@ -64,14 +64,14 @@ func (f *fakeLeadership) set(s election.State) {
 }
 
 // leading is this pod's state while it leads term token.
-func leading(token int64) election.State {
+func leading(token int64) leadership.State {
 	deadline := time.Now().Add(time.Minute)
-	return election.State{Identity: me, Holder: me, IsLeader: true, FencingToken: token, ValidUntil: deadline.Round(0), Deadline: deadline}
+	return leadership.State{Identity: me, Holder: me, IsLeader: true, FencingToken: token, ValidUntil: deadline.Round(0), Deadline: deadline}
 }
 
 // following is this pod's state while holder leads term token.
-func following(holder string, token int64) election.State {
-	return election.State{Identity: me, Holder: holder, FencingToken: token}
+func following(holder string, token int64) leadership.State {
+	return leadership.State{Identity: me, Holder: holder, FencingToken: token}
 }
 
 // allowOnly fails the test on any request outside the verbs the mode's RBAC
@@ -194,7 +194,7 @@ func TestSliceFencing(t *testing.T) {
 	})
 	t.Run("the claim lapsed before the write: refused", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
-		for name, now := range map[string]election.State{
+		for name, now := range map[string]leadership.State{
 			"no longer leader":      following("pod-b", 6),
 			"a new term of its own": leading(7),
 			"validUntil passed":     {Identity: me, Holder: me, IsLeader: true, FencingToken: 5, ValidUntil: time.Now().Add(-time.Millisecond)},
@@ -536,7 +536,7 @@ func TestRouterFollowsTheElection(t *testing.T) {
 	waitFor("published on becoming leader", func(s *discoveryv1.EndpointSlice) bool {
 		return s.Annotations[FencingTokenAnnotation] == "5" && len(s.Endpoints) == 1
 	})
-	l.set(election.State{Identity: me, FencingToken: 5})
+	l.set(leadership.State{Identity: me, FencingToken: 5})
 	waitFor("withdrawn on losing leadership", func(s *discoveryv1.EndpointSlice) bool { return len(s.Endpoints) == 0 })
 	l.set(leading(7))
 	waitFor("published again for a new term", func(s *discoveryv1.EndpointSlice) bool {

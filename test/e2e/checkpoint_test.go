@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/ownership"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -228,7 +229,7 @@ func TestPartitionsCheckpointFencing(t *testing.T) {
 		t.Errorf("a checkpoint of %d bytes: %v, want 413", api.MaxCheckpointBytes+1, err)
 	}
 	var rateLimited *api.Error
-	for range partition.CheckpointBurst + 1 {
+	for range ownership.CheckpointBurst + 1 {
 		if _, err = a.api().Checkpoint(context.Background(), p, "a-1"); err != nil {
 			break
 		}
