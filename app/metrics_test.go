@@ -113,7 +113,7 @@ func TestRESTClientMetrics(t *testing.T) {
 // installed once and feed them all.
 func newTestMetrics(t *testing.T) *metrics {
 	t.Helper()
-	cfg := Config{Election: election.Config{Namespace: "my-ns", Name: "my-lease"}}
+	cfg := Config{Election: election.Config{LeaseSpec: election.LeaseSpec{Namespace: "my-ns", Name: "my-lease"}}}
 	m, err := newMetrics(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -171,10 +171,10 @@ func TestBuildInfoScraped(t *testing.T) {
 	cfg := Config{
 		Version:  "1.2.3",
 		Revision: "0123abc",
-		Election: election.Config{
+		Election: election.Config{LeaseSpec: election.LeaseSpec{
 			Namespace: "my-ns", Name: "my-lease", Identity: "pod-a",
-			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-		},
+			Timings: election.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
+		}},
 		Readiness: httpapi.ReadyWhenLeader,
 	}
 	m, err := newMetrics(cfg)

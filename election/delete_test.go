@@ -13,7 +13,7 @@ func TestElectorDeleteOnShutdown(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, append([]string{"delete"}, electorVerbs...))
 	cfg := fastConfig(client)
-	cfg.ReleaseOnShutdown, cfg.DeleteOnShutdown = true, true
+	cfg.ReleaseOnShutdown, cfg.Group.DeleteOnShutdown = true, true
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)

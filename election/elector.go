@@ -1,8 +1,9 @@
 // Package election runs client-go's leader election on a coordination.k8s.io/v1
 // Lease and keeps the resulting state: who holds the Lease, whether this pod
 // leads (time-bounded), the fencing token and a revision that watchers can wait
-// on. Its clients touch the Lease only (and, through the EventRecorder, the
-// Lease's Events); routing writes go through package routing's own client.
+// on. Its clients touch the Lease only (and, through the recorder of package
+// leaseevents, the Lease's Events); routing writes go through package
+// routing's own client.
 package election
 
 import (
@@ -36,53 +37,58 @@ const releaseTimeout = 2 * time.Second
 // renewing before /healthz fails (client-go's HealthzAdaptor timeout).
 const healthzGrace = 20 * time.Second
 
-// Config configures an Elector.
-type Config struct {
-	// Namespace and Name identify the Lease.
+// LeaseSpec is the Lease a pod takes part in and how: what an elector's
+// Config and a partition member's (package partition) share, filled once
+// from the sidecar's options.
+type LeaseSpec struct {
+	// Namespace and Name identify the Lease (in partition mode, the
+	// group: its Leases are named after it).
 	Namespace, Name string
 	// Identity is this candidate's holder identity; it must be unique among
 	// the candidates (the pod name).
 	Identity string
+	// Timings are the lease duration, renew deadline and retry period.
 	// LeaseDuration is how long non-leaders wait, after they last saw the
-	// Lease change, before they try to take it. A whole number of seconds:
-	// the Lease stores seconds.
-	LeaseDuration time.Duration
-	// RenewDeadline is how long the leader keeps retrying a renewal before it
-	// gives up, and how long after the start of its last successful renewal
-	// it still claims leadership. Must be less than LeaseDuration; the
+	// Lease change, before they try to take it (a whole number of seconds:
+	// the Lease stores seconds). RenewDeadline is how long the leader keeps
+	// retrying a renewal before it gives up, and how long after the start
+	// of its last successful renewal it still claims leadership; the
 	// difference is the margin for clock-rate drift and scheduling delay.
-	RenewDeadline time.Duration
-	// RetryPeriod is how often candidates and the leader try the Lease. Must
-	// be less than RenewDeadline/1.2 (client-go's jitter factor).
+	// RetryPeriod is how often candidates and the leader try the Lease.
 	//
 	// The sidecar's defaults are 15s, 10s and 2s (package options); the
 	// rules of the three are Timings.Check.
-	RetryPeriod time.Duration
+	Timings
 	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
 	// that a standby takes over at once instead of after the lease duration.
 	ReleaseOnShutdown bool
-	// DeleteOnShutdown, with ReleaseOnShutdown, then deletes the Lease if
-	// no one holds it (partition mode: a pod's membership Lease goes with
-	// the pod). It needs the delete verb.
-	DeleteOnShutdown bool
+}
+
+// Validate checks that the Lease and the identity are given, and the
+// timings' rules (Timings.Check).
+func (s LeaseSpec) Validate() error {
+	var errs []error
+	if s.Namespace == "" || s.Name == "" {
+		errs = append(errs, errors.New("lease namespace and name must be set"))
+	}
+	if s.Identity == "" {
+		errs = append(errs, errors.New("identity must not be empty"))
+	}
+	errs = append(errs, s.Check(ConfigTimingNames)...)
+	return errors.Join(errs...)
+}
+
+// Config configures an Elector.
+type Config struct {
+	LeaseSpec
 	// Client sends the Lease requests; build it with NewClientsets.
 	Client kubernetes.Interface
 	// WatchClient watches the Lease; it must not have a request timeout
 	// (a watch is one long request). Nil means Client.
 	WatchClient kubernetes.Interface
-	// Labels are set on the Lease when this pod creates or writes it, so
-	// that a LeaseGroup's label selector finds it.
-	Labels map[string]string
-	// OwnLease says that the Lease is named after this candidate and no
-	// other candidate contends it (a partition membership Lease): when it
-	// is missing, it is created already held. Otherwise a missing Lease is
-	// created without a holder and taken a lease duration later, like a
-	// Lease replaced as `spec: {}` (see docs/safety.md).
-	OwnLease bool
-	// Group, if set, feeds this elector's Lease from the group's one watch
-	// instead of a watch of its own. The Lease must carry the group's labels
-	// (set Labels).
-	Group *LeaseGroup
+	// Group is set for a Lease of a group (partition mode); the zero
+	// value is plain leader election on a Lease of its own.
+	Group GroupMember
 	// Campaign says when this pod tries to take the Lease: always (auto,
 	// the default), only when asked with Acquire (manual), or never (an
 	// observer, which never writes the Lease).
@@ -92,7 +98,7 @@ type Config struct {
 	// plain leader election.
 	Gate Gate
 	// Events, if set, records "became leader" and "stopped leading" as
-	// Kubernetes Events on the Lease (see EventRecorder).
+	// Kubernetes Events on the Lease (see package leaseevents).
 	Events resourcelock.EventRecorder
 	// OnChange, if set, is called after every change of the state's
 	// revision. It must not block: it runs under the state's lock.
@@ -123,6 +129,28 @@ type Config struct {
 	Clock clock.WithDelayedExecution
 }
 
+// GroupMember configures an elector whose Lease is one of a group's: a
+// partition Lease or a pod's membership Lease (package partition).
+type GroupMember struct {
+	// Feed, if set, feeds this elector's Lease from the group's one watch
+	// instead of a watch of its own. The Lease must carry the group's
+	// labels (set Labels).
+	Feed *LeaseGroup
+	// Labels are set on the Lease when this pod creates or writes it, so
+	// that the group's label selector finds it.
+	Labels map[string]string
+	// OwnLease says that the Lease is named after this candidate and no
+	// other candidate contends it (a partition membership Lease): when it
+	// is missing, it is created already held. Otherwise a missing Lease is
+	// created without a holder and taken a lease duration later, like a
+	// Lease replaced as `spec: {}` (see docs/safety.md).
+	OwnLease bool
+	// DeleteOnShutdown, with ReleaseOnShutdown, then deletes the Lease if
+	// no one holds it (a pod's membership Lease goes with the pod). It
+	// needs the delete verb.
+	DeleteOnShutdown bool
+}
+
 // Gate decides whether this pod may start a new term on a Lease now. Partition
 // mode uses it to keep each pod to its fair share.
 type Gate interface {
@@ -134,17 +162,10 @@ type Gate interface {
 	Admit() (done func(), ok bool)
 }
 
-// Validate checks the timings' rules (Timings.Check) and that the Lease,
-// the identity and the client are given.
+// Validate checks the Lease spec (LeaseSpec.Validate), that the client is
+// given, and the campaign and the advertised address.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Namespace == "" || c.Name == "" {
-		errs = append(errs, errors.New("lease namespace and name must be set"))
-	}
-	if c.Identity == "" {
-		errs = append(errs, errors.New("identity must not be empty"))
-	}
-	errs = append(errs, c.timings().Check(ConfigTimingNames)...)
+	errs := []error{c.LeaseSpec.Validate()}
 	if c.Client == nil {
 		errs = append(errs, errors.New("client must be set"))
 	}
@@ -159,11 +180,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// timings are the Config's three durations.
-func (c Config) timings() Timings {
-	return Timings{LeaseDuration: c.LeaseDuration, RenewDeadline: c.RenewDeadline, RetryPeriod: c.RetryPeriod}
 }
 
 // NewClientsets builds the clients the elector uses. requests is built as
@@ -280,8 +296,8 @@ func New(cfg Config) (*Elector, error) {
 	e.cache.beforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
 		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)
 	}
-	if cfg.Group != nil {
-		if err := cfg.Group.feed(e.cache); err != nil {
+	if cfg.Group.Feed != nil {
+		if err := cfg.Group.Feed.feed(e.cache); err != nil {
 			return nil, err
 		}
 	}
@@ -290,7 +306,7 @@ func New(cfg Config) (*Elector, error) {
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 			Client:     e.cache,
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Events},
-			Labels:     cfg.Labels,
+			Labels:     cfg.Group.Labels,
 		},
 		tracker: t,
 		cache:   e.cache,
@@ -302,7 +318,7 @@ func New(cfg Config) (*Elector, error) {
 		gate:        cfg.Gate,
 		campaign:    e.campaign,
 		backoff:     e.backoff,
-		ownLease:    cfg.OwnLease,
+		ownLease:    cfg.Group.OwnLease,
 		writing:     &e.writing,
 		readServerClock: func() error {
 			_, err := cfg.Client.Discovery().ServerVersion()
@@ -384,7 +400,7 @@ func (e *Elector) StepDown(ctx context.Context, reason leadership.Reason) (leade
 // LeaseMissing reports whether the watch has shown that the Lease does not
 // exist. A running elector creates a missing Lease without a holder and
 // takes it a lease duration after it first saw it missing (see
-// Config.OwnLease).
+// GroupMember.OwnLease).
 func (e *Elector) LeaseMissing() bool { return e.cache.missing() }
 
 // SittingOut reports whether the elector is releasing the Lease or staying
@@ -513,68 +529,26 @@ func (e *Elector) stopRound() {
 func (e *Elector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(e.cfg.Namespace, e.cfg.Name), "identity", e.cfg.Identity)
 	ctx = klog.NewContext(ctx, logger)
-
-	e.mu.Lock()
-	if e.running {
-		e.mu.Unlock()
-		return fmt.Errorf("elector for lease %s/%s is already running", e.cfg.Namespace, e.cfg.Name)
+	if err := e.startRunning(); err != nil {
+		return err
 	}
-	e.running = true
-	e.mu.Unlock()
 	// Last of all, once nothing of this run is left on its way.
-	defer func() {
-		e.mu.Lock()
-		e.running = false
-		e.mu.Unlock()
-	}()
+	defer e.stopRunning()
 
 	e.tracker.setClaiming(true, "")
-
-	// Readers must see "not leader" the moment shutdown begins, not when
-	// client-go notices the cancelled context: the election runs on a
-	// context that ends only after claims have stopped, so that the term
-	// is recorded as ended by the shutdown (in the log and in client-go's
-	// "stopped leading" Event) whichever goroutine runs first.
-	shutdownCtx := ctx
-	ctx, stopRunning := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRunning()
-	stopClaiming := context.AfterFunc(shutdownCtx, func() {
-		e.tracker.setClaiming(false, leadership.ReasonShutdown)
-		stopRunning()
-	})
-	defer stopClaiming()
-	if e.cfg.Group == nil {
+	ctx, stopShutdownWatch := e.untilClaimsStop(ctx)
+	defer stopShutdownWatch()
+	if e.cfg.Group.Feed == nil {
 		// A group's elector keeps following its Lease after Run (see
 		// above): its tracker's timer must still publish the holder's
 		// expiry then, or a crashed holder's partition would be noticed
 		// late.
 		defer e.tracker.stop()
 	}
-
-	e.lock.logClockUnread = func(err error) {
-		logger.V(2).Info("Could not read the API server's version before taking a Lease without history; using its clock as last known", "err", err)
-	}
-	e.lock.logExhausted = func(err error) {
-		logger.Error(err, "Cannot start a new term on this lease")
-	}
-	e.tracker.setWarnAhead(func(token, clock int64) {
-		logger.Info("The Lease's fencing token is ahead of the API server's clock (edited by hand, or the server's clock went back); terms start anyway, and the token is not guaranteed to grow across a re-creation of the Lease while no sidecar runs", "fencingToken", token, "serverClockSeconds", clock)
-	})
-
+	e.setLoggers(logger)
 	e.log.start(logger)
-
-	cacheCtx, stopCache := context.WithCancel(ctx)
-	cacheDone := make(chan struct{})
-	go func() {
-		defer close(cacheDone)
-		if e.cfg.Group == nil {
-			e.cache.run(cacheCtx)
-		}
-	}()
-	defer func() {
-		stopCache()
-		<-cacheDone
-	}()
+	stopWatch := e.watchLease(ctx)
+	defer stopWatch()
 
 	var err error
 	for ctx.Err() == nil {
@@ -584,29 +558,112 @@ func (e *Elector) Run(ctx context.Context) error {
 		e.serveRelease(ctx)
 	}
 
-	e.tracker.setClaiming(false, leadership.ReasonShutdown)
-	e.mu.Lock()
-	if e.attempt != nil {
-		e.attempt.Stop()
-		e.attempt = nil
-	}
-	e.mu.Unlock()
+	e.stopClaiming()
 	if err == nil && e.cfg.ReleaseOnShutdown {
-		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		if rerr := e.release(relCtx); rerr != nil {
-			logger.Error(rerr, "Failed to release lease on shutdown; it expires after the lease duration")
-		} else if e.cfg.DeleteOnShutdown {
-			if derr := e.deleteReleased(relCtx); derr != nil {
-				logger.Error(derr, "Failed to delete the released lease on shutdown; it stays, with no holder")
-			}
-		}
-		cancel()
+		e.releaseOnShutdown(ctx)
 	}
 	// The last round's elector may still name this pod (a release): it
 	// must not make a stopped elector look wedged.
 	e.healthz.SetLeaderElection(nil)
 	e.log.stop()
 	return err
+}
+
+// startRunning marks the elector running, or fails if it already is.
+func (e *Elector) startRunning() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.running {
+		return fmt.Errorf("elector for lease %s/%s is already running", e.cfg.Namespace, e.cfg.Name)
+	}
+	e.running = true
+	return nil
+}
+
+func (e *Elector) stopRunning() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.running = false
+}
+
+// untilClaimsStop returns the context the election runs on, and stops
+// claiming leadership as soon as shutdownCtx ends. Readers must see "not
+// leader" the moment shutdown begins, not when client-go notices the
+// cancelled context: the election runs on a context that ends only after
+// claims have stopped, so that the term is recorded as ended by the
+// shutdown (in the log and in client-go's "stopped leading" Event)
+// whichever goroutine runs first.
+func (e *Elector) untilClaimsStop(shutdownCtx context.Context) (context.Context, func()) {
+	ctx, stopElection := context.WithCancel(context.WithoutCancel(shutdownCtx))
+	stopClaiming := context.AfterFunc(shutdownCtx, func() {
+		e.tracker.setClaiming(false, leadership.ReasonShutdown)
+		stopElection()
+	})
+	return ctx, func() {
+		stopClaiming()
+		stopElection()
+	}
+}
+
+// setLoggers gives the lock and the tracker the run's logger for what
+// they report.
+func (e *Elector) setLoggers(logger klog.Logger) {
+	e.lock.logClockUnread = func(err error) {
+		logger.V(2).Info("Could not read the API server's version before taking a Lease without history; using its clock as last known", "err", err)
+	}
+	e.lock.logExhausted = func(err error) {
+		logger.Error(err, "Cannot start a new term on this lease")
+	}
+	e.tracker.setWarnAhead(func(token, clock int64) {
+		logger.Info("The Lease's fencing token is ahead of the API server's clock (edited by hand, or the server's clock went back); terms start anyway, and the token is not guaranteed to grow across a re-creation of the Lease while no sidecar runs", "fencingToken", token, "serverClockSeconds", clock)
+	})
+}
+
+// watchLease starts the Lease's own watch (a group's elector is fed by the
+// group instead) and returns the function that stops it and waits for it.
+func (e *Elector) watchLease(ctx context.Context) (stop func()) {
+	cacheCtx, stopCache := context.WithCancel(ctx)
+	cacheDone := make(chan struct{})
+	go func() {
+		defer close(cacheDone)
+		if e.cfg.Group.Feed == nil {
+			e.cache.run(cacheCtx)
+		}
+	}()
+	return func() {
+		stopCache()
+		<-cacheDone
+	}
+}
+
+// stopClaiming stops claiming leadership for good (shutdown) and stops the
+// next attempt.
+func (e *Elector) stopClaiming() {
+	e.tracker.setClaiming(false, leadership.ReasonShutdown)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.attempt != nil {
+		e.attempt.Stop()
+		e.attempt = nil
+	}
+}
+
+// releaseOnShutdown clears the Lease (ReleaseOnShutdown) after client-go
+// has stopped renewing it and, for a group's Lease that goes with its pod,
+// deletes it (GroupMember.DeleteOnShutdown).
+func (e *Elector) releaseOnShutdown(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := e.release(relCtx); err != nil {
+		logger.Error(err, "Failed to release lease on shutdown; it expires after the lease duration")
+		return
+	}
+	if e.cfg.Group.DeleteOnShutdown {
+		if err := e.deleteReleased(relCtx); err != nil {
+			logger.Error(err, "Failed to delete the released lease on shutdown; it stays, with no holder")
+		}
+	}
 }
 
 // runRound runs client-go's elector once: until it loses the Lease, the

@@ -92,8 +92,8 @@ func TestElectorTakesReleasedLeaseAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(Config{Namespace: "default", Name: "my-app", Identity: "pod-b",
-		LeaseDuration: leaseDuration, RenewDeadline: 3 * time.Second, RetryPeriod: retryPeriod, Client: client})
+	e, err := New(Config{LeaseSpec: LeaseSpec{Namespace: "default", Name: "my-app", Identity: "pod-b",
+		Timings: Timings{LeaseDuration: leaseDuration, RenewDeadline: 3 * time.Second, RetryPeriod: retryPeriod}}, Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}

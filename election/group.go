@@ -20,7 +20,7 @@ import (
 
 // LeaseGroup is one watch over a set of Leases that share a label, for
 // partition mode: it feeds the caches of the electors that registered a Lease
-// of the group (see Config.Group), so that N partition Leases cost one watch
+// of the group (see GroupMember.Feed), so that N partition Leases cost one watch
 // and no reads, and it observes every other Lease of the group (the other
 // pods' membership Leases) with the same time-bounded view of their holders
 // as an elector has of its own Lease.
@@ -177,7 +177,7 @@ func (g *LeaseGroup) Holders(prefix string) []string {
 // start with prefix, as Holders counts them, each with the value of the
 // label key on its Lease ("" if the Lease has no such label). The label is
 // read from the Lease's newest version this pod observed: a holder writes
-// its labels with every renewal (see Config.Labels), so the value is the one
+// its labels with every renewal (see GroupMember.Labels), so the value is the one
 // of its current term.
 func (g *LeaseGroup) HolderLabels(prefix, key string) map[string]string {
 	type observed struct {

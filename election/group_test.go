@@ -40,9 +40,9 @@ func TestLeaseGroup(t *testing.T) {
 	changes := make(chan struct{}, 100)
 	group := NewLeaseGroup(testNamespace, map[string]string{"group": "g"}, client, clk, func() { changes <- struct{}{} })
 	e, err := New(Config{
-		Namespace: testNamespace, Name: "g-p0", Identity: testIdentity,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-		Client: client, Group: group, Clock: clk,
+		LeaseSpec: LeaseSpec{Namespace: testNamespace, Name: "g-p0", Identity: testIdentity,
+			Timings: Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
+		Client: client, Group: GroupMember{Feed: group}, Clock: clk,
 	})
 	if err != nil {
 		t.Fatal(err)

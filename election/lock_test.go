@@ -695,14 +695,14 @@ func TestRecordOfTruncatesToMicroseconds(t *testing.T) {
 
 func testConfig(client *fake.Clientset) Config {
 	return Config{
-		Namespace:         testNamespace,
-		Name:              testName,
-		Identity:          testIdentity,
-		LeaseDuration:     15 * time.Second,
-		RenewDeadline:     testRenewDeadline,
-		RetryPeriod:       2 * time.Second,
-		ReleaseOnShutdown: true,
-		Client:            client,
+		LeaseSpec: LeaseSpec{
+			Namespace:         testNamespace,
+			Name:              testName,
+			Identity:          testIdentity,
+			Timings:           Timings{LeaseDuration: 15 * time.Second, RenewDeadline: testRenewDeadline, RetryPeriod: 2 * time.Second},
+			ReleaseOnShutdown: true,
+		},
+		Client: client,
 	}
 }
 

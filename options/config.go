@@ -38,16 +38,22 @@ func (o *Options) timings() election.Timings {
 	return election.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
 }
 
+// leaseSpec is the Lease this pod takes part in, the same for leader
+// election and for a partition group (whose Leases are named after it).
+func (o *Options) leaseSpec() election.LeaseSpec {
+	return election.LeaseSpec{
+		Namespace:         o.LeaseNamespace,
+		Name:              o.LeaseName,
+		Identity:          o.Identity,
+		Timings:           o.timings(),
+		ReleaseOnShutdown: o.ReleaseOnShutdown,
+	}
+}
+
 // electionConfig is the part of the options the elector takes.
 func (o *Options) electionConfig() election.Config {
 	return election.Config{
-		Namespace:            o.LeaseNamespace,
-		Name:                 o.LeaseName,
-		Identity:             o.Identity,
-		LeaseDuration:        o.LeaseDuration,
-		RenewDeadline:        o.RenewDeadline,
-		RetryPeriod:          o.RetryPeriod,
-		ReleaseOnShutdown:    o.ReleaseOnShutdown,
+		LeaseSpec:            o.leaseSpec(),
 		Campaign:             o.campaign(),
 		AdvertiseAddress:     o.Advertise.address(),
 		AllowLoopbackAddress: !o.Advertise.inPod,
@@ -57,15 +63,9 @@ func (o *Options) electionConfig() election.Config {
 // partitionConfig is the part of the options a partition group member takes.
 func (o *Options) partitionConfig() partition.Config {
 	return partition.Config{
-		Namespace:         o.LeaseNamespace,
-		Name:              o.LeaseName,
-		Identity:          o.Identity,
-		Partitions:        o.Partitions,
-		LeaseDuration:     o.LeaseDuration,
-		RenewDeadline:     o.RenewDeadline,
-		RetryPeriod:       o.RetryPeriod,
-		ReleaseOnShutdown: o.ReleaseOnShutdown,
-		DrainTimeout:      o.DrainTimeout,
+		LeaseSpec:    o.leaseSpec(),
+		Partitions:   o.Partitions,
+		DrainTimeout: o.DrainTimeout,
 	}
 }
 

@@ -91,14 +91,14 @@ func TestParseOptionsDefaults(t *testing.T) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
 	}
 	wantCfg := election.Config{
-		Namespace:         "default",
-		Name:              "my-app",
-		Identity:          "host-1",
-		LeaseDuration:     15 * time.Second,
-		RenewDeadline:     10 * time.Second,
-		RetryPeriod:       2 * time.Second,
-		ReleaseOnShutdown: true,
-		Campaign:          election.CampaignAuto,
+		LeaseSpec: election.LeaseSpec{
+			Namespace:         "default",
+			Name:              "my-app",
+			Identity:          "host-1",
+			Timings:           election.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
+			ReleaseOnShutdown: true,
+		},
+		Campaign: election.CampaignAuto,
 		// No $KUBERNETES_SERVICE_HOST: not in a pod.
 		AllowLoopbackAddress: true,
 	}

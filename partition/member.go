@@ -27,19 +27,14 @@ import (
 
 // Config configures a Member.
 type Config struct {
-	// Namespace and Name identify the group: its Leases are Name-p<i> and
-	// Name-m-<hash of identity>, in Namespace.
-	Namespace, Name string
-	// Identity is this pod's identity (the pod name).
-	Identity string
+	// LeaseSpec names the group and this pod, and its timings apply to
+	// every Lease of the group. The group's Leases are Name-p<i> and
+	// Name-m-<hash of identity>, in Namespace. ReleaseOnShutdown clears
+	// every Lease this pod holds when Run's context ends, so that the
+	// others take its partitions at once.
+	election.LeaseSpec
 	// Partitions is N, 1..MaxPartitions.
 	Partitions int
-	// LeaseDuration, RenewDeadline and RetryPeriod apply to every Lease of
-	// the group, as in election.Config.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// ReleaseOnShutdown clears every Lease this pod holds when Run's context
-	// ends, so that the others take its partitions at once.
-	ReleaseOnShutdown bool
 	// DrainTimeout is how long a partition this pod is to hand over (it owns
 	// more than its fair share) is shown as draining before it is released
 	// anyway: the app finishes, checkpoints and releases it itself (POST
@@ -164,24 +159,22 @@ func New(cfg Config) (*Member, error) {
 		}
 		// A membership Lease goes with its pod (it is named after it);
 		// partition Leases stay, with their fencing tokens.
+		spec := cfg.LeaseSpec
+		spec.Name = name
 		return election.New(election.Config{
-			Namespace:         cfg.Namespace,
-			Name:              name,
-			Identity:          cfg.Identity,
-			LeaseDuration:     cfg.LeaseDuration,
-			RenewDeadline:     cfg.RenewDeadline,
-			RetryPeriod:       cfg.RetryPeriod,
-			ReleaseOnShutdown: cfg.ReleaseOnShutdown,
-			DeleteOnShutdown:  kind == KindMember,
-			OwnLease:          kind == KindMember,
-			ServerClock:       cfg.ServerClock,
-			Client:            cfg.Client,
-			WatchClient:       watches,
-			Labels:            labels,
-			Group:             m.group,
-			Gate:              gate,
-			OnChange:          m.poke,
-			Clock:             cfg.Clock,
+			LeaseSpec: spec,
+			Group: election.GroupMember{
+				Feed:             m.group,
+				Labels:           labels,
+				OwnLease:         kind == KindMember,
+				DeleteOnShutdown: kind == KindMember,
+			},
+			ServerClock: cfg.ServerClock,
+			Client:      cfg.Client,
+			WatchClient: watches,
+			Gate:        gate,
+			OnChange:    m.poke,
+			Clock:       cfg.Clock,
 		})
 	}
 	var err error

@@ -29,6 +29,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/ownership"
 )
 
@@ -209,9 +210,9 @@ func startMemberWith(t *testing.T, n int, configure func(*Config), prepare func(
 	client := newFakeAPI(t, clk, testIdentity, leases...)
 	prepare(client)
 	cfg := Config{
-		Namespace: testNamespace, Name: testGroup, Identity: testIdentity, Partitions: n,
-		LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod,
-		Client: client, Clock: clk,
+		LeaseSpec: election.LeaseSpec{Namespace: testNamespace, Name: testGroup, Identity: testIdentity,
+			Timings: election.Timings{LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod}},
+		Partitions: n, Client: client, Clock: clk,
 	}
 	configure(&cfg)
 	m, err := New(cfg)

@@ -72,15 +72,15 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalePod, err := election.New(election.Config{
-		Namespace:     "default",
-		Name:          lease,
-		Identity:      "stale-cache",
-		LeaseDuration: leaseDuration,
-		RenewDeadline: renewDeadline,
-		RetryPeriod:   retryPeriod,
-		Client:        requests,
-		WatchClient:   staleWatches,
-		ServerClock:   serverClock,
+		LeaseSpec: election.LeaseSpec{
+			Namespace: "default",
+			Name:      lease,
+			Identity:  "stale-cache",
+			Timings:   election.Timings{LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod},
+		},
+		Client:      requests,
+		WatchClient: staleWatches,
+		ServerClock: serverClock,
 	})
 	if err != nil {
 		t.Fatal(err)
