@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leaseevents"
 )
 
 // ClientConfig is how to reach the API server.
@@ -31,7 +32,7 @@ type clients struct {
 	requests, watches kubernetes.Interface
 	serverClock       *election.ServerClock
 	// events records the Lease's Events; nil when they are off.
-	events *election.EventRecorder
+	events *leaseevents.Recorder
 	// routing sends the routing writes and the startup checks.
 	routing kubernetes.Interface
 }
@@ -52,7 +53,7 @@ func newClients(ctx context.Context, cfg Config) (*clients, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.events = election.NewEventRecorder(ctx, events, cfg.Election.Identity)
+		c.events = leaseevents.New(ctx, events, cfg.Election.Identity)
 	}
 	// Like the Lease client, a request timeout of half the renew deadline,
 	// which the API server also applies to the request.

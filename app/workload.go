@@ -53,7 +53,7 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 	ecfg := cfg.Election
 	ecfg.Client, ecfg.WatchClient, ecfg.ServerClock = c.requests, c.watches, c.serverClock
 	if c.events != nil {
-		// Not a nil *EventRecorder in the interface: client-go checks for nil.
+		// Not a nil *leaseevents.Recorder in the interface: client-go checks for nil.
 		ecfg.Events = c.events
 	}
 	var gating *health.Health

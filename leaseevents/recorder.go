@@ -1,4 +1,7 @@
-package election
+// Package leaseevents records Kubernetes Events about a Lease: the
+// "became leader" and "stopped leading" of client-go's elector, written
+// by a recorder that can be flushed on shutdown.
+package leaseevents
 
 import (
 	"context"
@@ -18,9 +21,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// EventComponent is the source and reporting controller of the Events this
+// Component is the source and reporting controller of the Events this
 // sidecar records.
-const EventComponent = "leader-elector"
+const Component = "leader-elector"
 
 const (
 	// eventQueueLength bounds the Events waiting to be written. Leadership
@@ -37,10 +40,10 @@ const (
 	eventRetryWait = time.Second
 )
 
-// EventRecorder records Kubernetes Events (core/v1, as `kubectl describe`
+// Recorder records Kubernetes Events (core/v1, as `kubectl describe`
 // shows them) about the Lease: client-go's "became leader" and "stopped
 // leading", reason LeaderElection, as kube-controller-manager records them,
-// with the term's fencing token added. Set it as Config.Events.
+// with the term's fencing token added. Set it as election.Config.Events.
 //
 // It is client-go's record.EventRecorder cut down to what a sidecar needs,
 // for one reason: Close waits until the queued Events are written. client-go's
@@ -48,7 +51,7 @@ const (
 // "stopped leading" of a graceful shutdown, recorded as the process is about
 // to exit, could be lost with it. Recording never blocks the election: Events are queued, and
 // dropped (with a log line) when the queue is full or the recorder closed.
-type EventRecorder struct {
+type Recorder struct {
 	client   kubernetes.Interface
 	source   corev1.EventSource
 	instance string
@@ -71,13 +74,13 @@ type EventRecorder struct {
 	queue  chan *corev1.Event
 }
 
-// NewEventRecorder starts a recorder that writes Events with client,
+// New starts a recorder that writes Events with client,
 // reported by instance (this pod's identity). Close it when the elector
 // has stopped.
-func NewEventRecorder(ctx context.Context, client kubernetes.Interface, instance string) *EventRecorder {
-	r := &EventRecorder{
+func New(ctx context.Context, client kubernetes.Interface, instance string) *Recorder {
+	r := &Recorder{
 		client:    client,
-		source:    corev1.EventSource{Component: EventComponent},
+		source:    corev1.EventSource{Component: Component},
 		instance:  instance,
 		clock:     clock.RealClock{},
 		logger:    klog.FromContext(ctx).WithName("events"),
@@ -90,7 +93,7 @@ func NewEventRecorder(ctx context.Context, client kubernetes.Interface, instance
 }
 
 // Eventf queues an Event about obj (client-go's resourcelock.EventRecorder).
-func (r *EventRecorder) Eventf(obj runtime.Object, eventType, reason, message string, args ...interface{}) {
+func (r *Recorder) Eventf(obj runtime.Object, eventType, reason, message string, args ...interface{}) {
 	ref, err := reference.GetReference(scheme.Scheme, obj)
 	if err != nil {
 		r.logger.Error(err, "Cannot record an Event: no reference to its object", "reason", reason)
@@ -111,7 +114,7 @@ func (r *EventRecorder) Eventf(obj runtime.Object, eventType, reason, message st
 		FirstTimestamp:      metav1.NewTime(now),
 		LastTimestamp:       metav1.NewTime(now),
 		Count:               1,
-		ReportingController: EventComponent,
+		ReportingController: Component,
 		ReportingInstance:   r.instance,
 	}
 	r.mu.Lock()
@@ -129,7 +132,7 @@ func (r *EventRecorder) Eventf(obj runtime.Object, eventType, reason, message st
 
 // Close stops taking Events and waits until those queued are written or
 // ctx ends.
-func (r *EventRecorder) Close(ctx context.Context) error {
+func (r *Recorder) Close(ctx context.Context) error {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
@@ -145,14 +148,14 @@ func (r *EventRecorder) Close(ctx context.Context) error {
 }
 
 // write writes the queued Events, one at a time, until Close.
-func (r *EventRecorder) write() {
+func (r *Recorder) write() {
 	defer close(r.written)
 	for event := range r.queue {
 		r.writeOne(event)
 	}
 }
 
-func (r *EventRecorder) writeOne(event *corev1.Event) {
+func (r *Recorder) writeOne(event *corev1.Event) {
 	var err error
 	for attempt := range eventAttempts {
 		if attempt > 0 {

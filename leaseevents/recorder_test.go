@@ -1,4 +1,4 @@
-package election
+package leaseevents
 
 import (
 	"context"
@@ -16,6 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
+)
+
+const (
+	testNamespace = "default"
+	testName      = "my-app"
 )
 
 var eventsResource = schema.GroupResource{Resource: "events"}
@@ -44,7 +49,7 @@ func TestEventRecorderWritesTheEventBeforeClose(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	cs := fake.NewClientset()
 	attempts := countCreates(cs, 200*time.Millisecond, nil)
-	r := NewEventRecorder(ctx, cs, "pod-a")
+	r := New(ctx, cs, "pod-a")
 	r.Eventf(leaseSubject(), corev1.EventTypeNormal, "LeaderElection", "%s became leader (fencing token %d)", "pod-a", 4)
 	if err := r.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -64,7 +69,7 @@ func TestEventRecorderWritesTheEventBeforeClose(t *testing.T) {
 	if ev.Reason != "LeaderElection" || ev.Message != "pod-a became leader (fencing token 4)" || ev.Type != corev1.EventTypeNormal {
 		t.Errorf("Event %s %s %q", ev.Type, ev.Reason, ev.Message)
 	}
-	if ev.Source.Component != EventComponent || ev.ReportingController != EventComponent || ev.ReportingInstance != "pod-a" || ev.Count != 1 {
+	if ev.Source.Component != Component || ev.ReportingController != Component || ev.ReportingInstance != "pod-a" || ev.Count != 1 {
 		t.Errorf("Event source %+v, reporting %s/%s, count %d", ev.Source, ev.ReportingController, ev.ReportingInstance, ev.Count)
 	}
 	if !strings.HasPrefix(ev.Name, testName+".") || ev.Namespace != testNamespace {
@@ -87,7 +92,7 @@ func TestEventRecorderRetriesOnlyWhileTheAPIServerIsUnavailable(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			cs := fake.NewClientset()
 			attempts := countCreates(cs, 0, tc.err)
-			r := NewEventRecorder(ctx, cs, "pod-a")
+			r := New(ctx, cs, "pod-a")
 			r.retryWait = time.Millisecond
 			r.Eventf(leaseSubject(), corev1.EventTypeNormal, "LeaderElection", "pod-a became leader")
 			if err := r.Close(ctx); err != nil {
@@ -111,7 +116,7 @@ func TestEventRecorderNeverBlocksTheElection(t *testing.T) {
 		<-stuck
 		return true, nil, apierrors.NewServiceUnavailable("gone")
 	})
-	r := NewEventRecorder(ctx, cs, "pod-a")
+	r := New(ctx, cs, "pod-a")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -140,7 +145,7 @@ func TestEventRecorderRefusesAnObjectWithoutReference(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	cs := fake.NewClientset()
 	attempts := countCreates(cs, 0, nil)
-	r := NewEventRecorder(ctx, cs, "pod-a")
+	r := New(ctx, cs, "pod-a")
 	r.Eventf(&runtime.Unknown{}, corev1.EventTypeNormal, "LeaderElection", "about nothing")
 	if err := r.Close(ctx); err != nil {
 		t.Fatal(err)
