@@ -12,6 +12,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/leaseevents"
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
 // ClientConfig is how to reach the API server.
@@ -30,7 +31,7 @@ type clients struct {
 	// requests and watches are the Lease's (election.NewClientsets); they
 	// record the API server's clock into serverClock.
 	requests, watches kubernetes.Interface
-	serverClock       *election.ServerClock
+	serverClock       *serverclock.Clock
 	// events records the Lease's Events; nil when they are off.
 	events *leaseevents.Recorder
 	// routing sends the routing writes and the startup checks.
@@ -44,7 +45,7 @@ func newClients(ctx context.Context, cfg Config) (*clients, error) {
 		return nil, err
 	}
 	renewDeadline := cfg.Election.RenewDeadline
-	c := &clients{serverClock: election.NewServerClock(nil)}
+	c := &clients{serverClock: serverclock.New(nil)}
 	if c.requests, c.watches, err = election.NewClientsets(restConfig, renewDeadline, c.serverClock); err != nil {
 		return nil, err
 	}

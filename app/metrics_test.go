@@ -19,6 +19,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
 // TestMetricsLabels checks the label policy: the project's series carry
@@ -182,7 +183,7 @@ func TestBuildInfoScraped(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
-	w, err := newWorkload(cfg, &clients{requests: client, watches: client, serverClock: election.NewServerClock(nil)})
+	w, err := newWorkload(cfg, &clients{requests: client, watches: client, serverClock: serverclock.New(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
 // releaseTimeout bounds the write that clears the Lease on shutdown or on
@@ -111,7 +112,7 @@ type Config struct {
 	// ServerClock learns the API server's clock from its answers; pass the
 	// one given to NewClientsets. Nil means one of the elector's own, which
 	// learns only from the Lease's metadata.
-	ServerClock *ServerClock
+	ServerClock *serverclock.Clock
 	// AdvertiseAddress, if set, is the host:port this pod publishes on the
 	// Lease with every term it holds (HolderAddressAnnotation), for followers to
 	// forward requests to (State.HolderAddress); see CheckAdvertiseAddress.
@@ -188,7 +189,7 @@ func (c Config) Validate() error {
 // so that one slow request cannot use up the whole deadline. watches has the
 // same user agent and no timeout, for the Lease watch. Both record the API
 // server's clock into serverClock (pass it to the electors' Config).
-func NewClientsets(cfg *rest.Config, renewDeadline time.Duration, serverClock *ServerClock) (requests, watches kubernetes.Interface, err error) {
+func NewClientsets(cfg *rest.Config, renewDeadline time.Duration, serverClock *serverclock.Clock) (requests, watches kubernetes.Interface, err error) {
 	c := rest.CopyConfig(cfg)
 	rest.AddUserAgent(c, "leader-election")
 	if serverClock != nil {

@@ -46,7 +46,7 @@ func FuzzTracker(f *testing.F) {
 				tr.observeDeleted()
 			case 3: // the object's creation and the server's Date, arbitrary
 				tr.observeObject(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(in.time())}})
-				tr.server.observeDate(in.time())
+				tr.server.ObserveDate(in.time())
 			case 4: // time passes (up to two days)
 				clk.Step(time.Duration(in.uint32()%(48*3600*1000)) * time.Millisecond)
 			case 5:

@@ -289,16 +289,16 @@ func (l *observingLock) createWithoutHolder(ctx context.Context) error {
 
 // readServerClockForHistorylessLease asks the API server for its version
 // before this process takes a Lease without a holder's history, if its last
-// answer is older than staleAfter: the answer's Date brings the server's
+// answer is older than serverclock.StaleAfter: the answer's Date brings the server's
 // clock up to date (an idle candidate's view of it comes from an answer that
 // may be hours old, less the drift allowance), and the token of the term is
 // above it (see newTermToken). A fresh view is not read again: in partition
 // mode many Leases are taken at once, through one rate-limited client. /version is readable by every client the API
 // server authenticates (the default system:public-info-viewer role), so it
 // needs no RBAC of the sidecar's own. If it fails, the clock known so far is
-// still a lower bound (see ServerClock), only an older one.
+// still a lower bound (see serverclock.Clock), only an older one.
 func (l *observingLock) readServerClockForHistorylessLease() {
-	if l.readServerClock == nil || l.tracker.holdingLease() || !l.tracker.historylessNow() || !l.tracker.server.stale() {
+	if l.readServerClock == nil || l.tracker.holdingLease() || !l.tracker.historylessNow() || !l.tracker.server.Stale() {
 		return
 	}
 	if err := l.readServerClock(); err != nil && l.logClockUnread != nil {

@@ -7,6 +7,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
 // record is the part of a Lease the tracker needs.
@@ -64,8 +65,8 @@ type tracker struct {
 	// clock. Together they make the token durable across a re-creation of
 	// the Lease while no sidecar runs (see newTermToken).
 	created time.Time
-	server  *ServerClock
-	// historylessFloor is the server's clock (see ServerClock) when the
+	server  *serverclock.Clock
+	// historylessFloor is the server's clock (see serverclock.Clock) when the
 	// Lease was first seen without a holder's history, 0 if unknown.
 	historylessFloor int64
 	// warnAhead, if set, is told (once) that a token is too far ahead of
@@ -138,7 +139,7 @@ const maxPendingChanges = 64
 
 func newTracker(clk clock.WithDelayedExecution, namespace, name, identity string, renewDeadline, leaseDuration time.Duration) *tracker {
 	return &tracker{
-		server:        NewServerClock(clk),
+		server:        serverclock.New(clk),
 		clock:         clk,
 		namespace:     namespace,
 		name:          name,
@@ -514,7 +515,7 @@ func (t *tracker) observeLocked(now time.Time, r record) {
 		return
 	}
 	t.observedAt = now
-	if bound, known := t.server.bound(); r.historyless() && known {
+	if bound, known := t.server.Bound(); r.historyless() && known {
 		t.historylessFloor = bound
 	}
 }

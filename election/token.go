@@ -4,19 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/utils/clock"
+
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
-// tokenEpoch is the origin of the token clock: a term that starts on a Lease
-// object created t seconds after it gets a fencing token above t (see
-// newTermToken). 2026-01-01T00:00:00Z keeps tokens far below the int32
-// limit of spec.leaseTransitions until 2094.
-var tokenEpoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
+// tokenEpoch is the origin of the token clock, the server clock's
+// (serverclock.Epoch): a term that starts on a Lease object created t
+// seconds after it gets a fencing token above t (see newTermToken).
+var tokenEpoch = serverclock.Epoch
 
 // errTokenExhausted is returned instead of starting a term whose token would
 // not fit in spec.leaseTransitions (an int32): the API server would refuse
@@ -27,96 +25,6 @@ var errTokenExhausted = errors.New("the fencing token has reached the int32 limi
 // ahead of the API server's clock (see newTermToken); it is a short wait,
 // not a failure: the term starts as soon as the clock has caught up.
 var errTokenAhead = errors.New("the next fencing token would run ahead of the API server's clock; waiting for it")
-
-// ServerClock is a lower bound on the API server's wall clock, in whole
-// seconds since tokenEpoch: the Date header of the server's latest answer,
-// plus the time elapsed since on this process's monotonic clock, less 1% for
-// clock-rate drift. One is shared by every elector of a process
-// (NewClientsets records the Date of every answer into it). A lower bound
-// is all the token rules need: a token is never written above it, so never
-// above the server's clock either. Only the Date counts: times stamped on
-// objects can be old (creationTimestamp) or set by clients (managedFields).
-type ServerClock struct {
-	clock clock.PassiveClock
-
-	mu      sync.Mutex
-	seconds int64
-	at      time.Time
-	known   bool
-}
-
-// driftAllowance is the rate by which this process's clock may run faster
-// than the API server's without the bound passing the server's clock.
-const driftAllowance = 0.01
-
-// NewServerClock returns a ServerClock that knows nothing yet; clk nil means
-// the real clock.
-func NewServerClock(clk clock.PassiveClock) *ServerClock {
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	return &ServerClock{clock: clk}
-}
-
-// observeDate records the Date of an answer of the server. The latest answer
-// replaces what was known, even if it says less: extrapolating an old one
-// accumulates drift.
-func (c *ServerClock) observeDate(date time.Time) {
-	// A Date names a whole second (truncated): the server's clock was at
-	// least that.
-	seconds := int64(math.Floor(date.Sub(tokenEpoch).Seconds()))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seconds, c.at, c.known = seconds, c.clock.Now(), true
-}
-
-// staleAfter is the age of the last Date beyond which a Lease without
-// history is not taken before the clock is read afresh: by then the drift
-// allowance has taken more than half a second off the bound.
-const staleAfter = 50 * time.Second
-
-// stale reports whether the last Date is older than staleAfter, or none is
-// known.
-func (c *ServerClock) stale() bool {
-	if c == nil {
-		return true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.known || c.clock.Since(c.at) > staleAfter
-}
-
-// bound returns the lower bound now, and whether anything is known.
-func (c *ServerClock) bound() (int64, bool) {
-	if c == nil {
-		return 0, false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	elapsed := c.clock.Since(c.at).Seconds() * (1 - driftAllowance)
-	return c.seconds + int64(math.Floor(elapsed)), c.known
-}
-
-// WrapTransport records the Date header of every answer that passes
-// through rt.
-func (c *ServerClock) WrapTransport(rt http.RoundTripper) http.RoundTripper {
-	return dateRecorder{next: rt, clock: c}
-}
-
-type dateRecorder struct {
-	next  http.RoundTripper
-	clock *ServerClock
-}
-
-func (d dateRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := d.next.RoundTrip(req)
-	if err == nil {
-		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
-			d.clock.observeDate(date)
-		}
-	}
-	return resp, err
-}
 
 // observeObject records the Lease object's creationTimestamp, which the API
 // server sets: the creation floor of the token (see newTermToken).
@@ -148,7 +56,7 @@ func (t *tracker) observeObject(lease *coordinationv1.Lease) {
 //
 // The rule that makes the last two points hold: a token is never written
 // more than tokenBurstLocked (a lease duration) above the API server's clock
-// as this process knows it (ServerClock); a Lease without history is taken
+// as this process knows it (serverclock.Clock); a Lease without history is taken
 // at least a lease duration after its history was lost. A group that starts
 // more terms than one a second, beyond that burst, over the life of its
 // Lease object, waits here for the clock to catch up (errTokenAhead), one
@@ -167,7 +75,7 @@ func (t *tracker) newTermToken(proposed int64, strict bool) (int64, error) {
 	if strict && !t.created.IsZero() {
 		token = max(token, int64(t.created.Sub(tokenEpoch)/time.Second)+1)
 	}
-	bound, known := t.server.bound()
+	bound, known := t.server.Bound()
 	if strict && t.observed.historyless() {
 		token = max(token, t.historylessFloor+1)
 		if known {
@@ -196,7 +104,7 @@ func (t *tracker) newTermToken(proposed int64, strict bool) (int64, error) {
 // see observingLock.Update): above every token written before, even those
 // that ran this far ahead.
 func (t *tracker) tokenBurstLocked() int64 {
-	return max(1, int64(math.Floor(t.leaseDuration.Seconds()*(1-driftAllowance))))
+	return max(1, int64(math.Floor(t.leaseDuration.Seconds()*(1-serverclock.DriftAllowance))))
 }
 
 // tokenAheadSlack is how far, in seconds, a token may be ahead of this

@@ -3,8 +3,6 @@ package election
 import (
 	"errors"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -54,7 +52,7 @@ func TestTokenAcrossRecreationWhileRunning(t *testing.T) {
 	}
 	l.tracker.observeObject(fresh)
 	// The answer that brings the new object says when it was sent.
-	l.tracker.server.observeDate(recreated)
+	l.tracker.server.ObserveDate(recreated)
 	rec, _, err := l.Get(ctx)
 	if err != nil {
 		t.Fatalf("Get: %v", err)
@@ -97,7 +95,7 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 	tr, clk := newTestTracker(t)
 	oldCreated := t0.Add(-time.Hour)
 	tr.observeObject(created(newLease("pod-b", 0, t0), oldCreated))
-	tr.server.observeDate(oldCreated)
+	tr.server.ObserveDate(oldCreated)
 	// The old object's terms: each allowed only while at most the server's
 	// clock; a group that starts them faster is held back.
 	token := int64(0)
@@ -122,7 +120,7 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 	freshClk.SetTime(clk.Now())
 	recreated := clk.Now()
 	fresh.observeObject(created(&coordinationv1.Lease{}, recreated))
-	fresh.server.observeDate(recreated)
+	fresh.server.ObserveDate(recreated)
 	fresh.observeRead(record{})
 	freshClk.Step(testLeaseDuration)
 	first, err := fresh.newTermToken(1, true)
@@ -138,7 +136,7 @@ func TestTokenAcrossRecreationWhileStopped(t *testing.T) {
 // token clock; a burst waits, it is not refused for good.
 func TestTokenRateIsBoundedByServerClock(t *testing.T) {
 	tr, clk := newTestTracker(t)
-	tr.server.observeDate(t0)
+	tr.server.ObserveDate(t0)
 	clock := secondsSinceEpoch(t0)
 	burst := tr.tokenBurstLocked()
 	if _, err := tr.newTermToken(clock+burst+1, true); !errors.Is(err, errTokenAhead) {
@@ -222,7 +220,7 @@ func TestTokenAcrossReplaceWhileStopped(t *testing.T) {
 	replaced := clk.Now()
 	tr.observeObject(created(&coordinationv1.Lease{}, createdAt))
 	// The answer that brought the replaced record.
-	tr.server.observeDate(replaced)
+	tr.server.ObserveDate(replaced)
 	tr.observeRead(record{})
 	clk.Step(testLeaseDuration)
 	got, err := tr.newTermToken(1, true)
@@ -290,7 +288,7 @@ func TestTokenFarAheadOfTheClockDoesNotStall(t *testing.T) {
 	tr, _ := newTestTracker(t)
 	var warned []int64
 	tr.setWarnAhead(func(token, _ int64) { warned = append(warned, token) })
-	tr.server.observeDate(t0)
+	tr.server.ObserveDate(t0)
 	ahead := secondsSinceEpoch(t0) + 1_000_000
 	tr.observeRead(other("pod-b", ahead, t0))
 	for range 2 {
@@ -314,36 +312,5 @@ func TestMissingLeaseWaitRunsFromWhenFoundMissing(t *testing.T) {
 	tr.observeRead(record{}) // the empty Lease this pod created
 	if at, ok := tr.nextAttempt(); !ok || !at.Equal(missing.Add(testLeaseDuration)) {
 		t.Errorf("nextAttempt() = %v, %v; want %v (a lease duration after it was found missing)", at, ok, missing.Add(testLeaseDuration))
-	}
-}
-
-// TestServerClockFromDateHeaders: the API server's clock is learned from
-// the Date of its answers, the latest one replacing what was known.
-func TestServerClockFromDateHeaders(t *testing.T) {
-	clk := newTestClock()
-	sc := NewServerClock(clk)
-	if _, known := sc.bound(); known {
-		t.Fatal("known before any answer")
-	}
-	date := t0.Add(90 * time.Second)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Date", date.Format(http.TimeFormat))
-	}))
-	defer srv.Close()
-	client := &http.Client{Transport: sc.WrapTransport(http.DefaultTransport)}
-	for _, d := range []time.Time{t0.Add(90 * time.Second), t0.Add(30 * time.Second)} {
-		date = d
-		resp, err := client.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if got, known := sc.bound(); !known || got != secondsSinceEpoch(d) {
-			t.Errorf("after an answer dated %v: bound %d, %v; want %d", d, got, known, secondsSinceEpoch(d))
-		}
-	}
-	clk.Step(100 * time.Second)
-	if got, _ := sc.bound(); got != secondsSinceEpoch(date)+99 {
-		t.Errorf("100 s later: bound %d, want %d (elapsed less the drift allowance)", got, secondsSinceEpoch(date)+99)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
 // Config configures a Member.
@@ -45,7 +46,7 @@ type Config struct {
 	// election.NewClientsets).
 	Client, WatchClient kubernetes.Interface
 	// ServerClock as in election.Config.
-	ServerClock *election.ServerClock
+	ServerClock *serverclock.Clock
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithDelayedExecution
 }

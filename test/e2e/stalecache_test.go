@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/serverclock"
 )
 
 // TestStaleCacheCannotTakeTheLease: a candidate whose Lease cache is
@@ -66,7 +67,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	})
 
 	conflictsBefore := leaseConflicts(t)
-	serverClock := election.NewServerClock(nil)
+	serverClock := serverclock.New(nil)
 	requests, _, err := election.NewClientsets(controlPlane.AdminConfig(), renewDeadline, serverClock)
 	if err != nil {
 		t.Fatal(err)
