@@ -78,17 +78,18 @@ func (c *leaseCache) run(ctx context.Context) {
 	byName := func(opts *metav1.ListOptions) {
 		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.name).String()
 	}
-	runLeaseInformer(ctx, c.watches, c.namespace, byName, "lease-watch", cache.ResourceEventHandlerFuncs{
+	WatchLeases(ctx, c.watches, c.namespace, byName, "lease-watch", cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.observe(obj) },
 		UpdateFunc: func(_, obj any) { c.observe(obj) },
 		DeleteFunc: func(any) { c.observeDeleted() },
 	}, c.markSynced)
 }
 
-// runLeaseInformer runs an informer on the Leases of namespace that select
-// picks (a field or label selector) until ctx ends, and calls synced once it
-// has delivered their state.
-func runLeaseInformer(ctx context.Context, watches kubernetes.Interface, namespace string, selectLeases func(*metav1.ListOptions), name string, handler cache.ResourceEventHandler, synced func()) {
+// WatchLeases runs an informer on the Leases of namespace that
+// selectLeases picks (a field or label selector) until ctx ends, and calls
+// synced once it has delivered their state. watches must have no request
+// timeout (see NewClientsets).
+func WatchLeases(ctx context.Context, watches kubernetes.Interface, namespace string, selectLeases func(*metav1.ListOptions), name string, handler cache.ResourceEventHandler, synced func()) {
 	leases := watches.CoordinationV1().Leases(namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

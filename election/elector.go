@@ -136,7 +136,7 @@ type GroupMember struct {
 	// Feed, if set, feeds this elector's Lease from the group's one watch
 	// instead of a watch of its own. The Lease must carry the group's
 	// labels (set Labels).
-	Feed *LeaseGroup
+	Feed LeaseFeed
 	// Labels are set on the Lease when this pod creates or writes it, so
 	// that the group's label selector finds it.
 	Labels map[string]string
@@ -298,7 +298,7 @@ func New(cfg Config) (*Elector, error) {
 		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)
 	}
 	if cfg.Group.Feed != nil {
-		if err := cfg.Group.Feed.feed(e.cache); err != nil {
+		if err := cfg.Group.Feed.Feed(cfg.Namespace, cfg.Name, e.cache); err != nil {
 			return nil, err
 		}
 	}

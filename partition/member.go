@@ -70,7 +70,7 @@ func (c Config) Validate() error {
 type Member struct {
 	cfg        Config
 	clock      clock.WithDelayedExecution
-	group      *election.LeaseGroup
+	group      *LeaseGroup
 	membership *election.Elector
 	partitions []*election.Elector
 	metrics    *metrics
@@ -152,7 +152,7 @@ func New(cfg Config) (*Member, error) {
 	if watches == nil {
 		watches = cfg.Client
 	}
-	m.group = election.NewLeaseGroup(cfg.Namespace, groupLabels(cfg.Name), watches, clk, m.poke)
+	m.group = NewLeaseGroup(cfg.Namespace, groupLabels(cfg.Name), watches, clk, m.poke)
 	elector := func(name, kind string, gate election.Gate) (*election.Elector, error) {
 		labels := leaseLabels(cfg.Name, kind)
 		if kind == KindMember {

@@ -1,4 +1,4 @@
-package election
+package partition
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/leader-elector/leader-elector/election"
 )
 
 // TestLeaseGroup: one label-selected watch feeds the registered elector's
@@ -19,8 +22,7 @@ func TestLeaseGroup(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	labelled := func(name, holder string) *coordinationv1.Lease {
-		l := newLease(holder, 1, t0)
-		l.Name = name
+		l := groupLease(name, KindMember, holder, 1)
 		l.Labels = map[string]string{"group": "g"}
 		return l
 	}
@@ -34,15 +36,15 @@ func TestLeaseGroup(t *testing.T) {
 	live := labelled("g-m-a", "pod-a")
 	live.Labels["n"] = "8"
 	dead.Labels["n"] = "4"
-	client := listWatchFake(live, labelled("g-m-b", ""), dead, labelled("g-p0", "pod-a"), other)
+	clk := asyncClock{clocktesting.NewFakeClock(t0)}
+	client := newFakeAPI(t, clk, testIdentity, live, labelled("g-m-b", ""), dead, labelled("g-p0", "pod-a"), other)
 
-	clk := newTestClock()
 	changes := make(chan struct{}, 100)
 	group := NewLeaseGroup(testNamespace, map[string]string{"group": "g"}, client, clk, func() { changes <- struct{}{} })
-	e, err := New(Config{
-		LeaseSpec: LeaseSpec{Namespace: testNamespace, Name: "g-p0", Identity: testIdentity,
-			Timings: Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
-		Client: client, Group: GroupMember{Feed: group}, Clock: clk,
+	e, err := election.New(election.Config{
+		LeaseSpec: election.LeaseSpec{Namespace: testNamespace, Name: "g-p0", Identity: testIdentity,
+			Timings: election.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
+		Client: client, Group: election.GroupMember{Feed: group}, Clock: clk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func TestLeaseGroup(t *testing.T) {
 	if got := group.Holders("g-p"); len(got) != 0 {
 		t.Errorf("Holders(g-p) = %v: a Lease fed to an elector is not observed separately", got)
 	}
-	if err := group.feed(e.cache); err == nil {
+	if err := group.Feed(testNamespace, "g-p1", nil); err == nil {
 		t.Errorf("registering after the watch started was accepted")
 	}
 	clk.Step(15 * time.Second)
