@@ -146,10 +146,6 @@ type GroupMember struct {
 	// created without a holder and taken a lease duration later, like a
 	// Lease replaced as `spec: {}` (see docs/safety.md).
 	OwnLease bool
-	// DeleteOnShutdown, with ReleaseOnShutdown, then deletes the Lease if
-	// no one holds it (a pod's membership Lease goes with the pod). It
-	// needs the delete verb.
-	DeleteOnShutdown bool
 }
 
 // Gate decides whether this pod may start a new term on a Lease now. Partition
@@ -650,20 +646,12 @@ func (e *Elector) stopClaiming() {
 }
 
 // releaseOnShutdown clears the Lease (ReleaseOnShutdown) after client-go
-// has stopped renewing it and, for a group's Lease that goes with its pod,
-// deletes it (GroupMember.DeleteOnShutdown).
+// has stopped renewing it.
 func (e *Elector) releaseOnShutdown(ctx context.Context) {
-	logger := klog.FromContext(ctx)
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	if err := e.release(relCtx); err != nil {
-		logger.Error(err, "Failed to release lease on shutdown; it expires after the lease duration")
-		return
-	}
-	if e.cfg.Group.DeleteOnShutdown {
-		if err := e.deleteReleased(relCtx); err != nil {
-			logger.Error(err, "Failed to delete the released lease on shutdown; it stays, with no holder")
-		}
+		klog.FromContext(ctx).Error(err, "Failed to release lease on shutdown; it expires after the lease duration")
 	}
 }
 

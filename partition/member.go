@@ -165,10 +165,9 @@ func New(cfg Config) (*Member, error) {
 		return election.New(election.Config{
 			LeaseSpec: spec,
 			Group: election.GroupMember{
-				Feed:             m.group,
-				Labels:           labels,
-				OwnLease:         kind == KindMember,
-				DeleteOnShutdown: kind == KindMember,
+				Feed:     m.group,
+				Labels:   labels,
+				OwnLease: kind == KindMember,
 			},
 			ServerClock: cfg.ServerClock,
 			Client:      cfg.Client,
@@ -238,6 +237,10 @@ func (m *Member) Run(ctx context.Context) error {
 	running.Go(func() {
 		if err := m.membership.Run(ctx); err != nil {
 			fail(err)
+			return
+		}
+		if m.cfg.ReleaseOnShutdown {
+			m.deleteMembership(ctx)
 		}
 	})
 	m.mu.Lock()
