@@ -81,6 +81,8 @@ func (s LeaseSpec) Validate() error {
 
 // Config configures an Elector.
 type Config struct {
+	// LeaseSpec is the Lease, this candidate's identity on it, the timings
+	// and whether to release it on shutdown.
 	LeaseSpec
 	// Client sends the Lease requests; build it with NewClientsets.
 	Client kubernetes.Interface
