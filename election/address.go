@@ -170,7 +170,7 @@ func parseHolderAddress(lease *coordinationv1.Lease, allowLoopback bool) (holder
 // over from an earlier term is not this term's. A version of a term without
 // a valid annotation withdraws what an earlier version of that term said.
 // It does not publish: the version's record reaches the tracker right after
-// (see leaseCache.onKeep), and the view shows an address only for the
+// (see leasecache.Cache.OnKeep), and the view shows an address only for the
 // holder and token it shows (addressLocked). The last two terms' addresses
 // are kept, so that between the annotation and the record of a new term the
 // previous term still shows its own.

@@ -42,7 +42,7 @@ func (e *Elector) Annotate(ctx context.Context, token int64, key, value string) 
 		if s.FencingToken != token {
 			return fmt.Errorf("%w (current %d, given %d)", leadership.ErrTermChanged, s.FencingToken, token)
 		}
-		lease, err := e.cache.get(ctx)
+		lease, err := e.cache.Get(ctx)
 		if err != nil {
 			return fmt.Errorf("get lease %s/%s: %w", e.cfg.Namespace, e.cfg.Name, err)
 		}
@@ -82,12 +82,4 @@ func (e *Elector) Annotate(ctx context.Context, token int64, key, value string) 
 
 // Annotation returns the annotation key of the newest version of the Lease
 // this pod has seen (from the watch or its own writes), without a request.
-func (e *Elector) Annotation(key string) (string, bool) {
-	e.cache.mu.Lock()
-	defer e.cache.mu.Unlock()
-	if e.cache.latest == nil {
-		return "", false
-	}
-	v, ok := e.cache.latest.Annotations[key]
-	return v, ok
-}
+func (e *Elector) Annotation(key string) (string, bool) { return e.cache.Annotation(key) }

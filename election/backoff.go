@@ -164,7 +164,7 @@ func (b *raceBackoff) won() {
 //
 // client-go's REST client would wait out the Retry-After itself and send
 // the same write again; the takeover writes are sent once instead (see
-// leaseCache.updateOnce), because by then the Lease has usually been taken
+// leasecache.Cache.updateOnce), because by then the Lease has usually been taken
 // and the write can only be refused again.
 func (b *raceBackoff) throttled(retryAfter time.Duration) {
 	if b == nil {

@@ -146,7 +146,7 @@ func newBackoffElector(t *testing.T, campaign Campaign, objs ...runtime.Object) 
 	}
 	t.Cleanup(e.tracker.stop)
 	e.backoff.random = half
-	e.cache.markSynced()
+	e.cache.Synced()
 	return e, clk, client
 }
 
@@ -188,22 +188,22 @@ func TestElectorCountsLostRaces(t *testing.T) {
 		{
 			name: "released, then taken by another",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("pod-b", "2", t0))
-				e.cache.offer(leaseVersion("", "3", t0))
-				e.cache.offer(leaseVersion("pod-c", "4", t0))
+				e.cache.Observe(leaseVersion("pod-b", "2", t0))
+				e.cache.Observe(leaseVersion("", "3", t0))
+				e.cache.Observe(leaseVersion("pod-c", "4", t0))
 			},
 			want: 1,
 		},
 		{
 			name: "two releases lost in a row",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("", "3", t0))
-				e.cache.offer(leaseVersion("pod-c", "4", t0))
+				e.cache.Observe(leaseVersion("", "3", t0))
+				e.cache.Observe(leaseVersion("pod-c", "4", t0))
 				// The back-off (12.5 ms) has ended when the next winner
 				// appears.
-				e.cache.offer(leaseVersion("", "5", clk.Now()))
+				e.cache.Observe(leaseVersion("", "5", clk.Now()))
 				clk.step(12500 * time.Microsecond)
-				e.cache.offer(leaseVersion("pod-d", "6", clk.Now()))
+				e.cache.Observe(leaseVersion("pod-d", "6", clk.Now()))
 			},
 			want: 2,
 		},
@@ -211,67 +211,67 @@ func TestElectorCountsLostRaces(t *testing.T) {
 			// The back-off kept it out of the second race: nothing lost.
 			name: "taken by another while still backing off",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("", "3", t0))
-				e.cache.offer(leaseVersion("pod-c", "4", t0))
-				e.cache.offer(leaseVersion("", "5", clk.Now()))
+				e.cache.Observe(leaseVersion("", "3", t0))
+				e.cache.Observe(leaseVersion("pod-c", "4", t0))
+				e.cache.Observe(leaseVersion("", "5", clk.Now()))
 				clk.step(12500*time.Microsecond - time.Nanosecond)
-				e.cache.offer(leaseVersion("pod-d", "6", clk.Now()))
+				e.cache.Observe(leaseVersion("pod-d", "6", clk.Now()))
 			},
 			want: 1,
 		},
 		{
 			name: "expired, then taken by another",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("pod-b", "2", t0))
+				e.cache.Observe(leaseVersion("pod-b", "2", t0))
 				clk.Step(15 * time.Second)
-				e.cache.offer(leaseVersion("pod-c", "3", clk.Now()))
+				e.cache.Observe(leaseVersion("pod-c", "3", clk.Now()))
 			},
 			want: 1,
 		},
 		{
 			name: "renewed by its live holder",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("pod-b", "2", t0))
+				e.cache.Observe(leaseVersion("pod-b", "2", t0))
 				clk.Step(2 * time.Second)
-				e.cache.offer(leaseVersion("pod-b", "3", clk.Now()))
+				e.cache.Observe(leaseVersion("pod-b", "3", clk.Now()))
 			},
 		},
 		{
 			name: "handed from one holder to another while held",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("pod-b", "2", t0))
-				e.cache.offer(leaseVersion("pod-c", "3", t0))
+				e.cache.Observe(leaseVersion("pod-b", "2", t0))
+				e.cache.Observe(leaseVersion("pod-c", "3", t0))
 			},
 		},
 		{
 			name: "released, then deleted",
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("", "2", t0))
-				e.cache.observeDeleted()
+				e.cache.Observe(leaseVersion("", "2", t0))
+				e.cache.ObserveDeleted()
 			},
 		},
 		{
 			name: "sitting out after its own release",
 			steps: func(e *Elector, clk settlingClock) {
 				e.tracker.setClaiming(false, leadership.ReasonReleased)
-				e.cache.offer(leaseVersion("", "2", t0))
-				e.cache.offer(leaseVersion("pod-c", "3", t0))
+				e.cache.Observe(leaseVersion("", "2", t0))
+				e.cache.Observe(leaseVersion("pod-c", "3", t0))
 			},
 		},
 		{
 			name:       "not running",
 			notRunning: true,
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("", "2", t0))
-				e.cache.offer(leaseVersion("pod-c", "3", t0))
+				e.cache.Observe(leaseVersion("", "2", t0))
+				e.cache.Observe(leaseVersion("pod-c", "3", t0))
 			},
 		},
 		{
 			name:     "manual campaign that nobody asked to campaign",
 			campaign: CampaignManual,
 			steps: func(e *Elector, clk settlingClock) {
-				e.cache.offer(leaseVersion("", "2", t0))
-				e.cache.offer(leaseVersion("pod-c", "3", t0))
+				e.cache.Observe(leaseVersion("", "2", t0))
+				e.cache.Observe(leaseVersion("pod-c", "3", t0))
 			},
 		},
 	} {
@@ -306,12 +306,12 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 			e, clk, _ := newBackoffElector(t, CampaignAuto)
 			rounds := countRounds(e)
 			if tc.lostRace {
-				e.cache.offer(leaseVersion("", "2", t0))
-				e.cache.offer(leaseVersion("pod-b", "3", t0))
+				e.cache.Observe(leaseVersion("", "2", t0))
+				e.cache.Observe(leaseVersion("pod-b", "3", t0))
 			}
 			// Released: the attempt timer is armed a millisecond after
 			// the wait, so that the moment has certainly passed.
-			e.cache.offer(leaseVersion("", "4", clk.Now()))
+			e.cache.Observe(leaseVersion("", "4", clk.Now()))
 			shown := func() string { return shownHolder(t, ctx, e) }
 			if tc.wantWait > 0 {
 				if h := shown(); h != backingOffHolder {
@@ -362,7 +362,7 @@ func TestLockNoTakeoverWriteOnceTaken(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	released := leaseVersion("", "1", t0)
 	e, clk, client := newBackoffElector(t, CampaignAuto, released)
-	e.cache.offer(released)
+	e.cache.Observe(released)
 	rec, _, err := e.lock.Get(ctx)
 	if err != nil || rec.HolderIdentity != "" {
 		t.Fatalf("Get = %+v, %v; want the released Lease", rec, err)
@@ -371,7 +371,7 @@ func TestLockNoTakeoverWriteOnceTaken(t *testing.T) {
 	if err := client.Tracker().Update(leasesGVR, taken, testNamespace); err != nil {
 		t.Fatal(err)
 	}
-	e.cache.offer(taken)
+	e.cache.Observe(taken)
 	if err := e.lock.Update(ctx, ownRecord(5, clk.Now())); !errors.Is(err, errNotExpired) {
 		t.Errorf("Update = %v, want %v", err, errNotExpired)
 	}

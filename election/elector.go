@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leasecache"
 	"github.com/leader-elector/leader-elector/serverclock"
 )
 
@@ -216,7 +217,7 @@ type Elector struct {
 	tracker  *tracker
 	metrics  *metrics
 	lock     *observingLock
-	cache    *leaseCache
+	cache    *leasecache.Cache
 	campaign *campaign
 	log      *transitionLog
 	// backoff spaces out this candidate's takeover attempts after races
@@ -287,12 +288,12 @@ func New(cfg Config) (*Elector, error) {
 	if watches == nil {
 		watches = cfg.Client
 	}
-	e.cache = newLeaseCache(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
-	e.cache.onKeep = func(lease *coordinationv1.Lease) {
+	e.cache = leasecache.New(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
+	e.cache.OnKeep = func(lease *coordinationv1.Lease) {
 		t.observeObject(lease)
 		t.observeHolderAddress(lease, cfg.AllowLoopbackAddress)
 	}
-	e.cache.beforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
+	e.cache.BeforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
 		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)
 	}
 	if cfg.Group.Feed != nil {
@@ -400,7 +401,7 @@ func (e *Elector) StepDown(ctx context.Context, reason leadership.Reason) (leade
 // exist. A running elector creates a missing Lease without a holder and
 // takes it a lease duration after it first saw it missing (see
 // GroupMember.OwnLease).
-func (e *Elector) LeaseMissing() bool { return e.cache.missing() }
+func (e *Elector) LeaseMissing() bool { return e.cache.Missing() }
 
 // SittingOut reports whether the elector is releasing the Lease or staying
 // out of the election after a release (see ReleaseFor).
@@ -626,7 +627,7 @@ func (e *Elector) watchLease(ctx context.Context) (stop func()) {
 	go func() {
 		defer close(cacheDone)
 		if e.cfg.Group.Feed == nil {
-			e.cache.run(cacheCtx)
+			e.cache.Run(cacheCtx)
 		}
 	}()
 	return func() {

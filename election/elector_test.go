@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/leasecache"
 )
 
 // slowAPIServer serves one Lease like kube-apiserver with a Role of get and
@@ -74,7 +76,7 @@ func (s *slowAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the free Lease triggers races with the acquisition already on its way.
 func TestElectorTakesReleasedLeaseAtOnce(t *testing.T) {
 	const leaseDuration, retryPeriod = 4 * time.Second, 500 * time.Millisecond
-	if syncWait+retryPeriod+schedulingSlack >= syncWait+leaseDuration {
+	if leasecache.SyncWait+retryPeriod+schedulingSlack >= leasecache.SyncWait+leaseDuration {
 		t.Fatal("the bound does not tell a lost acquisition (a lease duration late) from a prompt one")
 	}
 	_, ctx := ktesting.NewTestContext(t)
@@ -106,10 +108,10 @@ func TestElectorTakesReleasedLeaseAtOnce(t *testing.T) {
 	if s := e.Snapshot(); s.FencingToken != 4 {
 		t.Errorf("fencing token = %d, want 4: the first acquisition was lost", s.FencingToken)
 	}
-	// The watch is forbidden, so the first read waits syncWait for it; the
+	// The watch is forbidden, so the first read waits leasecache.SyncWait for it; the
 	// acquisition then takes one write, or one more at the next retry. A
 	// lost acquisition costs a lease duration, beyond the bound.
-	if d, bound := time.Since(start), syncWait+retryPeriod+schedulingSlack; d > bound {
-		t.Errorf("took %v to take a released Lease, want at most %v (syncWait %v + retry period %v + slack %v)", d, bound, syncWait, retryPeriod, schedulingSlack)
+	if d, bound := time.Since(start), leasecache.SyncWait+retryPeriod+schedulingSlack; d > bound {
+		t.Errorf("took %v to take a released Lease, want at most %v (leasecache.SyncWait %v + retry period %v + slack %v)", d, bound, leasecache.SyncWait, retryPeriod, schedulingSlack)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leasecache"
 )
 
 // LeaseFeed delivers the versions of an elector's Lease from a watch that
@@ -31,9 +32,7 @@ type LeaseSink interface {
 }
 
 // The elector's cache is the sink of its feed.
-func (c *leaseCache) Observe(lease *coordinationv1.Lease) { c.offer(lease) }
-func (c *leaseCache) ObserveDeleted()                     { c.observeDeleted() }
-func (c *leaseCache) Synced()                             { c.markSynced() }
+var _ LeaseSink = (*leasecache.Cache)(nil)
 
 // Observer follows a Lease that no elector of this process runs (another
 // pod's membership Lease), with the same time-bounded view of its holder as

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leasecache"
 )
 
 // errClaimLapsed is returned instead of renewing a claim that has run out.
@@ -32,7 +33,7 @@ var errNotExpired = errors.New("the lease holder has renewed within the lease du
 // writes passes through it, so the tracker learns the holder, the fencing
 // token and the start of every successful renewal without a second request.
 //
-// Reads come from a watch-backed cache (see leaseCache); writes carry the
+// Reads come from a watch-backed cache (see package leasecache); writes carry the
 // resourceVersion that was read.
 //
 // It also changes what client-go would otherwise do:
@@ -89,7 +90,7 @@ type observingLock struct {
 	// its own.
 	ownToken int64
 	// cache serves inner's reads, if the lock reads through one.
-	cache *leaseCache
+	cache *leasecache.Cache
 	// writing is held for the whole of every write, so that a round is never
 	// cut short while a write is on its way (see Elector.attemptNow), and
 	// so that a fenced annotation (Elector.Annotate) and a renewal are never
@@ -146,7 +147,7 @@ func (l *observingLock) observeRead(rec *resourcelock.LeaderElectionRecord) {
 		observe()
 		return
 	}
-	l.cache.whileServedCurrent(observe)
+	l.cache.WhileServedCurrent(observe)
 }
 
 func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
@@ -348,7 +349,7 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 				return err
 			}
 			if newTerm {
-				return l.write(sendOnce(ctx), ler, l.inner.Update)
+				return l.write(leasecache.SendOnce(ctx), ler, l.inner.Update)
 			}
 			return l.write(ctx, ler, l.inner.Update)
 		})

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leasecache"
 )
 
 var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
@@ -951,12 +952,9 @@ func TestElectorGuardedRelease(t *testing.T) {
 }
 
 // primeCache makes c hold lease as if its watch had delivered it.
-func primeCache(c *leaseCache, lease *coordinationv1.Lease) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.latest = lease.DeepCopy()
-	c.synced = true
-	c.waited = true
+func primeCache(c *leasecache.Cache, lease *coordinationv1.Lease) {
+	c.Observe(lease)
+	c.Synced()
 }
 
 // runElector runs e until the test ends. stop ends Run and returns its

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasecache"
 )
 
 // LeaseGroup is one watch over the Leases of a group, which share a label:
@@ -84,7 +85,7 @@ func (g *LeaseGroup) Run(ctx context.Context) {
 	defer g.stopObservers()
 
 	bySelector := func(opts *metav1.ListOptions) { opts.LabelSelector = g.selector.String() }
-	election.WatchLeases(ctx, g.watches, g.namespace, bySelector, "lease-group-watch", cache.ResourceEventHandlerFuncs{
+	leasecache.WatchLeases(ctx, g.watches, g.namespace, bySelector, "lease-group-watch", cache.ResourceEventHandlerFuncs{
 		AddFunc:    g.observe,
 		UpdateFunc: func(_, obj any) { g.observe(obj) },
 		DeleteFunc: g.observeDeleted,

@@ -1,4 +1,8 @@
-package election
+// Package leasecache keeps one Lease up to date from a watch, for an
+// elector (package election) whose reads of the Lease must cost the API
+// server nothing, and whose writes must never be based on a version older
+// than one it has seen.
+package leasecache
 
 import (
 	"context"
@@ -21,7 +25,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// leaseCache keeps the one Lease up to date from a watch, so that reading it
+// Cache keeps the one Lease up to date from a watch, so that reading it
 // costs the API server nothing: an idle candidate holds one watch open and
 // sends no requests at all.
 //
@@ -31,27 +35,28 @@ import (
 // object it was based on, so a stale cache can only make an update fail with
 // a conflict — never let two candidates both take the Lease. A conflict
 // refreshes the cache with a direct read.
-type leaseCache struct {
+type Cache struct {
 	namespace, name string
 	requests        kubernetes.Interface
 	watches         kubernetes.Interface
 	// onChange is called with every version of the Lease the watch delivers
 	// (nil when it is deleted), on the informer's goroutine.
 	onChange func(*coordinationv1.Lease)
-	// onKeep, if set, is called with every version the cache takes in,
-	// from the watch, a write or a direct read.
-	onKeep func(*coordinationv1.Lease)
-	// beforeWrite, if set, returns the object to send in place of every
-	// Lease this process creates or updates (annotateHolderAddress): the
-	// writes of client-go's LeaseLock and the release alike pass here.
-	beforeWrite func(*coordinationv1.Lease) *coordinationv1.Lease
+	// OnKeep, if set, is called with every version the cache takes in,
+	// from the watch, a write or a direct read. Set it before Run.
+	OnKeep func(*coordinationv1.Lease)
+	// BeforeWrite, if set, returns the object to send in place of every
+	// Lease this process creates or updates (the elector's holder address
+	// annotation): the writes of client-go's LeaseLock and the release
+	// alike pass here. Set it before Run.
+	BeforeWrite func(*coordinationv1.Lease) *coordinationv1.Lease
 
 	// syncedCh is closed once the watch has delivered the Lease's state.
 	syncedCh chan struct{}
 
 	// delivering is held while a version is taken into the cache and
 	// handed to onChange, and while a reader acts on the version it was
-	// served (see whileServedCurrent), so that onChange and readers see the
+	// served (see WhileServedCurrent), so that onChange and readers see the
 	// Lease's versions in order, never an older one after a newer.
 	delivering sync.Mutex
 
@@ -65,30 +70,34 @@ type leaseCache struct {
 	waited bool
 }
 
-// syncWait is how long the first read waits for the watch before it asks
+// SyncWait is how long the first read waits for the watch before it asks
 // the API server directly.
-const syncWait = time.Second
+const SyncWait = time.Second
 
-func newLeaseCache(namespace, name string, requests, watches kubernetes.Interface, onChange func(*coordinationv1.Lease)) *leaseCache {
-	return &leaseCache{namespace: namespace, name: name, requests: requests, watches: watches, onChange: onChange, syncedCh: make(chan struct{})}
+// New returns a cache of the Lease namespace/name: requests sends the reads
+// and writes, watches (no request timeout) the watch; onChange, if set, is
+// given every version the watch delivers (nil: deleted).
+func New(namespace, name string, requests, watches kubernetes.Interface, onChange func(*coordinationv1.Lease)) *Cache {
+	return &Cache{namespace: namespace, name: name, requests: requests, watches: watches, onChange: onChange, syncedCh: make(chan struct{})}
 }
 
-// run watches the Lease until ctx ends.
-func (c *leaseCache) run(ctx context.Context) {
+// Run watches the Lease until ctx ends. An elector fed by a group's watch
+// (election.LeaseFeed) does not run its cache: the group delivers to it.
+func (c *Cache) Run(ctx context.Context) {
 	byName := func(opts *metav1.ListOptions) {
 		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.name).String()
 	}
 	WatchLeases(ctx, c.watches, c.namespace, byName, "lease-watch", cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.observe(obj) },
 		UpdateFunc: func(_, obj any) { c.observe(obj) },
-		DeleteFunc: func(any) { c.observeDeleted() },
-	}, c.markSynced)
+		DeleteFunc: func(any) { c.ObserveDeleted() },
+	}, c.Synced)
 }
 
 // WatchLeases runs an informer on the Leases of namespace that
 // selectLeases picks (a field or label selector) until ctx ends, and calls
 // synced once it has delivered their state. watches must have no request
-// timeout (see NewClientsets).
+// timeout (see election.NewClientsets).
 func WatchLeases(ctx context.Context, watches kubernetes.Interface, namespace string, selectLeases func(*metav1.ListOptions), name string, handler cache.ResourceEventHandler, synced func()) {
 	leases := watches.CoordinationV1().Leases(namespace)
 	lw := &cache.ListWatch{
@@ -116,17 +125,17 @@ func WatchLeases(ctx context.Context, watches kubernetes.Interface, namespace st
 	informer.RunWithContext(ctx)
 }
 
-// missing reports whether the watch has delivered the Lease's state and
+// Missing reports whether the watch has delivered the Lease's state and
 // the Lease does not exist.
-func (c *leaseCache) missing() bool {
+func (c *Cache) Missing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.synced && c.latest == nil
 }
 
-// markSynced records that the watch has delivered the Lease's state (or
+// Synced records that the watch has delivered the Lease's state (or
 // that the Lease does not exist).
-func (c *leaseCache) markSynced() {
+func (c *Cache) Synced() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.synced {
@@ -135,17 +144,17 @@ func (c *leaseCache) markSynced() {
 	}
 }
 
-func (c *leaseCache) observe(obj any) {
+func (c *Cache) observe(obj any) {
 	lease, ok := obj.(*coordinationv1.Lease)
 	if !ok {
 		return
 	}
-	c.offer(lease)
+	c.Observe(lease)
 }
 
-// offer takes lease into the cache if it is newer than what the cache holds
-// and hands it to onChange.
-func (c *leaseCache) offer(lease *coordinationv1.Lease) {
+// Observe takes lease into the cache if it is newer than what the cache
+// holds and hands it to onChange.
+func (c *Cache) Observe(lease *coordinationv1.Lease) {
 	c.delivering.Lock()
 	defer c.delivering.Unlock()
 	if c.remember(lease) && c.onChange != nil {
@@ -153,7 +162,8 @@ func (c *leaseCache) offer(lease *coordinationv1.Lease) {
 	}
 }
 
-func (c *leaseCache) observeDeleted() {
+// ObserveDeleted records that the Lease was deleted and tells onChange.
+func (c *Cache) ObserveDeleted() {
 	c.delivering.Lock()
 	defer c.delivering.Unlock()
 	c.mu.Lock()
@@ -165,11 +175,11 @@ func (c *leaseCache) observeDeleted() {
 	}
 }
 
-// whileServedCurrent runs f unless a newer version of the Lease (or its
+// WhileServedCurrent runs f unless a newer version of the Lease (or its
 // deletion) has reached the cache since the last reader was served: a
 // reader that acts on what it read must not undo what onChange has already
 // been told. No version is delivered while f runs.
-func (c *leaseCache) whileServedCurrent(f func()) {
+func (c *Cache) WhileServedCurrent(f func()) {
 	c.delivering.Lock()
 	defer c.delivering.Unlock()
 	c.mu.Lock()
@@ -183,7 +193,7 @@ func (c *leaseCache) whileServedCurrent(f func()) {
 // remember keeps lease if it is newer than what the cache holds, and
 // reports whether it did. Our own writes and the watch both feed the cache,
 // and the watch may deliver an older version after our write has returned.
-func (c *leaseCache) remember(lease *coordinationv1.Lease) bool {
+func (c *Cache) remember(lease *coordinationv1.Lease) bool {
 	c.mu.Lock()
 	if c.latest != nil && !newer(lease.ResourceVersion, c.latest.ResourceVersion) {
 		c.mu.Unlock()
@@ -191,13 +201,13 @@ func (c *leaseCache) remember(lease *coordinationv1.Lease) bool {
 	}
 	c.keepLocked(lease)
 	c.mu.Unlock()
-	if c.onKeep != nil {
-		c.onKeep(lease)
+	if c.OnKeep != nil {
+		c.OnKeep(lease)
 	}
 	return true
 }
 
-func (c *leaseCache) keepLocked(lease *coordinationv1.Lease) {
+func (c *Cache) keepLocked(lease *coordinationv1.Lease) {
 	c.latest = lease.DeepCopy()
 	c.servedCurrent = false
 }
@@ -223,16 +233,16 @@ func wentBack(before, now string) bool {
 	return errA == nil && errB == nil && b < a
 }
 
-// get returns a copy of the cached Lease. The first read waits briefly for
+// Get returns a copy of the cached Lease. The first read waits briefly for
 // the watch to sync; while it has not — for good when the watch is not
 // allowed — reads go to the API server, as with plain client-go.
-func (c *leaseCache) get(ctx context.Context) (*coordinationv1.Lease, error) {
+func (c *Cache) Get(ctx context.Context) (*coordinationv1.Lease, error) {
 	c.mu.Lock()
 	wait := !c.synced && !c.waited
 	c.waited = true
 	c.mu.Unlock()
 	if wait {
-		timer := time.NewTimer(syncWait)
+		timer := time.NewTimer(SyncWait)
 		select {
 		case <-c.syncedCh:
 		case <-timer.C:
@@ -254,7 +264,7 @@ func (c *leaseCache) get(ctx context.Context) (*coordinationv1.Lease, error) {
 
 // serve returns a copy of lease for a reader, noting whether it is the
 // cache's latest version.
-func (c *leaseCache) serve(lease *coordinationv1.Lease) *coordinationv1.Lease {
+func (c *Cache) serve(lease *coordinationv1.Lease) *coordinationv1.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.servedCurrent = c.latest == lease
@@ -266,12 +276,12 @@ func (c *leaseCache) serve(lease *coordinationv1.Lease) *coordinationv1.Lease {
 // before a write, answered after the watch delivered that write); returning
 // it as is would show readers a Lease older than one they have already
 // seen, and a fencing token going back.
-func (c *leaseCache) refresh(ctx context.Context) (*coordinationv1.Lease, error) {
+func (c *Cache) refresh(ctx context.Context) (*coordinationv1.Lease, error) {
 	lease, err := c.requests.CoordinationV1().Leases(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	c.offer(lease)
+	c.Observe(lease)
 	c.mu.Lock()
 	latest := c.latest
 	c.mu.Unlock()
@@ -286,8 +296,21 @@ func (c *leaseCache) refresh(ctx context.Context) (*coordinationv1.Lease, error)
 	return c.serve(latest), nil
 }
 
+// Annotation returns the annotation key of the newest version of the Lease
+// the cache holds (from the watch or this process's writes), without a
+// request.
+func (c *Cache) Annotation(key string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.latest == nil {
+		return "", false
+	}
+	v, ok := c.latest.Annotations[key]
+	return v, ok
+}
+
 // Leases implements coordinationv1client.LeasesGetter for LeaseLock.
-func (c *leaseCache) Leases(namespace string) coordinationv1client.LeaseInterface {
+func (c *Cache) Leases(namespace string) coordinationv1client.LeaseInterface {
 	return cachedLeases{LeaseInterface: c.requests.CoordinationV1().Leases(namespace), cache: c}
 }
 
@@ -295,19 +318,19 @@ func (c *leaseCache) Leases(namespace string) coordinationv1client.LeaseInterfac
 // server.
 type cachedLeases struct {
 	coordinationv1client.LeaseInterface
-	cache *leaseCache
+	cache *Cache
 }
 
 func (l cachedLeases) Get(ctx context.Context, name string, _ metav1.GetOptions) (*coordinationv1.Lease, error) {
 	if name != l.cache.name {
 		return nil, fmt.Errorf("lease cache holds %s, not %s", l.cache.name, name)
 	}
-	return l.cache.get(ctx)
+	return l.cache.Get(ctx)
 }
 
 func (l cachedLeases) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
-	if l.cache.beforeWrite != nil {
-		lease = l.cache.beforeWrite(lease)
+	if l.cache.BeforeWrite != nil {
+		lease = l.cache.BeforeWrite(lease)
 	}
 	created, err := l.LeaseInterface.Create(ctx, lease, opts)
 	l.afterWrite(ctx, created, err)
@@ -320,12 +343,12 @@ func (l cachedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o
 	if lease.ResourceVersion == "" {
 		return nil, fmt.Errorf("refusing to update lease %s/%s without a resourceVersion", lease.Namespace, lease.Name)
 	}
-	if l.cache.beforeWrite != nil {
-		lease = l.cache.beforeWrite(lease)
+	if l.cache.BeforeWrite != nil {
+		lease = l.cache.BeforeWrite(lease)
 	}
 	var updated *coordinationv1.Lease
 	var err error
-	if sentOnce(ctx) {
+	if SentOnce(ctx) {
 		updated, err = l.cache.updateOnce(ctx, lease, opts)
 	} else {
 		updated, err = l.LeaseInterface.Update(ctx, lease, opts)
@@ -350,12 +373,14 @@ type sendOnceKey struct{}
 // second in its queue, and a second later the Lease has been taken, so every
 // retry is refused again as a conflict — 200 more writes on a loaded API
 // server, and handovers of one to six seconds (docs/performance.md). The
-// elector decides itself when to try again (observingLock.refusedTakeover).
-func sendOnce(ctx context.Context) context.Context {
+// elector decides itself when to try again (package election,
+// observingLock.refusedTakeover).
+func SendOnce(ctx context.Context) context.Context {
 	return context.WithValue(ctx, sendOnceKey{}, true)
 }
 
-func sentOnce(ctx context.Context) bool {
+// SentOnce reports whether ctx was marked by SendOnce.
+func SentOnce(ctx context.Context) bool {
 	once, _ := ctx.Value(sendOnceKey{}).(bool)
 	return once
 }
@@ -364,7 +389,7 @@ func sentOnce(ctx context.Context) bool {
 // retries. The typed client has no option for that; its REST client's
 // requests do (MaxRetries). A clientset without a REST client (client-go's
 // fake, in unit tests) gets the typed update.
-func (c *leaseCache) updateOnce(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+func (c *Cache) updateOnce(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
 	rc, ok := c.requests.CoordinationV1().RESTClient().(*rest.RESTClient)
 	if !ok || rc == nil {
 		return c.requests.CoordinationV1().Leases(lease.Namespace).Update(ctx, lease, opts)
@@ -403,14 +428,14 @@ func (l cachedLeases) afterWrite(ctx context.Context, written *coordinationv1.Le
 // the direct read is then the truth, and the cache takes it although it
 // looks older — otherwise every write would be based on a version the
 // server no longer has, and fail, for as long as the process runs.
-func (c *leaseCache) refreshAfterConflict(ctx context.Context, basedOn string) {
+func (c *Cache) refreshAfterConflict(ctx context.Context, basedOn string) {
 	lease, err := c.requests.CoordinationV1().Leases(c.namespace).Get(ctx, c.name, metav1.GetOptions{})
 	if err != nil {
 		klog.FromContext(ctx).V(4).Info("Could not refresh the lease after a conflict", "err", err)
 		return
 	}
 	if !wentBack(basedOn, lease.ResourceVersion) {
-		c.offer(lease)
+		c.Observe(lease)
 		return
 	}
 	klog.FromContext(ctx).Info("The API server's resourceVersions went back (etcd restored?); taking its Lease as current", "lease", klog.KObj(lease), "resourceVersion", lease.ResourceVersion, "cached", basedOn)
@@ -419,8 +444,8 @@ func (c *leaseCache) refreshAfterConflict(ctx context.Context, basedOn string) {
 	c.mu.Lock()
 	c.keepLocked(lease)
 	c.mu.Unlock()
-	if c.onKeep != nil {
-		c.onKeep(lease)
+	if c.OnKeep != nil {
+		c.OnKeep(lease)
 	}
 	if c.onChange != nil {
 		c.onChange(lease)

@@ -1,4 +1,4 @@
-package election
+package leasecache
 
 import (
 	"context"
@@ -16,6 +16,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+)
+
+const (
+	testNamespace = "default"
+	testName      = "my-app"
 )
 
 // listWatchFake is a fake clientset that serves list and watch but refuses
@@ -44,16 +49,16 @@ func testLease(holder string, transitions int32) *coordinationv1.Lease {
 }
 
 // startCache runs a cache until the test ends and waits for it to sync.
-func startCache(t *testing.T, requests, watches *fake.Clientset) (*leaseCache, *changes) {
+func startCache(t *testing.T, requests, watches *fake.Clientset) (*Cache, *changes) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	seen := &changes{}
-	c := newLeaseCache(testNamespace, testName, requests, watches, seen.add)
+	c := New(testNamespace, testName, requests, watches, seen.add)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.run(ctx)
+		c.Run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -128,7 +133,7 @@ func TestCacheFollowsTheWatch(t *testing.T) {
 		}
 	}
 	waitSeen(2)
-	l, err := c.get(context.Background())
+	l, err := c.Get(context.Background())
 	if err != nil || *l.Spec.HolderIdentity != "pod-b" {
 		t.Fatalf("after the watch event: %v %v", l, err)
 	}
@@ -136,13 +141,13 @@ func TestCacheFollowsTheWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSeen(3)
-	if _, err := c.get(context.Background()); !apierrors.IsNotFound(err) {
+	if _, err := c.Get(context.Background()); !apierrors.IsNotFound(err) {
 		t.Errorf("after deletion: %v, want NotFound", err)
 	}
 }
 
 func TestCacheKeepsTheNewestVersion(t *testing.T) {
-	c := newLeaseCache(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), nil)
+	c := New(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), nil)
 	v := func(rv string) *coordinationv1.Lease {
 		l := testLease("pod-a", 1)
 		l.ResourceVersion = rv
@@ -171,10 +176,10 @@ func TestCacheReadsFromTheServerUntilSynced(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := newLeaseCache(testNamespace, testName, requests, watches, nil)
-	go c.run(ctx)
+	c := New(testNamespace, testName, requests, watches, nil)
+	go c.Run(ctx)
 	for range 3 {
-		l, err := c.get(ctx)
+		l, err := c.Get(ctx)
 		if err != nil || *l.Spec.HolderIdentity != "pod-a" {
 			t.Fatalf("get: %v %v", l, err)
 		}
@@ -192,7 +197,7 @@ func TestCacheReadsFromTheServerUntilSynced(t *testing.T) {
 
 func TestCachedUpdates(t *testing.T) {
 	requests := fake.NewClientset(testLease("pod-a", 2))
-	c := newLeaseCache(testNamespace, testName, requests, fake.NewClientset(), nil)
+	c := New(testNamespace, testName, requests, fake.NewClientset(), nil)
 	leases := c.Leases(testNamespace)
 
 	noVersion := testLease("me", 3)
@@ -223,7 +228,7 @@ func TestCacheReadNeverGoesBack(t *testing.T) {
 	old := testLease("pod-a", 17)
 	old.ResourceVersion = "100"
 	requests := fake.NewClientset(old)
-	c := newLeaseCache(testNamespace, testName, requests, fake.NewClientset(), nil)
+	c := New(testNamespace, testName, requests, fake.NewClientset(), nil)
 	newer := testLease("pod-b", 18)
 	newer.ResourceVersion = "101"
 	c.remember(newer) // the watch got there first
@@ -248,30 +253,30 @@ func TestReaderActsOnlyOnTheCurrentVersion(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		after func(c *leaseCache)
+		after func(c *Cache)
 		acts  bool
 	}{
-		{"nothing newer", func(*leaseCache) {}, true},
-		{"an older version offered", func(c *leaseCache) { c.offer(version("9", 1)) }, true},
-		{"a newer version delivered", func(c *leaseCache) { c.offer(version("11", 2)) }, false},
-		{"deleted", func(c *leaseCache) { c.observeDeleted() }, false},
+		{"nothing newer", func(*Cache) {}, true},
+		{"an older version offered", func(c *Cache) { c.Observe(version("9", 1)) }, true},
+		{"a newer version delivered", func(c *Cache) { c.Observe(version("11", 2)) }, false},
+		{"deleted", func(c *Cache) { c.ObserveDeleted() }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var delivered []string
-			c := newLeaseCache(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), func(l *coordinationv1.Lease) {
+			c := New(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), func(l *coordinationv1.Lease) {
 				if l != nil {
 					delivered = append(delivered, l.ResourceVersion)
 				}
 			})
-			c.offer(version("10", 1))
-			c.markSynced()
-			served, err := c.get(context.Background())
+			c.Observe(version("10", 1))
+			c.Synced()
+			served, err := c.Get(context.Background())
 			if err != nil || served.ResourceVersion != "10" {
 				t.Fatalf("get = %v, %v; want version 10", served, err)
 			}
 			tc.after(c)
 			acted := false
-			c.whileServedCurrent(func() { acted = true })
+			c.WhileServedCurrent(func() { acted = true })
 			if acted != tc.acts {
 				t.Errorf("acted on the version served = %v, want %v (delivered %v)", acted, tc.acts, delivered)
 			}
@@ -296,7 +301,7 @@ func TestCacheAfterResourceVersionsGoBack(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	c := newLeaseCache(testNamespace, testName, requests, requests, nil)
+	c := New(testNamespace, testName, requests, requests, nil)
 	// What the cache held before the restore.
 	before := testLease("pod-b", 9)
 	before.ResourceVersion = "100"
