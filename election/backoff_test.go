@@ -16,84 +16,13 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/leader-elector/leader-elector/internal/racebackoff"
 	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // half is the back-off's random draw in these tests: the middle of the
 // window.
 func half() float64 { return 0.5 }
-
-// TestRaceBackoffPolicy: no wait before a lost race; after k losses in a
-// row a draw from a window of 25 ms × 2^(k-1), at most half a retry
-// period; a win, or a long quiet time, starts over.
-func TestRaceBackoffPolicy(t *testing.T) {
-	clk := newTestClock()
-	b := newRaceBackoff(clk, 2*time.Second, 15*time.Second)
-	b.random = half
-	if w := b.wait(); w != 0 {
-		t.Fatalf("wait before any loss = %v, want 0 (a small group's followers try at once)", w)
-	}
-	for k, want := range []time.Duration{
-		12500 * time.Microsecond, // window 25 ms
-		25 * time.Millisecond,    // 50 ms
-		50 * time.Millisecond,    // 100 ms
-		100 * time.Millisecond,   // 200 ms
-		200 * time.Millisecond,   // 400 ms
-		400 * time.Millisecond,   // 800 ms
-		500 * time.Millisecond,   // 1.6 s, capped at 1 s
-		500 * time.Millisecond,
-	} {
-		b.lost()
-		if got := b.wait(); got != want {
-			t.Errorf("after %d losses: wait = %v, want %v", k+1, got, want)
-		}
-	}
-	// Many more losses: the window stays at the cap (no overflow).
-	b.random = func() float64 { return 0.999999 }
-	for range 200 {
-		b.lost()
-	}
-	if got, limit := b.wait(), time.Second; got >= limit || got < 999*time.Millisecond {
-		t.Errorf("after 208 losses: wait = %v, want just under %v", got, limit)
-	}
-
-	b.won()
-	if got := b.wait(); got != 0 || b.lostInARow() != 0 {
-		t.Errorf("after a win: wait = %v, losses = %d; want 0, 0", got, b.lostInARow())
-	}
-
-	// A long quiet time forgets the losses: 20 lease durations.
-	b.random = half
-	b.lost()
-	b.lost()
-	clk.Step(300*time.Second - time.Nanosecond)
-	if got := b.wait(); got != 25*time.Millisecond {
-		t.Errorf("just before the losses are forgotten: wait = %v, want 25ms", got)
-	}
-	clk.Step(time.Nanosecond)
-	if got := b.wait(); got != 0 || b.lostInARow() != 0 {
-		t.Errorf("after 5 quiet minutes: wait = %v, losses = %d; want 0, 0", got, b.lostInARow())
-	}
-	b.lost()
-	if got := b.wait(); got != 12500*time.Microsecond {
-		t.Errorf("first loss after forgetting: wait = %v, want 12.5ms (the first window again)", got)
-	}
-
-	// Short timings: the first window is never above the cap.
-	short := newRaceBackoff(clk, 20*time.Millisecond, time.Second)
-	short.random = half
-	short.lost()
-	if got := short.wait(); got != 5*time.Millisecond {
-		t.Errorf("retry period 20ms, one loss: wait = %v, want 5ms (half of the 10 ms cap)", got)
-	}
-
-	var none *raceBackoff
-	none.lost()
-	none.won()
-	if none.wait() != 0 {
-		t.Error("a nil back-off waits")
-	}
-}
 
 // leaseVersion is the test Lease naming holder at resourceVersion rv,
 // renewed at renew.
@@ -145,7 +74,7 @@ func newBackoffElector(t *testing.T, campaign Campaign, objs ...runtime.Object) 
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(e.tracker.stop)
-	e.backoff.random = half
+	e.backoff.Random = half
 	e.cache.Synced()
 	return e, clk, client
 }
@@ -281,7 +210,7 @@ func TestElectorCountsLostRaces(t *testing.T) {
 				countRounds(e)
 			}
 			tc.steps(e, clk)
-			if got := e.backoff.lostInARow(); got != tc.want {
+			if got := e.backoff.LostInARow(); got != tc.want {
 				t.Errorf("races lost = %d, want %d", got, tc.want)
 			}
 		})
@@ -343,13 +272,13 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 func TestLockWinResetsBackoff(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	l := newTestLock(t, []string{"get", "update"}, newLease("", 3, t0))
-	l.backoff = newRaceBackoff(l.clock, 2*time.Second, 15*time.Second)
-	l.backoff.lost()
+	l.backoff = racebackoff.New(l.clock, 2*time.Second, 15*time.Second)
+	l.backoff.Lost()
 	getOrFail(t, ctx, l)
 	if err := l.Update(ctx, ownRecord(4, l.clock.Now())); err != nil {
 		t.Fatalf("Update: %v", err)
 	}
-	if n := l.backoff.lostInARow(); n != 0 {
+	if n := l.backoff.LostInARow(); n != 0 {
 		t.Errorf("races lost after a win = %d, want 0", n)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/leader-elector/leader-elector/internal/racebackoff"
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leasecache"
 	"github.com/leader-elector/leader-elector/serverclock"
@@ -222,7 +223,7 @@ type Elector struct {
 	log      *transitionLog
 	// backoff spaces out this candidate's takeover attempts after races
 	// it lost (a large group's thundering herd).
-	backoff *raceBackoff
+	backoff *racebackoff.Backoff
 	// writing is held by the lock for the whole of every Lease write.
 	writing sync.Mutex
 	healthz *leaderelection.HealthzAdaptor
@@ -282,7 +283,7 @@ func New(cfg Config) (*Elector, error) {
 		metrics:  newMetrics(t),
 		healthz:  leaderelection.NewLeaderHealthzAdaptor(healthzGrace),
 		campaign: newCampaign(cfg.Campaign),
-		backoff:  newRaceBackoff(clk, cfg.RetryPeriod, cfg.LeaseDuration),
+		backoff:  racebackoff.New(clk, cfg.RetryPeriod, cfg.LeaseDuration),
 	}
 	watches := cfg.WatchClient
 	if watches == nil {
@@ -458,20 +459,20 @@ func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
 		e.tracker.observeRead(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)))
 	}
 	if wasTakeable && lease != nil && ptr.Deref(lease.Spec.HolderIdentity, "") != "" && e.tracker.contended() {
-		e.backoff.lost()
+		e.backoff.Lost()
 	}
 	e.scheduleAttempt()
 }
 
 // scheduleAttempt arms the attempt timer for the next moment this candidate
-// may take the Lease, after its back-off if it has lost races (raceBackoff;
+// may take the Lease, after its back-off if it has lost races (racebackoff.Backoff;
 // until then the lock shows the Lease to client-go as held). client-go's
 // elector only tries every retry period; starting a new round makes it try
 // at once.
 func (e *Elector) scheduleAttempt() {
 	at, ok := e.tracker.nextAttempt()
-	at = at.Add(e.backoff.wait())
-	if until := e.backoff.throttledUntil(); at.Before(until) {
+	at = at.Add(e.backoff.Wait())
+	if until := e.backoff.ThrottledUntil(); at.Before(until) {
 		at = until
 	}
 	e.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/leader-elector/leader-elector/internal/racebackoff"
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leasecache"
 )
@@ -79,7 +80,7 @@ type observingLock struct {
 	// backoff, if set, delays this candidate's takeovers after races it
 	// lost: until its wait has passed, a Lease that may be taken is shown
 	// to client-go as held (see Get).
-	backoff *raceBackoff
+	backoff *racebackoff.Backoff
 	// ownLease: the Lease is named after this candidate and nobody else
 	// contends it (a partition membership Lease), so a missing Lease is
 	// created already held.
@@ -129,7 +130,7 @@ const previousIncarnationSuffix = " (previous incarnation)"
 const notAdmittedHolder = "(not admitted by the gate)"
 
 // backingOffHolder is the holder client-go is shown while this candidate
-// waits out its back-off after a lost race (raceBackoff) on a Lease that
+// waits out its back-off after a lost race (racebackoff.Backoff) on a Lease that
 // may be taken.
 const backingOffHolder = "(backing off after a lost race)"
 
@@ -192,13 +193,13 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 }
 
 // backingOff reports whether this candidate is still waiting out its
-// back-off (raceBackoff) before it tries a Lease that may be taken; the
+// back-off (racebackoff.Backoff) before it tries a Lease that may be taken; the
 // elector's attempt timer starts a new round when the wait ends.
 func (l *observingLock) backingOff() bool {
-	if l.tracker.clock.Now().Before(l.backoff.throttledUntil()) {
+	if l.tracker.clock.Now().Before(l.backoff.ThrottledUntil()) {
 		return true
 	}
-	wait := l.backoff.wait()
+	wait := l.backoff.Wait()
 	if wait == 0 {
 		return false
 	}
@@ -387,7 +388,7 @@ func lostRace(err error) error {
 // this candidate decides itself when to try again. A 429 is a race lost,
 // like a conflict, and one that says the group is large: the next race's
 // delay is drawn from the largest window at once
-// (raceBackoff.lostOverloaded), so that it is not a herd again. It is
+// (racebackoff.Backoff.LostOverloaded), so that it is not a herd again. It is
 // counted even if the watch showed the winner first and that version
 // counted the loss: the 429 is news. A 5xx is not counted: it says nothing
 // about other candidates, and counting it would slow the takeover after an
@@ -401,9 +402,9 @@ func (l *observingLock) refusedTakeover(err error) {
 		return
 	}
 	if apierrors.IsTooManyRequests(err) {
-		l.backoff.lostOverloaded()
+		l.backoff.LostOverloaded()
 	}
-	l.backoff.throttled(time.Duration(seconds) * time.Second)
+	l.backoff.Throttled(time.Duration(seconds) * time.Second)
 	if l.onThrottled != nil {
 		l.onThrottled()
 	}
@@ -436,7 +437,7 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	if ler.HolderIdentity == l.inner.Identity() {
 		l.ownToken = int64(ler.LeaderTransitions)
 		l.tracker.observeWrite(start, recordOf(&ler))
-		l.backoff.won()
+		l.backoff.Won()
 	}
 	return nil
 }

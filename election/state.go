@@ -446,7 +446,7 @@ func (t *tracker) contendedLocked(now time.Time) bool {
 // takeable reports whether this candidate, as it last observed the Lease,
 // would take it now or once its back-off ends: it has seen the Lease, does
 // not hold it, claims, and no live holder (known or unknown) has it. A
-// takeable Lease then seen held by another is a race lost (raceBackoff).
+// takeable Lease then seen held by another is a race lost (racebackoff.Backoff).
 func (t *tracker) takeable() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -480,7 +480,7 @@ func (t *tracker) holdingLease() bool {
 // nextAttempt returns when this candidate may next try to take the Lease:
 // when it was seen released if no one holds it (that is, at once), at the
 // moment the holder's lease runs out otherwise. The moment stays the same
-// while the Lease does, so that a back-off added to it (raceBackoff) is not
+// while the Lease does, so that a back-off added to it (racebackoff.Backoff) is not
 // pushed back by every look at the Lease. ok is false while this pod holds the Lease, is not
 // claiming, or has not seen the Lease yet.
 func (t *tracker) nextAttempt() (at time.Time, ok bool) {

@@ -36,60 +36,6 @@ func unavailable(retryAfterSeconds int32) error {
 	}}
 }
 
-// TestRaceBackoffThrottled: after a refusal with a Retry-After, no
-// takeover before the Retry-After (at most half a retry period) plus the
-// candidate's drawn delay; a 429 draws from the largest window until a win
-// or a long quiet time.
-func TestRaceBackoffThrottled(t *testing.T) {
-	clk := newTestClock()
-	b := newRaceBackoff(clk, 2*time.Second, 15*time.Second)
-	b.random = half
-	if got := b.throttledUntil(); !got.IsZero() {
-		t.Fatalf("throttled until %v before any refusal, want never", got)
-	}
-	b.throttled(time.Second)
-	if got, want := b.throttledUntil(), t0.Add(time.Second); !got.Equal(want) {
-		t.Errorf("no race lost: throttled until %v, want %v (the Retry-After alone)", got, want)
-	}
-	b.lost()
-	b.throttled(time.Second)
-	if got, want := b.throttledUntil(), t0.Add(time.Second+12500*time.Microsecond); !got.Equal(want) {
-		t.Errorf("one race lost: throttled until %v, want %v (Retry-After plus the drawn delay)", got, want)
-	}
-	b.throttled(time.Hour)
-	if got, want := b.throttledUntil(), t0.Add(time.Second+12500*time.Microsecond); !got.Equal(want) {
-		t.Errorf("Retry-After of an hour: throttled until %v, want %v (capped at half a retry period)", got, want)
-	}
-	// A 429: the largest window at once (500 ms drawn from 1 s), and it
-	// stays so for the races after, until a win.
-	b.lostOverloaded()
-	if w := b.wait(); w != 500*time.Millisecond {
-		t.Errorf("after a 429: wait %v, want 500ms (half of the largest window)", w)
-	}
-	b.lost()
-	if w := b.wait(); w != 500*time.Millisecond {
-		t.Errorf("a conflict after a 429: wait %v, want 500ms (still the largest window)", w)
-	}
-	b.won()
-	b.lost()
-	if w := b.wait(); w != 12500*time.Microsecond {
-		t.Errorf("a conflict after a win: wait %v, want 12.5ms (the first window again)", w)
-	}
-	clk.Step(20 * 15 * time.Second)
-	b.lostOverloaded()
-	clk.Step(20 * 15 * time.Second)
-	b.lost()
-	if w := b.wait(); w != 12500*time.Microsecond {
-		t.Errorf("a conflict long after a 429: wait %v, want 12.5ms (forgotten)", w)
-	}
-	var none *raceBackoff
-	none.lostOverloaded()
-	none.throttled(time.Second)
-	if got := none.throttledUntil(); !got.IsZero() {
-		t.Errorf("no back-off: throttled until %v, want never", got)
-	}
-}
-
 // TestElectorRefusedTakeover: a takeover write refused with a Retry-After
 // is not tried again before it has passed, plus the drawn delay (client-go
 // is shown the Lease as held), and a round is started then; a 429 is a race
@@ -134,10 +80,10 @@ func TestElectorRefusedTakeover(t *testing.T) {
 			if err := e.lock.Update(ctx, ownRecord(5, clk.Now())); !errors.Is(err, tc.err) && err.Error() != tc.err.Error() {
 				t.Fatalf("Update = %v, want %v", err, tc.err)
 			}
-			if got := e.backoff.lostInARow(); got != tc.wantLost {
+			if got := e.backoff.LostInARow(); got != tc.wantLost {
 				t.Errorf("races lost = %d, want %d", got, tc.wantLost)
 			}
-			until := e.backoff.throttledUntil()
+			until := e.backoff.ThrottledUntil()
 			if tc.wantUntil == 0 {
 				if !until.IsZero() {
 					t.Errorf("throttled until %v, want no wait", until)

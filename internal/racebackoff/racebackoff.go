@@ -1,4 +1,7 @@
-package election
+// Package racebackoff spaces out an elector's takeover attempts after the
+// races for a Lease it lost, so that a large group of candidates is not a
+// thundering herd at every change of leader (package election).
+package racebackoff
 
 import (
 	"math/rand/v2"
@@ -8,7 +11,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// raceBackoff decides how long this candidate waits, once the Lease may be
+// Backoff decides how long a candidate waits, once the Lease may be
 // taken (released, or its holder's lease ran out), before it tries.
 //
 // Every follower learns of a release from its watch at the same moment, and
@@ -36,22 +39,22 @@ import (
 //
 // It only moves WHEN a takeover is tried: every write stays conditional on
 // the Lease's resourceVersion and no expiry check is skipped. The delay is
-// at most raceBackoffMax(retryPeriod), half a retry period, so the bound on
+// at most Max(retryPeriod), half a retry period, so the bound on
 // a crash takeover (lease duration + 2.2 retry periods, client-go's own
 // retry) still holds even for a candidate that tries last — unless the API
-// server refuses takeovers with 429 (see throttled), when no bound of ours
+// server refuses takeovers with 429 (see Throttled), when no bound of ours
 // holds anyway.
 //
 // Hand-written: client-go's wait.Backoff steps a fixed sequence and has no
 // notion of forgetting after a quiet time, and the delay must be drawn once
 // per race (kept until the next loss), not per call.
-type raceBackoff struct {
+type Backoff struct {
 	clock clock.PassiveClock
 	// base is the window after the first loss; max is the largest window;
 	// forget is how long without a lost race resets the count.
 	base, max, forget time.Duration
-	// random returns a number in [0, 1); tests make it deterministic.
-	random func() float64
+	// Random returns a number in [0, 1); tests make it deterministic.
+	Random func() float64
 
 	mu sync.Mutex
 	// losses counts the races lost in a row; lastLoss is when the last
@@ -64,7 +67,7 @@ type raceBackoff struct {
 	// delay is the wait drawn at the last loss, for the next race.
 	delay time.Duration
 	// notBefore is when the API server, answering a takeover with a
-	// Retry-After, allows the next one (see throttled).
+	// Retry-After, allows the next one (see Throttled).
 	notBefore time.Time
 }
 
@@ -81,27 +84,29 @@ const raceBackoffBase = 25 * time.Millisecond
 // back to immediate attempts within minutes (5 at the default timings).
 const raceBackoffForgetLeases = 20
 
-// raceBackoffMax is the largest window: half a retry period.
-func raceBackoffMax(retryPeriod time.Duration) time.Duration { return retryPeriod / 2 }
+// Max is the largest window: half a retry period.
+func Max(retryPeriod time.Duration) time.Duration { return retryPeriod / 2 }
 
-func newRaceBackoff(clk clock.PassiveClock, retryPeriod, leaseDuration time.Duration) *raceBackoff {
-	maxWindow := raceBackoffMax(retryPeriod)
-	return &raceBackoff{
+// New returns the back-off of a candidate with these timings; clk
+// measures the quiet time after which lost races are forgotten.
+func New(clk clock.PassiveClock, retryPeriod, leaseDuration time.Duration) *Backoff {
+	maxWindow := Max(retryPeriod)
+	return &Backoff{
 		clock:  clk,
 		base:   min(raceBackoffBase, maxWindow),
 		max:    maxWindow,
 		forget: raceBackoffForgetLeases * leaseDuration,
-		random: rand.Float64,
+		Random: rand.Float64,
 	}
 }
 
-// lost records a race lost: the Lease was ready to be taken by this
+// Lost records a race lost: the Lease was ready to be taken by this
 // candidate and another took it. It draws the wait for the next race.
-func (b *raceBackoff) lost() { b.recordLoss(false) }
+func (b *Backoff) Lost() { b.recordLoss(false) }
 
 // recordLoss counts a race lost (overloaded: to a 429, see lostOverloaded)
 // and draws the wait for the next race.
-func (b *raceBackoff) recordLoss(overloaded bool) {
+func (b *Backoff) recordLoss(overloaded bool) {
 	if b == nil {
 		return
 	}
@@ -114,13 +119,13 @@ func (b *raceBackoff) recordLoss(overloaded bool) {
 	b.losses++
 	b.lastLoss = now
 	b.overloaded = b.overloaded || overloaded
-	b.delay = time.Duration(b.random() * float64(b.windowLocked()))
+	b.delay = time.Duration(b.Random() * float64(b.windowLocked()))
 }
 
 // windowLocked is the window of the next race's delay: the base doubled for
 // each race lost in a row after the first, at most max; max at once after
-// a refusal for overload (see lostOverloaded).
-func (b *raceBackoff) windowLocked() time.Duration {
+// a refusal for overload (see LostOverloaded).
+func (b *Backoff) windowLocked() time.Duration {
 	if b.overloaded {
 		return b.max
 	}
@@ -131,7 +136,7 @@ func (b *raceBackoff) windowLocked() time.Duration {
 	return min(window, b.max)
 }
 
-// lostOverloaded records a race lost because the API server refused this
+// LostOverloaded records a race lost because the API server refused this
 // candidate's takeover with 429 Too Many Requests: the race's writers were
 // enough to overload it, so the group is large, and the next race is drawn
 // from the largest window at once instead of doubling towards it. Doubling
@@ -140,11 +145,11 @@ func (b *raceBackoff) windowLocked() time.Duration {
 // makes the winner's write slow to show, and everyone's delay runs out
 // before it does. Only a 429 says so: a conflict (409) is what a group of
 // two also sees.
-func (b *raceBackoff) lostOverloaded() { b.recordLoss(true) }
+func (b *Backoff) LostOverloaded() { b.recordLoss(true) }
 
-// won records that this candidate holds the Lease: its next race, if any,
+// Won records that this candidate holds the Lease: its next race, if any,
 // is tried at once.
-func (b *raceBackoff) won() {
+func (b *Backoff) Won() {
 	if b == nil {
 		return
 	}
@@ -154,7 +159,7 @@ func (b *raceBackoff) won() {
 	b.delay = 0
 }
 
-// throttled records that the API server refused a takeover write and asked
+// Throttled records that the API server refused a takeover write and asked
 // for retryAfter before the next (429 Too Many Requests from priority and
 // fairness, or a 5xx with Retry-After): no takeover is tried before then,
 // and not before this candidate's drawn delay on top of it, so that the
@@ -166,7 +171,7 @@ func (b *raceBackoff) won() {
 // the same write again; the takeover writes are sent once instead (see
 // leasecache.Cache.updateOnce), because by then the Lease has usually been taken
 // and the write can only be refused again.
-func (b *raceBackoff) throttled(retryAfter time.Duration) {
+func (b *Backoff) Throttled(retryAfter time.Duration) {
 	if b == nil {
 		return
 	}
@@ -179,9 +184,9 @@ func (b *raceBackoff) throttled(retryAfter time.Duration) {
 	b.notBefore = b.clock.Now().Add(min(retryAfter, b.max) + delay)
 }
 
-// throttledUntil is when the API server allows this candidate's next
+// ThrottledUntil is when the API server allows this candidate's next
 // takeover (zero if it has not refused one).
-func (b *raceBackoff) throttledUntil() time.Time {
+func (b *Backoff) ThrottledUntil() time.Time {
 	if b == nil {
 		return time.Time{}
 	}
@@ -190,8 +195,8 @@ func (b *raceBackoff) throttledUntil() time.Time {
 	return b.notBefore
 }
 
-// wait is how long after the Lease may be taken this candidate tries it.
-func (b *raceBackoff) wait() time.Duration {
+// Wait is how long after the Lease may be taken this candidate tries it.
+func (b *Backoff) Wait() time.Duration {
 	if b == nil {
 		return 0
 	}
@@ -203,8 +208,8 @@ func (b *raceBackoff) wait() time.Duration {
 	return b.delay
 }
 
-// lostInARow is the number of races lost in a row (for tests and logs).
-func (b *raceBackoff) lostInARow() int {
+// LostInARow is the number of races lost in a row (for tests and logs).
+func (b *Backoff) LostInARow() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.forgottenLocked(b.clock.Now()) {
@@ -213,6 +218,6 @@ func (b *raceBackoff) lostInARow() int {
 	return b.losses
 }
 
-func (b *raceBackoff) forgottenLocked(now time.Time) bool {
+func (b *Backoff) forgottenLocked(now time.Time) bool {
 	return b.losses > 0 && now.Sub(b.lastLoss) >= b.forget
 }
