@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/go-logr/logr"
+
+	"github.com/leader-elector/leader-elector/internal/quietlog"
 )
 
 // expectedLevel is the verbosity at which client-go's error lines for
@@ -31,65 +33,13 @@ const expectedLevel = 2
 // pod's own term, the API server refusing or failing), goes through
 // unchanged.
 func quietExpected(logger logr.Logger, stopped func() bool) logr.Logger {
-	sink := logger.GetSink()
-	if sink == nil {
-		return logger
-	}
-	// One more frame (ours) between the caller and the sink: the line keeps
-	// client-go's file and line.
-	if cd, ok := sink.(logr.CallDepthLogSink); ok {
-		sink = cd.WithCallDepth(1)
-	}
-	return logr.New(&quietSink{LogSink: sink, stopped: stopped})
-}
-
-type quietSink struct {
-	logr.LogSink
-	stopped func() bool
-}
-
-// expected reports whether err is an outcome quietExpected logs as info.
-func (s *quietSink) expected(err error) bool {
-	switch {
-	case errors.Is(err, errNotAdmitted), errors.Is(err, errNotExpired), errors.Is(err, errCreatedWithoutHolder), errors.Is(err, errLostRace):
-		return true
-	case errors.Is(err, context.Canceled):
-		return s.stopped()
-	}
-	return false
-}
-
-// Init does nothing: the sink below was initialised with the logger it
-// came from.
-func (s *quietSink) Init(logr.RuntimeInfo) {}
-
-func (s *quietSink) Error(err error, msg string, keysAndValues ...any) {
-	if s.expected(err) {
-		if s.LogSink.Enabled(expectedLevel) {
-			// A full slice expression: append copies, and never writes
-			// into spare capacity of the caller's slice.
-			kv := append(keysAndValues[:len(keysAndValues):len(keysAndValues)], "err", err)
-			s.LogSink.Info(expectedLevel, msg, kv...)
+	return quietlog.New(logger, expectedLevel, func(err error) bool {
+		switch {
+		case errors.Is(err, errNotAdmitted), errors.Is(err, errNotExpired), errors.Is(err, errCreatedWithoutHolder), errors.Is(err, errLostRace):
+			return true
+		case errors.Is(err, context.Canceled):
+			return stopped()
 		}
-		return
-	}
-	s.LogSink.Error(err, msg, keysAndValues...)
-}
-
-func (s *quietSink) WithValues(keysAndValues ...any) logr.LogSink {
-	return &quietSink{LogSink: s.LogSink.WithValues(keysAndValues...), stopped: s.stopped}
-}
-
-// WithCallDepth keeps logr's Logger.WithCallDepth working through the
-// wrapper (without it, a helper's lines would name the helper).
-func (s *quietSink) WithCallDepth(depth int) logr.LogSink {
-	cd, ok := s.LogSink.(logr.CallDepthLogSink)
-	if !ok {
-		return s
-	}
-	return &quietSink{LogSink: cd.WithCallDepth(depth), stopped: s.stopped}
-}
-
-func (s *quietSink) WithName(name string) logr.LogSink {
-	return &quietSink{LogSink: s.LogSink.WithName(name), stopped: s.stopped}
+		return false
+	})
 }
