@@ -15,8 +15,8 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/api/apitest"
-	"github.com/leader-elector/leader-elector/election"
-	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // The drift tests build the same states in the real handler (over a fake
@@ -117,23 +117,23 @@ func compareEvents(t *testing.T, step string, real, fake chunkReader, n int) {
 // elector does.
 type driftElection struct{ *fakeElection }
 
-func (d driftElection) ReleaseTerm(_ context.Context, token int64) (election.State, error) {
+func (d driftElection) ReleaseTerm(_ context.Context, token int64) (leadership.State, error) {
 	s := d.Snapshot()
 	switch {
 	case !s.IsLeader:
-		return s, election.ErrNotLeader
-	case token != election.AnyTerm && token != s.FencingToken:
-		return s, fmt.Errorf("%w (current %d, given %d)", election.ErrOtherTerm, s.FencingToken, token)
+		return s, leadership.ErrNotLeader
+	case token != leadership.AnyTerm && token != s.FencingToken:
+		return s, fmt.Errorf("%w (current %d, given %d)", leadership.ErrOtherTerm, s.FencingToken, token)
 	}
-	return d.set(func(s *election.State) {
+	return d.set(func(s *leadership.State) {
 		s.Holder, s.IsLeader, s.LeaderSince, s.ValidUntil, s.Deadline = "", false, time.Time{}, time.Time{}, time.Time{}
-		s.LastChange = election.Change{Reason: election.ReasonReleased, At: driftNow, FencingToken: s.FencingToken}
+		s.LastChange = leadership.Change{Reason: leadership.ReasonReleased, At: driftNow, FencingToken: s.FencingToken}
 		s.LastLost = s.LastChange
 	}), nil
 }
 
 func TestApitestSpeaksTheLeaderAPI(t *testing.T) {
-	el := driftElection{newFakeElection(election.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", LeaseDurationSeconds: 15, Revision: 1})}
+	el := driftElection{newFakeElection(leadership.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", LeaseDurationSeconds: 15, Revision: 1})}
 	h := NewAPIHandler(el, APIOptions{Clock: clocktesting.NewFakePassiveClock(driftNow)})
 	s := apitest.New(t, apitest.Config{Now: func() time.Time { return driftNow }})
 	real, fake := streams(t, h, s)
@@ -142,31 +142,31 @@ func TestApitestSpeaksTheLeaderAPI(t *testing.T) {
 	type step struct {
 		name   string
 		fake   func()
-		real   func(*election.State)
+		real   func(*leadership.State)
 		events int
 	}
-	lost := func(r election.Reason) election.Change {
-		return election.Change{Reason: r, At: driftNow, FencingToken: 7}
+	lost := func(r leadership.Reason) leadership.Change {
+		return leadership.Change{Reason: r, At: driftNow, FencingToken: 7}
 	}
 	for _, st := range []step{
-		{"lead", func() { s.Lead(7, 10*time.Second) }, func(e *election.State) {
+		{"lead", func() { s.Lead(7, 10*time.Second) }, func(e *leadership.State) {
 			e.Holder, e.IsLeader, e.FencingToken, e.RenewTime, e.LeaderSince = "my-app-0", true, 7, driftNow, driftNow
 			e.ValidUntil = driftNow.Add(10 * time.Second)
 			e.Deadline = e.ValidUntil
-			e.LastChange = election.Change{Leader: true, Reason: election.ReasonAcquired, At: driftNow, FencingToken: 7}
+			e.LastChange = leadership.Change{Leader: true, Reason: leadership.ReasonAcquired, At: driftNow, FencingToken: 7}
 		}, 1},
-		{"degraded", func() { s.SetDegraded(`app <unhealthy> & "slow"`) }, func(e *election.State) { e.Degraded = `app <unhealthy> & "slow"` }, 1},
-		{"renew-deadline", func() { s.Lose(api.ChangeRenewDeadline) }, func(e *election.State) {
+		{"degraded", func() { s.SetDegraded(`app <unhealthy> & "slow"`) }, func(e *leadership.State) { e.Degraded = `app <unhealthy> & "slow"` }, 1},
+		{"renew-deadline", func() { s.Lose(api.ChangeRenewDeadline) }, func(e *leadership.State) {
 			e.IsLeader, e.LeaderSince, e.ValidUntil, e.Deadline = false, time.Time{}, time.Time{}, time.Time{}
-			e.LastChange, e.LastLost = lost(election.ReasonRenewDeadline), lost(election.ReasonRenewDeadline)
+			e.LastChange, e.LastLost = lost(leadership.ReasonRenewDeadline), lost(leadership.ReasonRenewDeadline)
 		}, 2},
-		{"another holder", func() { s.SetHolder("my-app-1", 8) }, func(e *election.State) { e.Holder, e.FencingToken = "my-app-1", 8 }, 1},
-		{"no holder", func() { s.SetHolder("", 8) }, func(e *election.State) { e.Holder = "" }, 1},
-		{"lead again", func() { s.Lead(9, 10*time.Second) }, func(e *election.State) {
+		{"another holder", func() { s.SetHolder("my-app-1", 8) }, func(e *leadership.State) { e.Holder, e.FencingToken = "my-app-1", 8 }, 1},
+		{"no holder", func() { s.SetHolder("", 8) }, func(e *leadership.State) { e.Holder = "" }, 1},
+		{"lead again", func() { s.Lead(9, 10*time.Second) }, func(e *leadership.State) {
 			e.Holder, e.IsLeader, e.FencingToken, e.LeaderSince = "my-app-0", true, 9, driftNow
 			e.ValidUntil = driftNow.Add(10 * time.Second)
 			e.Deadline = e.ValidUntil
-			e.LastChange = election.Change{Leader: true, Reason: election.ReasonAcquired, At: driftNow, FencingToken: 9}
+			e.LastChange = leadership.Change{Leader: true, Reason: leadership.ReasonAcquired, At: driftNow, FencingToken: 9}
 		}, 1},
 	} {
 		st.fake()
@@ -187,7 +187,7 @@ func TestApitestSpeaksTheLeaderAPI(t *testing.T) {
 }
 
 func TestApitestSpeaksTheErrors(t *testing.T) {
-	h := NewAPIHandler(newFakeElection(election.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", LeaseDurationSeconds: 15, Revision: 1}), APIOptions{})
+	h := NewAPIHandler(newFakeElection(leadership.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", LeaseDurationSeconds: 15, Revision: 1}), APIOptions{})
 	s := apitest.New(t, apitest.Config{})
 	for _, c := range []struct{ method, target string }{
 		{http.MethodGet, "/nope"},
@@ -219,27 +219,27 @@ func TestApitestSpeaksTheErrors(t *testing.T) {
 // with the member's errors; the test sets its state.
 type driftPartitions struct{ *fakePartitions }
 
-func (d *driftPartitions) owned(i int) (partition.Owned, bool) {
+func (d *driftPartitions) owned(i int) (ownership.Owned, bool) {
 	for _, o := range d.Snapshot().Owned {
 		if o.Partition == i {
 			return o, true
 		}
 	}
-	return partition.Owned{}, false
+	return ownership.Owned{}, false
 }
 
-func (d *driftPartitions) ReleaseTerm(_ context.Context, i int, token int64) (partition.State, error) {
+func (d *driftPartitions) ReleaseTerm(_ context.Context, i int, token int64) (ownership.State, error) {
 	o, ok := d.owned(i)
 	switch {
 	case i >= d.Snapshot().Partitions:
-		return d.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", partition.ErrOutOfRange, i, d.Snapshot().Partitions-1)
+		return d.Snapshot(), fmt.Errorf("%w: %d (the group has partitions 0..%d)", ownership.ErrOutOfRange, i, d.Snapshot().Partitions-1)
 	case !ok:
-		return d.Snapshot(), fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
-	case token != election.AnyTerm && token != o.FencingToken:
-		return d.Snapshot(), fmt.Errorf("partition %d: %w (current %d, given %d)", i, election.ErrOtherTerm, o.FencingToken, token)
+		return d.Snapshot(), fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
+	case token != leadership.AnyTerm && token != o.FencingToken:
+		return d.Snapshot(), fmt.Errorf("partition %d: %w (current %d, given %d)", i, leadership.ErrOtherTerm, o.FencingToken, token)
 	}
-	d.set(func(s *partition.State) {
-		var kept []partition.Owned
+	d.set(func(s *ownership.State) {
+		var kept []ownership.Owned
 		for _, o := range s.Owned {
 			if o.Partition != i {
 				kept = append(kept, o)
@@ -250,23 +250,23 @@ func (d *driftPartitions) ReleaseTerm(_ context.Context, i int, token int64) (pa
 	return d.Snapshot(), nil
 }
 
-func (d *driftPartitions) CheckpointTerm(_ context.Context, i int, token int64, value string) (partition.Checkpoint, error) {
+func (d *driftPartitions) CheckpointTerm(_ context.Context, i int, token int64, value string) (ownership.Checkpoint, error) {
 	o, ok := d.owned(i)
 	switch {
 	case i >= d.Snapshot().Partitions:
-		return partition.Checkpoint{}, fmt.Errorf("%w: %d (the group has partitions 0..%d)", partition.ErrOutOfRange, i, d.Snapshot().Partitions-1)
+		return ownership.Checkpoint{}, fmt.Errorf("%w: %d (the group has partitions 0..%d)", ownership.ErrOutOfRange, i, d.Snapshot().Partitions-1)
 	case !utf8.ValidString(value):
-		return partition.Checkpoint{}, partition.ErrCheckpointNotText
+		return ownership.Checkpoint{}, ownership.ErrCheckpointNotText
 	case !ok:
-		return partition.Checkpoint{}, fmt.Errorf("%w: %d", partition.ErrNotOwned, i)
-	case token != election.AnyTerm && token != o.FencingToken:
-		return partition.Checkpoint{}, fmt.Errorf("%w: partition %d: %w (current %d, given %d)", partition.ErrCheckpointRefused, i, election.ErrTermChanged, o.FencingToken, token)
+		return ownership.Checkpoint{}, fmt.Errorf("%w: %d", ownership.ErrNotOwned, i)
+	case token != leadership.AnyTerm && token != o.FencingToken:
+		return ownership.Checkpoint{}, fmt.Errorf("%w: partition %d: %w (current %d, given %d)", ownership.ErrCheckpointRefused, i, leadership.ErrTermChanged, o.FencingToken, token)
 	}
-	c := partition.Checkpoint{Value: value, Holder: d.Snapshot().Identity, FencingToken: o.FencingToken, Time: driftNow}
+	c := ownership.Checkpoint{Value: value, Holder: d.Snapshot().Identity, FencingToken: o.FencingToken, Time: driftNow}
 	// Stored with the partition's Lease: no new revision.
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	owned := append([]partition.Owned(nil), d.state.Owned...)
+	owned := append([]ownership.Owned(nil), d.state.Owned...)
 	for k := range owned {
 		if owned[k].Partition == i {
 			owned[k].Checkpoint = &c
@@ -278,7 +278,7 @@ func (d *driftPartitions) CheckpointTerm(_ context.Context, i int, token int64, 
 
 func TestApitestSpeaksThePartitionsAPI(t *testing.T) {
 	f := newFakePartitions()
-	f.state = partition.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", Partitions: 4, EffectivePartitions: 4, Members: 1, Member: true, FairShareMin: 4, FairShareMax: 4, Revision: 1}
+	f.state = ownership.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", Partitions: 4, EffectivePartitions: 4, Members: 1, Member: true, FairShareMin: 4, FairShareMax: 4, Revision: 1}
 	d := &driftPartitions{fakePartitions: f}
 	h := NewPartitionsAPIHandler(d, APIOptions{})
 	s := apitest.New(t, apitest.Config{Partitions: 4, Now: func() time.Time { return driftNow }})
@@ -286,23 +286,23 @@ func TestApitestSpeaksThePartitionsAPI(t *testing.T) {
 	compareEvents(t, "at start", real, fake, 1)
 
 	s.SetCheckpoint(1, "offset=40", "my-app-1", 2) // stored with the Lease: no event
-	earlier := &partition.Checkpoint{Value: "offset=40", Holder: "my-app-1", FencingToken: 2, Time: driftNow}
+	earlier := &ownership.Checkpoint{Value: "offset=40", Holder: "my-app-1", FencingToken: 2, Time: driftNow}
 	for _, st := range []struct {
 		name string
 		fake func()
-		real func(*partition.State)
+		real func(*ownership.State)
 	}{
-		{"own 1", func() { s.Own(1, 3, 10*time.Second) }, func(p *partition.State) {
-			p.Owned = []partition.Owned{{Partition: 1, FencingToken: 3, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second), Checkpoint: earlier}}
+		{"own 1", func() { s.Own(1, 3, 10*time.Second) }, func(p *ownership.State) {
+			p.Owned = []ownership.Owned{{Partition: 1, FencingToken: 3, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second), Checkpoint: earlier}}
 		}},
-		{"own 3", func() { s.Own(3, 12, 10*time.Second) }, func(p *partition.State) {
-			p.Owned = append(p.Owned, partition.Owned{Partition: 3, FencingToken: 12, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second)})
+		{"own 3", func() { s.Own(3, 12, 10*time.Second) }, func(p *ownership.State) {
+			p.Owned = append(p.Owned, ownership.Owned{Partition: 3, FencingToken: 12, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second)})
 		}},
-		{"drain 3", func() { s.Drain(3, 5*time.Second) }, func(p *partition.State) {
-			p.Owned = append([]partition.Owned(nil), p.Owned...)
+		{"drain 3", func() { s.Drain(3, 5*time.Second) }, func(p *ownership.State) {
+			p.Owned = append([]ownership.Owned(nil), p.Owned...)
 			p.Owned[1].Draining, p.Owned[1].DrainDeadline = true, driftNow.Add(5*time.Second)
 		}},
-		{"members", func() { s.SetMembers(3) }, func(p *partition.State) { p.Members, p.FairShareMin, p.FairShareMax = 3, 1, 2 }},
+		{"members", func() { s.SetMembers(3) }, func(p *ownership.State) { p.Members, p.FairShareMin, p.FairShareMax = 3, 1, 2 }},
 	} {
 		st.fake()
 		f.set(st.real)
