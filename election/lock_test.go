@@ -100,6 +100,11 @@ func newFakeClient(t *testing.T, verbs []string, objs ...runtime.Object) *fake.C
 	})
 	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
 		if action.GetResource().GroupResource() == leasesResource && allowed.Has("watch") {
+			// The fake cannot send a watch-list's closing bookmark: refuse
+			// it, so that the reflector falls back to list and watch.
+			if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
+				return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
+			}
 			return false, nil, nil
 		}
 		t.Errorf("unexpected watch: %s", action.GetResource())
