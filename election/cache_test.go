@@ -16,19 +16,15 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/internal/leasetest"
 )
 
 // listWatchFake is a fake clientset that serves list and watch but refuses
-// streaming watch-lists (it cannot send their closing bookmark), so that
-// the reflector falls back to list and watch.
+// streaming watch-lists, so that the reflector falls back to list and watch.
 func listWatchFake(objs ...runtime.Object) *fake.Clientset {
 	cs := fake.NewClientset(objs...)
-	cs.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
-			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
-		}
-		return false, nil, nil
-	})
+	leasetest.RefuseWatchLists(cs)
 	return cs
 }
 
