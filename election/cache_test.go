@@ -81,6 +81,7 @@ func (c *changes) count() int {
 }
 
 func TestCacheServesReadsWithoutRequests(t *testing.T) {
+	t.Parallel()
 	requests := fake.NewClientset()
 	watches := listWatchFake(testLease("pod-a", 2))
 	c, seen := startCache(t, requests, watches)
@@ -104,6 +105,7 @@ func TestCacheServesReadsWithoutRequests(t *testing.T) {
 }
 
 func TestCacheFollowsTheWatch(t *testing.T) {
+	t.Parallel()
 	first := testLease("pod-a", 2)
 	first.ResourceVersion = "5"
 	watches := listWatchFake(first)
@@ -155,6 +157,7 @@ func TestCacheKeepsTheNewestVersion(t *testing.T) {
 }
 
 func TestCacheReadsFromTheServerUntilSynced(t *testing.T) {
+	t.Parallel()
 	requests := fake.NewClientset(testLease("pod-a", 2))
 	// A watch that is refused outright: the cache never syncs.
 	watches := fake.NewClientset()

@@ -10,6 +10,7 @@ import (
 // TestElectorDeleteOnShutdown: with DeleteOnShutdown the Lease is released
 // and then deleted when Run ends.
 func TestElectorDeleteOnShutdown(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, append([]string{"delete"}, electorVerbs...))
 	cfg := fastConfig(client)

@@ -716,6 +716,7 @@ func TestElectorReleaseNotLeader(t *testing.T) {
 // TestElectorGuardedRelease checks that the release writes the Lease only if
 // it still names this process's own term.
 func TestElectorGuardedRelease(t *testing.T) {
+	t.Parallel()
 	const ownToken = 3
 	for _, tc := range []struct {
 		name string
@@ -955,6 +956,7 @@ func leaseHolder(t *testing.T, client *fake.Clientset) (string, int32) {
 var electorVerbs = []string{"get", "create", "update", "list", "watch"}
 
 func TestElectorRunReleaseAndShutdown(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name              string
 		releaseOnShutdown bool
@@ -964,6 +966,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 		{name: "lease left to expire", releaseOnShutdown: false, wantHolderAfter: testIdentity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			client := newFakeClient(t, electorVerbs)
 			cfg := fastConfig(client)
@@ -1004,6 +1007,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 }
 
 func TestElectorRunReleaseOnRequest(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
 	e, err := New(fastConfig(client))
@@ -1034,6 +1038,7 @@ func TestElectorRunReleaseOnRequest(t *testing.T) {
 // names its identity: it must not continue that term, but wait for it to
 // expire and start a new one with a greater fencing token.
 func TestElectorPreviousIncarnation(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	lease := newLease(testIdentity, 7, time.Now())
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](2)

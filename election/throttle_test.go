@@ -231,6 +231,7 @@ func TestLockSendsTakeoverOnce(t *testing.T) {
 // again after the Retry-After (which is why takeovers are sent once). The
 // body is the Lease, in protobuf, as the typed client sends it.
 func TestUpdateOnceAgainstHTTP(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	var puts atomic.Int32
 	var bodyErr atomic.Value
