@@ -207,6 +207,7 @@ func TestTrackerHolderAddress(t *testing.T) {
 // both show it, and after a release the new leader's address replaces it
 // in the same versions that name the new term.
 func TestElectorAdvertisesAddress(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
 	cfgA := fastConfig(client)
@@ -270,6 +271,7 @@ func TestElectorAdvertisesAddress(t *testing.T) {
 // TestElectorReleaseRemovesAddress: the release write clears the
 // annotation with the holder.
 func TestElectorReleaseRemovesAddress(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
 	cfg := fastConfig(client)
@@ -299,6 +301,7 @@ func TestElectorReleaseRemovesAddress(t *testing.T) {
 // advertise takes the Lease from one that did, and its acquisition removes
 // the previous term's annotation.
 func TestElectorWithoutAddressRemovesStaleAnnotation(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	lease := annotated(newLease("pod-b", 8, time.Now().Add(-time.Hour)), `{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080"}`)
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)

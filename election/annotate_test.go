@@ -18,6 +18,7 @@ import (
 // holder, and the renewals after it build on the written Lease: none fails
 // on a conflict, and none drops the annotation.
 func TestAnnotateKeptByRenewals(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
 	// Reactors are added before the elector runs: the fake's list of them

@@ -75,6 +75,7 @@ func (s *slowAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // takes it with the next token, at once, even when the round restart that
 // the free Lease triggers races with the acquisition already on its way.
 func TestElectorTakesReleasedLeaseAtOnce(t *testing.T) {
+	t.Parallel()
 	const leaseDuration, retryPeriod = 4 * time.Second, 500 * time.Millisecond
 	if leasecache.SyncWait+retryPeriod+schedulingSlack >= leasecache.SyncWait+leaseDuration {
 		t.Fatal("the bound does not tell a lost acquisition (a lease duration late) from a prompt one")

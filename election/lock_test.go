@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -15,23 +14,22 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leasecache"
 )
 
-var leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
-
-var leasesGVR = coordinationv1.SchemeGroupVersion.WithResource("leases")
+var (
+	leasesResource = leasetest.Resource
+	leasesGVR      = leasetest.GVR
+)
 
 // newLease returns the test Lease naming holder.
 func newLease(holder string, transitions int32, renew time.Time) *coordinationv1.Lease {
@@ -47,68 +45,12 @@ func newLease(holder string, transitions int32, renew time.Time) *coordinationv1
 	}
 }
 
-// newFakeClient returns a fake clientset holding objs that fails the test on
-// any call other than the given verbs on Leases, like the catch-all reactor
-// of client-go's leaderelection_test.go. Unlike the plain fake, it behaves
-// like the API server with resourceVersions: every write gets a new one,
-// and an update based on an old one fails with a conflict.
+// newFakeClient returns the fake API server (leasetest) holding objs, which
+// allows the given verbs on Leases and GET /version, and fails the test on
+// any other call.
 func newFakeClient(t *testing.T, verbs []string, objs ...runtime.Object) *fake.Clientset {
 	t.Helper()
-	allowed := sets.New(verbs...)
-	c := fake.NewClientset(objs...)
-	lastRV := 1
-	c.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		var lease *coordinationv1.Lease
-		switch action.GetVerb() {
-		case "create":
-			lease = action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
-			if _, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name); err == nil {
-				return true, nil, apierrors.NewAlreadyExists(leasesResource, lease.Name)
-			}
-		case "update":
-			lease = action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
-			current, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name)
-			if err != nil {
-				return true, nil, err
-			}
-			if rv := current.(*coordinationv1.Lease).ResourceVersion; lease.ResourceVersion != rv {
-				return true, nil, apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("resourceVersion %q is not the current %q", lease.ResourceVersion, rv))
-			}
-		default:
-			return false, nil, nil
-		}
-		lastRV++
-		lease.ResourceVersion = strconv.Itoa(lastRV)
-		var err error
-		if action.GetVerb() == "create" {
-			err = c.Tracker().Create(leasesGVR, lease, lease.Namespace)
-		} else {
-			err = c.Tracker().Update(leasesGVR, lease, lease.Namespace)
-		}
-		if err != nil {
-			return true, nil, err
-		}
-		return true, lease.DeepCopy(), nil
-	})
-	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetResource().GroupResource() == leasesResource && allowed.Has(action.GetVerb()) {
-			return false, nil, nil
-		}
-		// The elector reads the server's clock from GET /version's Date.
-		if action.GetVerb() == "get" && action.GetResource().Resource == "version" {
-			return false, nil, nil
-		}
-		t.Errorf("unexpected action: %s %s", action.GetVerb(), action.GetResource())
-		return true, nil, fmt.Errorf("unexpected action %s %s", action.GetVerb(), action.GetResource())
-	})
-	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		if action.GetResource().GroupResource() == leasesResource && allowed.Has("watch") {
-			return false, nil, nil
-		}
-		t.Errorf("unexpected watch: %s", action.GetResource())
-		return true, nil, fmt.Errorf("unexpected watch %s", action.GetResource())
-	})
-	return c
+	return leasetest.NewClient(t, leasetest.Config{Verbs: verbs, ServerVersion: true}, objs...)
 }
 
 // getLease reads the Lease as the API server holds it.
@@ -776,6 +718,7 @@ func TestElectorReleaseNotLeader(t *testing.T) {
 // TestElectorGuardedRelease checks that the release writes the Lease only if
 // it still names this process's own term.
 func TestElectorGuardedRelease(t *testing.T) {
+	t.Parallel()
 	const ownToken = 3
 	for _, tc := range []struct {
 		name string
@@ -1012,6 +955,7 @@ func leaseHolder(t *testing.T, client *fake.Clientset) (string, int32) {
 var electorVerbs = []string{"get", "create", "update", "list", "watch"}
 
 func TestElectorRunReleaseAndShutdown(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name              string
 		releaseOnShutdown bool
@@ -1021,6 +965,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 		{name: "lease left to expire", releaseOnShutdown: false, wantHolderAfter: testIdentity},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			_, ctx := ktesting.NewTestContext(t)
 			client := newFakeClient(t, electorVerbs)
 			cfg := fastConfig(client)
@@ -1061,6 +1006,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 }
 
 func TestElectorRunReleaseOnRequest(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
 	e, err := New(fastConfig(client))
@@ -1091,6 +1037,7 @@ func TestElectorRunReleaseOnRequest(t *testing.T) {
 // names its identity: it must not continue that term, but wait for it to
 // expire and start a new one with a greater fencing token.
 func TestElectorPreviousIncarnation(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	lease := newLease(testIdentity, 7, time.Now())
 	lease.Spec.LeaseDurationSeconds = ptr.To[int32](2)

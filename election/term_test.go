@@ -13,6 +13,7 @@ import (
 // ErrOtherTerm and the current term goes on (still leading, the Lease
 // untouched); one naming the current term releases it.
 func TestElectorReleaseTerm(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	client := newFakeClient(t, electorVerbs)
 	e, err := New(fastConfig(client))

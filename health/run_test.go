@@ -11,13 +11,11 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/leadership"
 )
 
@@ -104,14 +102,7 @@ func poll(t *testing.T, what string, cond func() bool) {
 // it is healthy.
 func TestRunDecides(t *testing.T) {
 	client := fake.NewClientset(candidatesLease(""))
-	// The fake cannot stream watch-lists (their closing bookmark): refuse
-	// them so that the informer falls back to list and watch.
-	client.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
-			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
-		}
-		return false, nil, nil
-	})
+	leasetest.RefuseWatchLists(client)
 	h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: 20 * time.Millisecond, Failures: 2, Successes: 1,
 		Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
 	if err != nil {

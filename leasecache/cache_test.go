@@ -16,6 +16,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/internal/leasetest"
 )
 
 const (
@@ -24,16 +26,10 @@ const (
 )
 
 // listWatchFake is a fake clientset that serves list and watch but refuses
-// streaming watch-lists (it cannot send their closing bookmark), so that
-// the reflector falls back to list and watch.
+// streaming watch-lists, so that the reflector falls back to list and watch.
 func listWatchFake(objs ...runtime.Object) *fake.Clientset {
 	cs := fake.NewClientset(objs...)
-	cs.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
-			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
-		}
-		return false, nil, nil
-	})
+	leasetest.RefuseWatchLists(cs)
 	return cs
 }
 
@@ -90,6 +86,7 @@ func (c *changes) count() int {
 }
 
 func TestCacheServesReadsWithoutRequests(t *testing.T) {
+	t.Parallel()
 	requests := fake.NewClientset()
 	watches := listWatchFake(testLease("pod-a", 2))
 	c, seen := startCache(t, requests, watches)
@@ -113,6 +110,7 @@ func TestCacheServesReadsWithoutRequests(t *testing.T) {
 }
 
 func TestCacheFollowsTheWatch(t *testing.T) {
+	t.Parallel()
 	first := testLease("pod-a", 2)
 	first.ResourceVersion = "5"
 	watches := listWatchFake(first)
@@ -164,6 +162,7 @@ func TestCacheKeepsTheNewestVersion(t *testing.T) {
 }
 
 func TestCacheReadsFromTheServerUntilSynced(t *testing.T) {
+	t.Parallel()
 	requests := fake.NewClientset(testLease("pod-a", 2))
 	// A watch that is refused outright: the cache never syncs.
 	watches := fake.NewClientset()

@@ -46,6 +46,7 @@ func countCreates(cs *fake.Clientset, delay time.Duration, err error) *atomic.In
 }
 
 func TestEventRecorderWritesTheEventBeforeClose(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	cs := fake.NewClientset()
 	attempts := countCreates(cs, 200*time.Millisecond, nil)
@@ -108,6 +109,7 @@ func TestEventRecorderRetriesOnlyWhileTheAPIServerIsUnavailable(t *testing.T) {
 // An API server that does not answer: recording neither blocks the caller
 // nor grows without bound, and Close gives up when its context ends.
 func TestEventRecorderNeverBlocksTheElection(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	cs := fake.NewClientset()
 	stuck := make(chan struct{})

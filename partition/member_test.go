@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,10 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/retry"
@@ -30,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/ownership"
 )
 
@@ -53,8 +50,8 @@ const (
 var t0 = time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC)
 
 var (
-	leasesResource = schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
-	leasesGVR      = coordinationv1.SchemeGroupVersion.WithResource("leases")
+	leasesResource = leasetest.Resource
+	leasesGVR      = leasetest.GVR
 )
 
 // asyncClock is a FakeClock whose AfterFunc callbacks run on their own
@@ -102,79 +99,23 @@ func groupLease(name, kind, holder string, token int32) *coordinationv1.Lease {
 	}
 }
 
-// newFakeAPI returns a fake clientset holding objs that behaves like the API
-// server where the Member needs it (every write gets a new, higher
-// resourceVersion and an update based on an old one fails with a conflict;
-// list and watch, no watch-list) and fails the test on any call other than
-// on Leases. It also refuses, and fails the test on, any write by which
+// newFakeAPI returns the fake API server (leasetest) holding objs, which
+// allows the Member's requests on Leases and fails the test on any other
+// call. It also refuses, and fails the test on, any write by which
 // identity takes a Lease another pod holds and has renewed within its lease
 // duration on clk: a pod never owns a partition another pod holds.
 func newFakeAPI(t *testing.T, clk clock.PassiveClock, identity string, objs ...runtime.Object) *fake.Clientset {
 	t.Helper()
-	allowed := sets.New("get", "list", "watch", "create", "update", "delete")
-	c := fake.NewClientset(objs...)
-	var mu sync.Mutex
-	lastRV := 1
-	c.PrependReactor("*", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		var lease *coordinationv1.Lease
-		switch action.GetVerb() {
-		case "create":
-			lease = action.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
-			if _, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name); err == nil {
-				return true, nil, apierrors.NewAlreadyExists(leasesResource, lease.Name)
-			}
-		case "update":
-			lease = action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
-			obj, err := c.Tracker().Get(leasesGVR, lease.Namespace, lease.Name)
-			if err != nil {
-				return true, nil, err
-			}
-			current := obj.(*coordinationv1.Lease)
-			if lease.ResourceVersion != current.ResourceVersion {
-				return true, nil, apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("resourceVersion %q is not the current %q", lease.ResourceVersion, current.ResourceVersion))
-			}
+	return leasetest.NewClient(t, leasetest.Config{
+		Verbs: []string{"get", "list", "watch", "create", "update", "delete"},
+		CheckUpdate: func(current, lease *coordinationv1.Lease) error {
 			if holder := ptr.Deref(current.Spec.HolderIdentity, ""); ptr.Deref(lease.Spec.HolderIdentity, "") == identity && holder != "" && holder != identity && heldAt(current, clk.Now()) {
 				t.Errorf("%s took Lease %s while %s held it (renewed %v, now %v)", identity, lease.Name, holder, current.Spec.RenewTime, clk.Now())
-				return true, nil, apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("held by %s", holder))
+				return apierrors.NewConflict(leasesResource, lease.Name, fmt.Errorf("held by %s", holder))
 			}
-		default:
-			return false, nil, nil
-		}
-		lastRV++
-		lease.ResourceVersion = strconv.Itoa(lastRV)
-		var err error
-		if action.GetVerb() == "create" {
-			err = c.Tracker().Create(leasesGVR, lease, lease.Namespace)
-		} else {
-			err = c.Tracker().Update(leasesGVR, lease, lease.Namespace)
-		}
-		if err != nil {
-			return true, nil, err
-		}
-		return true, lease.DeepCopy(), nil
-	})
-	c.PrependReactor("*", "*", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetResource().GroupResource() == leasesResource && allowed.Has(action.GetVerb()) {
-			return false, nil, nil
-		}
-		t.Errorf("unexpected action: %s %s", action.GetVerb(), action.GetResource())
-		return true, nil, fmt.Errorf("unexpected action %s %s", action.GetVerb(), action.GetResource())
-	})
-	c.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		if action.GetResource().GroupResource() != leasesResource {
-			t.Errorf("unexpected watch: %s", action.GetResource())
-			return true, nil, fmt.Errorf("unexpected watch %s", action.GetResource())
-		}
-		// The fake cannot send a watch-list's closing bookmark: refuse it,
-		// so that the reflector falls back to list and watch.
-		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
-			return true, nil, apierrors.NewBadRequest("no watch-list in the fake")
-		}
-		return false, nil, nil
-	})
-	return c
+			return nil
+		},
+	}, objs...)
 }
 
 // heldAt reports whether the Lease's holder may still claim it at now.

@@ -11,15 +11,13 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/serverclock"
 )
 
@@ -57,14 +55,8 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	// candidate the holder looks silent, so after a lease duration it tries
 	// to take the Lease.
 	staleWatches := fake.NewClientset(stale)
-	// The fake cannot stream a watch-list; refuse it so that the reflector
-	// falls back to list and watch, which the fake serves.
-	staleWatches.PrependWatchReactor("leases", func(action k8stesting.Action) (bool, watch.Interface, error) {
-		if w, ok := action.(k8stesting.WatchActionImpl); ok && w.ListOptions.SendInitialEvents != nil {
-			return true, nil, apierrors.NewBadRequest("the stale fake does not stream watch-lists")
-		}
-		return false, nil, nil
-	})
+	// The reflector falls back to list and watch, which the fake serves.
+	leasetest.RefuseWatchLists(staleWatches)
 
 	conflictsBefore := leaseConflicts(t)
 	serverClock := serverclock.New(nil)
