@@ -3,24 +3,19 @@
 // application next to it, over localhost HTTP, who leads and whether it is
 // this pod; its readiness probe passes only on the leader.
 //
-// main only wires the steps together: parse (package options), logging,
-// signals, run (package app), exit code; `leader-elector status` is
+// main only wires the steps together: parse (package options), run with
+// the process's logging and signals (app.Main), exit code; `leader-elector status` is
 // package status, `leader-elector run -- CMD` package supervisor.
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
-
-	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/app"
 	"github.com/leader-elector/leader-elector/internal/textline"
-	"github.com/leader-elector/leader-elector/logging"
 	"github.com/leader-elector/leader-elector/options"
 	"github.com/leader-elector/leader-elector/status"
 	"github.com/leader-elector/leader-elector/supervisor"
@@ -68,24 +63,8 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 
-	app.SetGCPercent(os.LookupEnv, debug.SetGCPercent)
-	logging.SetUp(opts.LogFormat, opts.Verbosity, stderr)
-	logger := klog.Background().WithName("leader-elector")
-	opts.LogNotices(logger)
-
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	defer cancel()
-	stopSignals := app.ShutdownOnSignals(logger, cancel, make(chan os.Signal, 2))
-	defer stopSignals()
-
-	cfg := opts.AppConfig(version)
-	cfg.Revision = revision
-	if err := app.Run(ctx, cfg); err != nil {
-		logger.Error(err, "Exiting")
-		klog.Flush()
+	if err := app.Main(opts.AppConfig(version, revision), stderr); err != nil {
 		return exitRuntimeError
 	}
-	logger.Info("Stopped")
-	klog.Flush()
 	return exitOK
 }

@@ -38,6 +38,12 @@ type Config struct {
 	// leader_elector_build_info.
 	Version  string
 	Revision string
+	// LogFormat and Verbosity set the logger up (Main): "text" or "json",
+	// and klog's -v. LogNotices, if set, logs what the configuration has to
+	// say (deprecated flags) once the logger is up.
+	LogFormat  string
+	Verbosity  int
+	LogNotices func(klog.Logger)
 	// Client is how to reach the API server.
 	Client ClientConfig
 	// HTTPAddress is the application API's listen address, ProbeAddress

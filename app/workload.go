@@ -29,27 +29,37 @@ type workload struct {
 
 // newWorkload builds what Run serves, on the clients c.
 func newWorkload(cfg Config, c *clients) (*workload, error) {
-	readiness := cfg.Readiness
 	if cfg.partitionMode() {
-		if cfg.Notify.URL != "" {
-			// Options refuse it: the notifications carry /leader's JSON.
-			return nil, errors.New("change notifications are for leader election, not partition mode")
-		}
-		pcfg := cfg.Partition
-		pcfg.Client, pcfg.WatchClient, pcfg.ServerClock = c.requests, c.watches, c.serverClock
-		m, err := partition.New(pcfg)
-		if err != nil {
-			return nil, err
-		}
-		return &workload{
-			run:        m.Run,
-			collectors: m.Collectors(),
-			api:        httpapi.NewPartitionsAPIHandler(m, httpapi.APIOptions{}),
-			probes: func(g prometheus.Gatherer) http.Handler {
-				return httpapi.NewPartitionsProbeHandler(m, readiness, g)
-			},
-		}, nil
+		return newPartitionMember(cfg, c)
 	}
+	return newElection(cfg, c)
+}
+
+// newPartitionMember is a member of the partition group (--partitions).
+func newPartitionMember(cfg Config, c *clients) (*workload, error) {
+	if cfg.Notify.URL != "" {
+		// Options refuse it: the notifications carry /leader's JSON.
+		return nil, errors.New("change notifications are for leader election, not partition mode")
+	}
+	pcfg := cfg.Partition
+	pcfg.Client, pcfg.WatchClient, pcfg.ServerClock = c.requests, c.watches, c.serverClock
+	m, err := partition.New(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	return &workload{
+		run:        m.Run,
+		collectors: m.Collectors(),
+		api:        httpapi.NewPartitionsAPIHandler(m, httpapi.APIOptions{}),
+		probes: func(g prometheus.Gatherer) http.Handler {
+			return httpapi.NewPartitionsProbeHandler(m, cfg.Readiness, g)
+		},
+	}, nil
+}
+
+// newElection is leader election on one Lease, with health gating and
+// change notifications where configured.
+func newElection(cfg Config, c *clients) (*workload, error) {
 	ecfg := cfg.Election
 	ecfg.Client, ecfg.WatchClient, ecfg.ServerClock = c.requests, c.watches, c.serverClock
 	if c.events != nil {
@@ -86,26 +96,11 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		collectors: elector.Collectors(),
 		api:        httpapi.NewAPIHandler(elector, httpapi.APIOptions{Acquire: cfg.Acquire}),
 		probes: func(g prometheus.Gatherer) http.Handler {
-			return httpapi.NewProbeHandler(elector, readiness, g)
+			return httpapi.NewProbeHandler(elector, cfg.Readiness, g)
 		},
 	}
 	if gating != nil {
-		w.collectors = append(w.collectors, gating.Collectors()...)
-		w.probes = func(g prometheus.Gatherer) http.Handler {
-			return httpapi.NewGatedProbeHandler(elector, readiness, gating.Ready, g)
-		}
-		// Both run until ctx ends: the elector releases the Lease, health
-		// gating removes this candidate's entry from the candidates Lease.
-		w.run = func(ctx context.Context) error {
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				_ = gating.Run(ctx, elector)
-			}()
-			err := elector.Run(ctx)
-			<-done
-			return err
-		}
+		w.gateOn(gating, cfg.Readiness)
 	}
 	if cfg.Notify.URL != "" {
 		w.notifier = notify.New(elector, cfg.Notify)
@@ -113,6 +108,28 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 		w.collectors = append(w.collectors, w.notifier.Collectors()...)
 	}
 	return w, nil
+}
+
+// gateOn adds health gating to an election: its metrics, its readiness,
+// and its run beside the elector's. Both run until ctx ends: the elector
+// releases the Lease, health gating removes this candidate's entry from the
+// candidates Lease.
+func (w *workload) gateOn(gating *health.Health, readiness httpapi.Readiness) {
+	elector := w.elector
+	w.collectors = append(w.collectors, gating.Collectors()...)
+	w.probes = func(g prometheus.Gatherer) http.Handler {
+		return httpapi.NewGatedProbeHandler(elector, readiness, gating.Ready, g)
+	}
+	w.run = func(ctx context.Context) error {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = gating.Run(ctx, elector)
+		}()
+		err := elector.Run(ctx)
+		<-done
+		return err
+	}
 }
 
 // startNotifier starts the change notifications, if any, on a context of

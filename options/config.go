@@ -11,11 +11,16 @@ import (
 // The options are turned into each package's own configuration here, once;
 // no package below reads the options themselves.
 
-// AppConfig is the sidecar's configuration; version is the build's.
-func (o *Options) AppConfig(version string) app.Config {
+// AppConfig is the sidecar's configuration; version and revision are the
+// build's (main's -ldflags).
+func (o *Options) AppConfig(version, revision string) app.Config {
 	qps, burst := o.clientRates()
 	cfg := app.Config{
 		Version:      version,
+		Revision:     revision,
+		LogFormat:    o.LogFormat,
+		Verbosity:    o.Verbosity,
+		LogNotices:   o.LogNotices,
 		Client:       app.ClientConfig{Kubeconfig: o.Kubeconfig, QPS: qps, Burst: burst},
 		HTTPAddress:  o.HTTPAddress,
 		ProbeAddress: o.ProbeAddress,

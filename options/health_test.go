@@ -13,7 +13,7 @@ func TestHealthOptions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
-	got := o.AppConfig("test").Health
+	got := o.AppConfig("test", "").Health
 	want := health.Config{URL: "http://127.0.0.1:8081/healthz", Period: 500 * time.Millisecond, Failures: 2, Successes: 4,
 		Namespace: "default", Lease: "my-app", Identity: "pod-a", LeaseDuration: 15 * time.Second}
 	if got != want {
@@ -27,7 +27,7 @@ func TestHealthOptions(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
-	if o.AppConfig("test").Health.Enabled() {
+	if o.AppConfig("test", "").Health.Enabled() {
 		t.Error("health gating is on without --app-health-url")
 	}
 

@@ -52,7 +52,7 @@ func TestNotifyOptions(t *testing.T) {
 				if err != nil {
 					t.Fatalf("parse(%q): %v", args, err)
 				}
-				if got := o.AppConfig("test").Notify; got != tc.want {
+				if got := o.AppConfig("test", "").Notify; got != tc.want {
 					t.Errorf("notify options %+v, want %+v", got, tc.want)
 				}
 				return
