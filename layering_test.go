@@ -36,6 +36,8 @@ var layers = []struct {
 		forbid: append(stdOnly, kubernetes...), allow: []string{"k8s.io/klog/v2", "github.com/go-logr/logr"}},
 	{pkg: "leadership", why: "the state of one Lease that httpapi and apps read: the standard library only", forbid: stdOnly},
 	{pkg: "ownership", why: "the state of a pod's partitions that httpapi reads: the standard library only", forbid: stdOnly},
+	{pkg: "holderaddress", why: "the address annotation's format and rules: the Lease type, no client, none of ours",
+		forbid: append(ours("election", "partition", "routing", "health", "httpapi", "app", "options"), "k8s.io/client-go/")},
 	{pkg: "serverclock", why: "reads the API server's answers, is no client: the standard library and a clock",
 		forbid: append(stdOnly, kubernetes...), allow: []string{"k8s.io/utils/clock"}},
 	{pkg: "internal/quietlog", why: "a logr sink: logr only", forbid: stdOnly, allow: []string{"github.com/go-logr/logr"}},

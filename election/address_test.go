@@ -1,7 +1,7 @@
 package election
 
 import (
-	"strings"
+	"github.com/leader-elector/leader-elector/holderaddress"
 	"testing"
 	"time"
 
@@ -13,7 +13,7 @@ import (
 
 // annotated returns lease with the holder-address annotation set to value.
 func annotated(lease *coordinationv1.Lease, value string) *coordinationv1.Lease {
-	lease.Annotations = map[string]string{HolderAddressAnnotation: value}
+	lease.Annotations = map[string]string{holderaddress.Annotation: value}
 	return lease
 }
 
@@ -24,125 +24,6 @@ func observeVersion(tr *tracker, lease *coordinationv1.Lease) {
 	tr.observeRead(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&lease.Spec)))
 }
 
-func TestCheckAdvertiseAddress(t *testing.T) {
-	for _, ok := range []string{"10.0.0.5:8080", "[fd00::5]:443", "my-app-0.my-app.ns.svc:65535"} {
-		for _, allowLoopback := range []bool{false, true} {
-			if err := CheckAdvertiseAddress(ok, allowLoopback); err != nil {
-				t.Errorf("CheckAdvertiseAddress(%q, %v) = %v, want nil", ok, allowLoopback, err)
-			}
-		}
-	}
-	// Loopback: outside a pod only (issue 30, review note 9b).
-	for _, loopback := range []string{"127.0.0.1:1", "127.1.2.3:80", "[::1]:80", "[::ffff:127.0.0.1]:80", "localhost:80", "app.localhost:80"} {
-		if err := CheckAdvertiseAddress(loopback, true); err != nil {
-			t.Errorf("CheckAdvertiseAddress(%q, true) = %v, want nil", loopback, err)
-		}
-		if err := CheckAdvertiseAddress(loopback, false); err == nil || !strings.Contains(err.Error(), "loopback") {
-			t.Errorf("CheckAdvertiseAddress(%q, false) = %v, want a loopback error", loopback, err)
-		}
-	}
-	// Link-local (the cloud metadata service): never.
-	for _, linkLocal := range []string{"169.254.169.254:80", "[fe80::1]:80", "[::ffff:169.254.169.254]:80"} {
-		for _, allowLoopback := range []bool{false, true} {
-			if err := CheckAdvertiseAddress(linkLocal, allowLoopback); err == nil || !strings.Contains(err.Error(), "link-local") {
-				t.Errorf("CheckAdvertiseAddress(%q, %v) = %v, want a link-local error", linkLocal, allowLoopback, err)
-			}
-		}
-	}
-	for _, bad := range []string{"", "10.0.0.5", "10.0.0.5:0", "10.0.0.5:65536", "10.0.0.5:+80", "10.0.0.5:080", "0.0.0.0:80", "[::]:80", "224.0.0.1:80", "[fe80::1%eth0]:80", "Bad_Name:80", ":80", "a b:80", "x\x1b[31m:80", strings.Repeat("a", 300) + ":80"} {
-		if err := CheckAdvertiseAddress(bad, true); err == nil {
-			t.Errorf("CheckAdvertiseAddress(%q) = nil, want an error", bad)
-		}
-	}
-}
-
-// TestParseHolderAddressRefusesLoopbackAndLinkLocal: a reader ignores an
-// annotation anyone with write access to the Lease could have planted to
-// send followers' forwarded requests to the metadata service or to
-// themselves (issue 30, review note 9b).
-func TestParseHolderAddressRefusesLoopbackAndLinkLocal(t *testing.T) {
-	for _, tc := range []struct {
-		address       string
-		allowLoopback bool
-		want          bool
-	}{
-		{"169.254.169.254:80", false, false},
-		{"169.254.169.254:80", true, false},
-		{"[fe80::1]:80", true, false},
-		{"127.0.0.1:8080", false, false},
-		{"localhost:8080", false, false},
-		{"[::1]:8080", false, false},
-		{"127.0.0.1:8080", true, true},
-		{"10.0.0.6:8080", false, true},
-	} {
-		v := `{"holder":"pod-b","fencingToken":8,"address":"` + tc.address + `"}`
-		if _, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), v), tc.allowLoopback); ok != tc.want {
-			t.Errorf("parseHolderAddress(%s, allowLoopback=%v) ok = %v, want %v", tc.address, tc.allowLoopback, ok, tc.want)
-		}
-	}
-}
-
-func TestAnnotateHolderAddress(t *testing.T) {
-	const addr = "10.0.0.5:8080"
-	want := `{"holder":"pod-a","fencingToken":7,"address":"10.0.0.5:8080"}`
-	ours := newLease(testIdentity, 7, t0)
-
-	got := annotateHolderAddress(ours, testIdentity, addr)
-	if v := got.Annotations[HolderAddressAnnotation]; v != want {
-		t.Errorf("our term's write: annotation %q, want %q", v, want)
-	}
-	if ours.Annotations != nil {
-		t.Error("the caller's object was modified")
-	}
-	// The next term of this pod replaces it with its own token.
-	next := got.DeepCopy()
-	next.Spec.LeaseTransitions = ptr.To[int32](8)
-	if v := annotateHolderAddress(next, testIdentity, addr).Annotations[HolderAddressAnnotation]; !strings.Contains(v, `"fencingToken":8`) {
-		t.Errorf("next term's write: annotation %q, want token 8", v)
-	}
-	// A release (no holder) and a term of this pod without an address
-	// remove it; another holder's write is left alone.
-	released := got.DeepCopy()
-	released.Spec.HolderIdentity = ptr.To("")
-	if _, ok := annotateHolderAddress(released, testIdentity, addr).Annotations[HolderAddressAnnotation]; ok {
-		t.Error("a release kept the annotation")
-	}
-	if _, ok := annotateHolderAddress(got, testIdentity, "").Annotations[HolderAddressAnnotation]; ok {
-		t.Error("a write of a pod that does not advertise kept the annotation")
-	}
-	theirs := annotated(newLease("pod-b", 8, t0), "x")
-	if v := annotateHolderAddress(theirs, testIdentity, addr).Annotations[HolderAddressAnnotation]; v != "x" {
-		t.Errorf("another holder's annotation became %q", v)
-	}
-}
-
-func TestParseHolderAddressIgnoresMalformed(t *testing.T) {
-	good := `{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080"}`
-	if a, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), good), false); !ok || a.Address != "10.0.0.6:8080" {
-		t.Fatalf("parse(%s) = %+v, %v", good, a, ok)
-	}
-	for _, bad := range []string{
-		"",
-		"10.0.0.6:8080",
-		"null",
-		`{"holder":"pod-b","fencingToken":8}`,
-		`{"fencingToken":8,"address":"10.0.0.6:8080"}`,
-		`{"holder":"pod-b","fencingToken":"8","address":"10.0.0.6:8080"}`,
-		`{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080","extra":1}`,
-		good + good,
-		`{"holder":"pod-b","fencingToken":8,"address":"0.0.0.0:8080"}`,
-		`{"holder":"pod-b","fencingToken":8,"address":"evil\u001b[2J:80"}`,
-		`{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080","holder":"` + strings.Repeat("x", maxHolderAddressBytes) + `"}`,
-		`{"holder":"pod-b","fencingToken":99999999999999999999,"address":"10.0.0.6:8080"}`,
-	} {
-		if a, ok := parseHolderAddress(annotated(newLease("pod-b", 8, t0), bad), false); ok {
-			t.Errorf("parse(%q) = %+v, want it ignored", bad, a)
-		}
-	}
-}
-
-// TestTrackerHolderAddress: a follower shows the holder's address only for
-// the term that published it, and never after that term has ended.
 func TestTrackerHolderAddress(t *testing.T) {
 	tr, clk := newTestTracker(t)
 	addrB := `{"holder":"pod-b","fencingToken":8,"address":"10.0.0.6:8080"}`
@@ -231,9 +112,9 @@ func TestElectorAdvertisesAddress(t *testing.T) {
 	checkLease := func(holder, address string) {
 		t.Helper()
 		lease := getLease(t, client)
-		a, ok := parseHolderAddress(lease, false)
+		a, ok := holderaddress.Parse(lease, false)
 		if !ok || a.Holder != holder || a.Address != address || a.FencingToken != int64(ptr.Deref(lease.Spec.LeaseTransitions, -1)) || ptr.Deref(lease.Spec.HolderIdentity, "") != holder {
-			t.Errorf("Lease: holder %q token %d, annotation %q; want %s's term with %s", ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, -1), lease.Annotations[HolderAddressAnnotation], holder, address)
+			t.Errorf("Lease: holder %q token %d, annotation %q; want %s's term with %s", ptr.Deref(lease.Spec.HolderIdentity, ""), ptr.Deref(lease.Spec.LeaseTransitions, -1), lease.Annotations[holderaddress.Annotation], holder, address)
 		}
 	}
 	checkLease(testIdentity, "10.0.0.5:8080")
@@ -282,14 +163,14 @@ func TestElectorReleaseRemovesAddress(t *testing.T) {
 	}
 	stop := runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
-	if _, ok := parseHolderAddress(getLease(t, client), false); !ok {
+	if _, ok := holderaddress.Parse(getLease(t, client), false); !ok {
 		t.Fatalf("no address on the Lease while leading: %v", getLease(t, client).Annotations)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	lease := getLease(t, client)
-	if v, ok := lease.Annotations[HolderAddressAnnotation]; ok || ptr.Deref(lease.Spec.HolderIdentity, "x") != "" {
+	if v, ok := lease.Annotations[holderaddress.Annotation]; ok || ptr.Deref(lease.Spec.HolderIdentity, "x") != "" {
 		t.Errorf("after release on shutdown: holder %q, annotation %q; want none", ptr.Deref(lease.Spec.HolderIdentity, "x"), v)
 	}
 	if s := e.Snapshot(); s.HolderAddress != "" {
@@ -312,7 +193,7 @@ func TestElectorWithoutAddressRemovesStaleAnnotation(t *testing.T) {
 	}
 	runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
-	if v, ok := getLease(t, client).Annotations[HolderAddressAnnotation]; ok {
+	if v, ok := getLease(t, client).Annotations[holderaddress.Annotation]; ok {
 		t.Errorf("annotation after a takeover without an address: %q", v)
 	}
 	if s := e.Snapshot(); s.HolderAddress != "" {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leader-elector/leader-elector/holderaddress"
 	"sync"
 	"time"
 
@@ -118,15 +119,15 @@ type Config struct {
 	// learns only from the Lease's metadata.
 	ServerClock *serverclock.Clock
 	// AdvertiseAddress, if set, is the host:port this pod publishes on the
-	// Lease with every term it holds (HolderAddressAnnotation), for followers to
-	// forward requests to (State.HolderAddress); see CheckAdvertiseAddress.
+	// Lease with every term it holds (holderaddress.Annotation), for followers to
+	// forward requests to (State.HolderAddress); see holderaddress.Check.
 	AdvertiseAddress string
 	// AllowLoopbackAddress lets this pod advertise, and show as
 	// State.HolderAddress, a loopback address: for a sidecar that runs
 	// outside a pod (tests, local runs), where candidates share one host.
 	// In a pod it must be false: a follower that forwards to a loopback
 	// address sends the requests to itself. Link-local addresses are
-	// refused either way (CheckAdvertiseAddress).
+	// refused either way (holderaddress.Check).
 	AllowLoopbackAddress bool
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
@@ -176,7 +177,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("campaign %q is unknown (want %q, %q or %q)", c.Campaign, CampaignAuto, CampaignManual, CampaignNever))
 	}
 	if c.AdvertiseAddress != "" {
-		if err := CheckAdvertiseAddress(c.AdvertiseAddress, c.AllowLoopbackAddress); err != nil {
+		if err := holderaddress.Check(c.AdvertiseAddress, c.AllowLoopbackAddress); err != nil {
 			errs = append(errs, fmt.Errorf("advertise address %q: %w", c.AdvertiseAddress, err))
 		}
 	}
@@ -295,7 +296,7 @@ func New(cfg Config) (*Elector, error) {
 		t.observeHolderAddress(lease, cfg.AllowLoopbackAddress)
 	}
 	e.cache.BeforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
-		return annotateHolderAddress(lease, cfg.Identity, cfg.AdvertiseAddress)
+		return holderaddress.Annotate(lease, cfg.Identity, cfg.AdvertiseAddress)
 	}
 	if cfg.Group.Feed != nil {
 		if err := cfg.Group.Feed.Feed(cfg.Namespace, cfg.Name, e.cache); err != nil {

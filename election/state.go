@@ -1,6 +1,7 @@
 package election
 
 import (
+	"github.com/leader-elector/leader-elector/holderaddress"
 	"sync"
 	"time"
 
@@ -77,7 +78,7 @@ type tracker struct {
 	haveObserved bool
 	// addresses are the holder addresses of the last two terms that
 	// published one (address.go).
-	addresses [2]holderAddress
+	addresses [2]holderaddress.Value
 	// observedAt is when the observed record last changed, on the local
 	// monotonic clock; the holder is reported as gone a lease duration later.
 	observedAt time.Time

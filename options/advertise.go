@@ -3,12 +3,11 @@ package options
 import (
 	"errors"
 	"fmt"
+	"github.com/leader-elector/leader-elector/holderaddress"
 	"net"
 	"strconv"
 
 	"github.com/spf13/pflag"
-
-	"github.com/leader-elector/leader-elector/election"
 )
 
 // advertiseOptions is the address the leader publishes on the Lease for
@@ -66,7 +65,7 @@ func (a *advertiseOptions) validate(partitions int) []error {
 	case a.Port != 0 && a.Host == "":
 		errs = append(errs, errors.New("--advertise-port needs --advertise-address or $POD_IP (the downward API's status.podIP)"))
 	case a.Port != 0:
-		if err := election.CheckAdvertiseAddress(a.address(), !a.inPod); err != nil {
+		if err := holderaddress.Check(a.address(), !a.inPod); err != nil {
 			errs = append(errs, fmt.Errorf("--advertise-address %s: %w", quoteShort(a.Host), err))
 		}
 	}

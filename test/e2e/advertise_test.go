@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/leader-elector/leader-elector/holderaddress"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,8 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
-
-	"github.com/leader-elector/leader-elector/election"
 )
 
 // TestAdvertiseAddress: three candidates advertise distinct addresses
@@ -130,7 +129,7 @@ func TestAdvertiseAddress(t *testing.T) {
 	// the same write; a released Lease carries none.
 	for _, l := range versions {
 		holder := ptr.Deref(l.Spec.HolderIdentity, "")
-		value, ok := l.Annotations[election.HolderAddressAnnotation]
+		value, ok := l.Annotations[holderaddress.Annotation]
 		if holder == "" {
 			if ok {
 				t.Errorf("Lease version %s without a holder carries %s", l.ResourceVersion, value)
