@@ -103,10 +103,10 @@ func TestSetUpJSONSchema(t *testing.T) {
 	if _, hasV := got[2]["v"]; hasV || got[2]["err"] != "boom" || got[2]["msg"] != "Failed" || got[2]["attempts"] != float64(3) {
 		t.Errorf("error line = %s, want err \"boom\", no v", lines[2])
 	}
-	// Key order as zap writes it: ts, logger, caller, msg, v, then the
-	// key/values.
-	if !regexp.MustCompile(`^\{"ts":[0-9.]+,"logger":"election","caller":"[^"]+","msg":"Became leader","v":0,"lease":\{`).MatchString(lines[0]) {
-		t.Errorf("line does not start ts, logger, caller, msg, v, key/values: %s", lines[0])
+	// Key order: slog's built-in fields first (ts, v, caller, msg), then
+	// the logger's name and the key/values in order.
+	if !regexp.MustCompile(`^\{"ts":[0-9.]+,"v":0,"caller":"[^"]+","msg":"Became leader","logger":"election","lease":\{`).MatchString(lines[0]) {
+		t.Errorf("line does not start ts, v, caller, msg, logger, key/values: %s", lines[0])
 	}
 }
 
