@@ -64,7 +64,7 @@ var layers = []struct {
 	{pkg: "supervisor", why: "a client of the local API alone: no Kubernetes client, klog for the sidecar's log format",
 		forbid: append(ours("app", "options", "election"), kubernetes...), allow: []string{"k8s.io/klog/v2"}},
 	{pkg: ".", why: "nothing that ships depends on a test-only component",
-		forbid: ours("test/", "bench/", "examples/", "hack/", "internal/leasetest")},
+		forbid: ours("test/", "bench/", "examples/", "hack/", "internal/leasetest", "leadership/leadershiptest")},
 }
 
 // ours names packages of this module (a trailing "/" the tree under it).

@@ -25,6 +25,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leadership/leadershiptest"
 )
 
 // fakeElection is an Election whose state the test sets.
@@ -92,34 +93,17 @@ func (f *fakeElection) set(change func(s *leadership.State)) leadership.State {
 	return f.state
 }
 
+// The sample states and their moments are leadershiptest's, shared with
+// notify's tests.
 var (
-	renewTime   = time.Date(2026, 11, 29, 8, 0, 0, 123456789, time.UTC)
-	leaderSince = time.Date(2026, 11, 29, 7, 58, 1, 0, time.UTC)
-	validUntil  = time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
+	renewTime   = leadershiptest.RenewTime
+	leaderSince = leadershiptest.LeaderSince
+	validUntil  = leadershiptest.ValidUntil
 )
 
-func followerState() leadership.State {
-	return leadership.State{
-		Namespace:            "default",
-		Name:                 "my-app",
-		Identity:             "my-app-7d9f-abcde",
-		Holder:               "my-app-7d9f-xyz12",
-		FencingToken:         7,
-		LeaseDurationSeconds: 15,
-		RenewTime:            renewTime,
-		Revision:             12,
-	}
-}
+func followerState() leadership.State { return leadershiptest.Follower() }
 
-func leaderState() leadership.State {
-	s := followerState()
-	s.Holder = s.Identity
-	s.IsLeader = true
-	s.LeaderSince = leaderSince
-	s.ValidUntil = validUntil
-	s.Deadline = validUntil
-	return s
-}
+func leaderState() leadership.State { return leadershiptest.Leader() }
 
 func newRequest(t *testing.T, method, target string) *http.Request {
 	t.Helper()

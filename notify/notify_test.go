@@ -17,6 +17,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/httpapi"
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leadership/leadershiptest"
 )
 
 // receiver is an app that records the notifications it answers with 204;
@@ -87,72 +88,13 @@ func (rc *receiver) waitDelivered(t *testing.T, n int) []uint64 {
 	return rc.delivered()
 }
 
-// fakeSource is an election whose state the test sets.
-type fakeSource struct {
-	mu      sync.Mutex
-	state   leadership.State
-	changed chan struct{}
-}
+func followerState() leadership.State { return leadershiptest.Follower() }
 
-func newFakeSource(s leadership.State) *fakeSource {
-	return &fakeSource{state: s, changed: make(chan struct{})}
-}
-
-func (f *fakeSource) Snapshot() leadership.State {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.state
-}
-
-func (f *fakeSource) Watch() (leadership.State, <-chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.state, f.changed
-}
-
-// set changes the state, counts a revision and wakes the watchers.
-func (f *fakeSource) set(change func(s *leadership.State)) leadership.State {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	change(&f.state)
-	f.state.Revision++
-	close(f.changed)
-	f.changed = make(chan struct{})
-	return f.state
-}
-
-var (
-	renewTime   = time.Date(2026, 11, 29, 8, 0, 0, 123456789, time.UTC)
-	leaderSince = time.Date(2026, 11, 29, 7, 58, 1, 0, time.UTC)
-	validUntil  = time.Date(2026, 11, 29, 8, 0, 10, 123456000, time.UTC)
-)
-
-func followerState() leadership.State {
-	return leadership.State{
-		Namespace:            "default",
-		Name:                 "my-app",
-		Identity:             "my-app-7d9f-abcde",
-		Holder:               "my-app-7d9f-xyz12",
-		FencingToken:         7,
-		LeaseDurationSeconds: 15,
-		RenewTime:            renewTime,
-		Revision:             12,
-	}
-}
-
-func leaderState() leadership.State {
-	s := followerState()
-	s.Holder = s.Identity
-	s.IsLeader = true
-	s.LeaderSince = leaderSince
-	s.ValidUntil = validUntil
-	s.Deadline = validUntil
-	return s
-}
+func leaderState() leadership.State { return leadershiptest.Leader() }
 
 // notifierFixture runs a notifier of a fake election until the test ends.
 type notifierFixture struct {
-	el     *fakeSource
+	el     *leadershiptest.Source
 	n      *Notifier
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -163,8 +105,8 @@ type notifierFixture struct {
 func startNotifier(t *testing.T, url string, opts Options) *notifierFixture {
 	_, ctx := ktesting.NewTestContext(t)
 	opts.URL = url
-	f := &notifierFixture{el: newFakeSource(followerState()), done: make(chan struct{}), states: map[uint64]leadership.State{}}
-	f.states[f.el.state.Revision] = f.el.state
+	f := &notifierFixture{el: leadershiptest.NewSource(followerState()), done: make(chan struct{}), states: map[uint64]leadership.State{}}
+	f.states[f.el.Snapshot().Revision] = f.el.Snapshot()
 	f.n = New(f.el, opts)
 	ctx, f.cancel = context.WithCancel(ctx)
 	go func() {
@@ -183,7 +125,7 @@ func startNotifier(t *testing.T, url string, opts Options) *notifierFixture {
 // that no two changes are coalesced.
 func (f *notifierFixture) change(t *testing.T, change func(*leadership.State)) {
 	t.Helper()
-	s := f.el.set(change)
+	s := f.el.Set(change)
 	f.states[s.Revision] = s
 	f.waitQueued(t, s.Revision)
 }
@@ -380,7 +322,7 @@ func TestNotifierFlushesAtShutdown(t *testing.T) {
 	f := startNotifier(t, rc.srv.URL, Options{})
 	f.change(t, toggle) // leader
 	// Shutdown: the elector stops leading; then the notifier is stopped.
-	s := f.el.set(toggle)
+	s := f.el.Set(toggle)
 	f.states[s.Revision] = s
 	f.cancel()
 	close(release)
@@ -423,7 +365,7 @@ func TestNotifierShutdownIsBounded(t *testing.T) {
 
 // The client connects to loopback addresses only, whatever the URL names.
 func TestNotifierRefusesOtherAddresses(t *testing.T) {
-	n := New(newFakeSource(followerState()), Options{URL: "http://192.0.2.1:80/", Timeout: time.Second})
+	n := New(leadershiptest.NewSource(followerState()), Options{URL: "http://192.0.2.1:80/", Timeout: time.Second})
 	err := n.attempt(context.Background(), notification{revision: 1, body: []byte("{}\n")})
 	if err == nil || !containsAll(err.Error(), "not a loopback address") {
 		t.Errorf("attempt to 192.0.2.1: %v, want a refusal", err)
