@@ -109,8 +109,42 @@ func run(hold bool, kubeconfig string) error {
 		say("Done. Run with HOLD=1 (make demo HOLD=1) to keep the candidates running and kill them yourself.")
 		return nil
 	}
-	holdOn(ctx, &g, last)
+	var held harness.Group[*harness.Candidate]
+	defer held.KillAll()
+	if err := restartStopped(ctx, &g, &held, binary, tg, work); err != nil {
+		return err
+	}
+	showAccess(&held, tg, binary)
+	holdOn(ctx, &held, last)
 	return nil
+}
+
+// restartStopped adds to held the candidates of g that still run and,
+// started again under their names, those the script stopped: all three, to
+// explore.
+func restartStopped(ctx context.Context, g, held *harness.Group[*harness.Candidate], binary string, tg target, work string) error {
+	for _, c := range g.Members() {
+		if c.Running() {
+			held.Add(c)
+			continue
+		}
+		again, err := startCandidate(ctx, c.Name(), binary, tg, work)
+		if err != nil {
+			return err
+		}
+		held.Add(again)
+	}
+	return nil
+}
+
+// showAccess prints how to reach the held candidates: the kubeconfig, each
+// API, and commands to try.
+func showAccess(g *harness.Group[*harness.Candidate], tg target, binary string) {
+	say("All three candidates run again. The kubeconfig: %s (Lease %s/%s)", tg.kubeconfig, tg.namespace, leaseName)
+	for _, c := range g.Members() {
+		say("%s (pid %d): curl -s %s/leader   or   LEADER_ELECTOR_URL=%s %s status", c.Name(), c.Pid(), c.APIURL(), c.APIURL(), binary)
+	}
+	say("Try: kill -STOP <pid> (a frozen leader), kill -9 <pid>, curl -s -X POST <url>/release, curl -sN <url>/events")
 }
 
 // chooseTarget is the cluster of kubeconfig if one is named, or else a
@@ -144,23 +178,33 @@ func chooseTarget(ctx context.Context, kubeconfig, work string) (tg target, clea
 // startCandidates starts the three candidates, pod-a to pod-c, into g.
 func startCandidates(ctx context.Context, g *harness.Group[*harness.Candidate], binary string, tg target, work string) error {
 	for _, name := range []string{"pod-a", "pod-b", "pod-c"} {
-		c, err := harness.StartCandidate(ctx, harness.CandidateOptions{
-			Binary:     binary,
-			Name:       name,
-			Lease:      leaseName,
-			Namespace:  tg.namespace,
-			Kubeconfig: tg.kubeconfig,
-			Timings:    timings,
-			LogPath:    filepath.Join(work, name+".log"),
-			HTTPClient: &http.Client{Timeout: 2 * time.Second},
-		})
+		c, err := startCandidate(ctx, name, binary, tg, work)
 		if err != nil {
 			return err
 		}
 		g.Add(c)
-		say("Started %s (pid %d), its API at %s/leader", name, c.Pid(), c.APIURL())
 	}
 	return nil
+}
+
+// startCandidate starts one candidate; its log is work/name.log (begun
+// anew when the candidate is started again).
+func startCandidate(ctx context.Context, name, binary string, tg target, work string) (*harness.Candidate, error) {
+	c, err := harness.StartCandidate(ctx, harness.CandidateOptions{
+		Binary:     binary,
+		Name:       name,
+		Lease:      leaseName,
+		Namespace:  tg.namespace,
+		Kubeconfig: tg.kubeconfig,
+		Timings:    timings,
+		LogPath:    filepath.Join(work, name+".log"),
+		HTTPClient: &http.Client{Timeout: 2 * time.Second},
+	})
+	if err != nil {
+		return nil, err
+	}
+	say("Started %s (pid %d), its API at %s/leader", name, c.Pid(), c.APIURL())
+	return c, nil
 }
 
 // handOver is the demo's script: the first election, a graceful handover

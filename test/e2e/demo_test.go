@@ -6,13 +6,19 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness"
 )
 
 // TestDemoOnExistingCluster: `make demo` with KUBECONFIG set (here: the
@@ -51,5 +57,69 @@ func TestDemoOnExistingCluster(t *testing.T) {
 		t.Errorf("namespace %s is still there, not being deleted", m[1])
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
+	}
+}
+
+// TestDemoHold: `make demo HOLD=1` ends its script with all three
+// candidates running again, prints how to reach each (the kubeconfig, a
+// curl of each API, the status command), and the APIs it prints answer,
+// one of them leading; Ctrl-C then ends it cleanly.
+func TestDemoHold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// Built, not go run: the exit code is then the demo's own.
+	demo := filepath.Join(t.TempDir(), "demo")
+	build := exec.CommandContext(ctx, "go", "build", "-o", demo, "./test/demo")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./test/demo: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, demo, "-hold")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.AdminKubeconfig())
+	// Ctrl-C reaches the whole process group: the demo and its candidates.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out harness.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 4*time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(out.String(), "Try: kill"), nil
+	}); err != nil {
+		t.Fatalf("the demo never printed how to explore:\n%s", out.String())
+	}
+	text := out.String()
+	if m := regexp.MustCompile(`The kubeconfig: (\S+) `).FindStringSubmatch(text); m == nil {
+		t.Error("the demo did not print its kubeconfig")
+	} else if _, err := os.Stat(m[1]); err != nil {
+		t.Errorf("the kubeconfig the demo printed: %v", err)
+	}
+	access := regexp.MustCompile(`(pod-[abc]) \(pid \d+\): curl -s (http://\S+)/leader   or   LEADER_ELECTOR_URL=(\S+) \S+ status`).FindAllStringSubmatch(text, -1)
+	if len(access) != 3 {
+		t.Fatalf("want a curl and a status command for each of the 3 candidates, got %d:\n%s", len(access), text)
+	}
+	leaders := 0
+	for _, a := range access {
+		if a[2] != a[3] {
+			t.Errorf("%s: curl names %s, status %s", a[1], a[2], a[3])
+		}
+		s, err := api.NewClient(a[2], nil).Leader(ctx)
+		if err != nil {
+			t.Fatalf("%s: the printed API %s does not answer: %v", a[1], a[2], err)
+		}
+		if s.IsLeader {
+			leaders++
+		}
+	}
+	if leaders != 1 {
+		t.Errorf("%d of the printed candidates lead, want 1", leaders)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the demo did not end cleanly on Ctrl-C: %v\n%s", err, out.String())
 	}
 }
