@@ -111,9 +111,13 @@ func (m *Member) writeCheckpoint(ctx context.Context, i int, token int64, value 
 		// with the write.
 		return ownership.Checkpoint{}, fmt.Errorf("%w: partition %d: %w (current %d, given %d)", ownership.ErrCheckpointRefused, i, leadership.ErrTermChanged, s.FencingToken, token)
 	}
-	if r := m.checkpointLimits[i].Reserve(); r.Delay() > 0 {
-		r.Cancel()
-		return ownership.Checkpoint{}, &ownership.RateLimitedError{Partition: i, RetryAfter: r.Delay()}
+	// On the member's clock, not the limiter's own: tests step it, and a
+	// loaded test machine must not refill the bucket between two writes.
+	now := m.clock.Now()
+	if r := m.checkpointLimits[i].ReserveN(now, 1); r.DelayFrom(now) > 0 {
+		wait := r.DelayFrom(now)
+		r.CancelAt(now)
+		return ownership.Checkpoint{}, &ownership.RateLimitedError{Partition: i, RetryAfter: wait}
 	}
 	c := ownership.Checkpoint{Value: value, Holder: m.cfg.Identity, FencingToken: token, Time: m.clock.Now().UTC().Truncate(time.Microsecond)}
 	encoded, err := json.Marshal(c)
