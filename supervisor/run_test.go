@@ -166,9 +166,21 @@ func startRunWith(t *testing.T, srv *httptest.Server, change func(*Config), onEx
 	// format, into the buffer the tests read.
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(r.log)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	go func() { r.code <- Run(ctx, cfg) }()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		r.code <- Run(ctx, cfg)
+	}()
 	t.Cleanup(func() {
 		cancel()
+		// No supervisor outlives its test: one still winding down would
+		// reap, as orphans of this process, the next test's exited
+		// children before their own supervisor's os/exec waits for them.
+		select {
+		case <-returned:
+		case <-time.After(10 * time.Second):
+			t.Errorf("the supervisor did not return within 10s of its cancel")
+		}
 		t.Logf("supervisor log:\n%s", r.log.String())
 	})
 	return r
