@@ -54,7 +54,9 @@ func ParseBaseURL(raw string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return "", errors.New("want http://host:port (the API's address, no path)")
 	}
-	return u.Scheme + "://" + u.Host, nil
+	// url.URL's String escapes what Host holds unescaped (an IPv6 zone's
+	// "%"), so that the result parses again.
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String(), nil
 }
 
 // addressURL turns a listen address into the URL that reaches it from the
@@ -70,5 +72,5 @@ func addressURL(addr string) (string, error) {
 	case "::":
 		host = "::1"
 	}
-	return "http://" + net.JoinHostPort(host, port), nil
+	return (&url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}).String(), nil
 }

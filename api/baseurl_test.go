@@ -25,6 +25,9 @@ func TestBaseURLFromEnv(t *testing.T) {
 		{name: "0.0.0.0 is reached on loopback", env: map[string]string{EnvHTTPAddress: "0.0.0.0:6060"}, want: "http://127.0.0.1:6060"},
 		{name: ":: is reached on IPv6 loopback", env: map[string]string{EnvHTTPAddress: "[::]:6060"}, want: "http://[::1]:6060"},
 		{name: "a pod IP is kept", env: map[string]string{EnvHTTPAddress: "10.0.0.5:6060"}, want: "http://10.0.0.5:6060"},
+		// A zone's "%" is escaped, so that the URL parses again.
+		{name: "a URL with an IPv6 zone", env: map[string]string{EnvURL: "http://[fe80::1%25eth0]:4040"}, want: "http://[fe80::1%25eth0]:4040"},
+		{name: "an address with an IPv6 zone", env: map[string]string{EnvHTTPAddress: "[fe80::1%eth0]:4040"}, want: "http://[fe80::1%25eth0]:4040"},
 		{name: "a URL with a path", env: map[string]string{EnvURL: "http://127.0.0.1:4040/leader"}, wantErr: `$LEADER_ELECTOR_URL "http://127.0.0.1:4040/leader": want http://host:port`},
 		{name: "a URL without a scheme", env: map[string]string{EnvURL: "127.0.0.1:4040"}, wantErr: "$LEADER_ELECTOR_URL"},
 		{name: "another scheme", env: map[string]string{EnvURL: "ftp://x"}, wantErr: "$LEADER_ELECTOR_URL"},
