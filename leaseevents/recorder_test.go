@@ -113,12 +113,23 @@ func TestEventRecorderNeverBlocksTheElection(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	cs := fake.NewClientset()
 	stuck := make(chan struct{})
-	defer close(stuck)
 	cs.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
 		<-stuck
 		return true, nil, apierrors.NewServiceUnavailable("gone")
 	})
 	r := New(ctx, cs, "pod-a")
+	// Once the test ends the writer gives up on what is queued at once,
+	// rather than retrying it for a minute after the test (the write is
+	// before its first read: that read follows the close of stuck).
+	r.retryWait = 0
+	t.Cleanup(func() {
+		close(stuck)
+		select {
+		case <-r.written:
+		case <-time.After(5 * time.Second):
+			t.Error("the writer still retried 5 s after the test")
+		}
+	})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
