@@ -160,9 +160,14 @@ func (n *Node) ContainerPID(ctx context.Context, containerID string) (int, error
 	if err != nil {
 		return 0, err
 	}
+	running := 0
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == id && f[2] == "RUNNING" {
+		if len(f) < 3 || f[2] != "RUNNING" {
+			continue
+		}
+		running++
+		if f[0] == id {
 			var pid int
 			if _, err := fmt.Sscan(f[1], &pid); err != nil {
 				return 0, fmt.Errorf("pid of container %s: %q: %w", id, f[1], err)
@@ -170,7 +175,9 @@ func (n *Node) ContainerPID(ctx context.Context, containerID string) (int, error
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("container %s is not running:\n%s", id, out)
+	// One line: it ends up in the soak report's "not injected" list, where
+	// the whole task list was noise.
+	return 0, fmt.Errorf("container %.12s is not running (not among the node's %d running tasks)", id, running)
 }
 
 func writeJSON(path string, v any) error {
