@@ -62,6 +62,12 @@ type Cache struct {
 
 	mu     sync.Mutex
 	latest *coordinationv1.Lease
+	// deletedAfter is the resourceVersion of the last version held when
+	// the watch said the Lease was deleted: a version no newer is of the
+	// deleted object (a write's answer that arrives after the deletion's
+	// event) and is not taken, or readers would see the deleted Lease
+	// again, held. Cleared when a version is kept.
+	deletedAfter string
 	// servedCurrent is set when a reader is served latest, cleared when a
 	// newer version (or a deletion) arrives.
 	servedCurrent bool
@@ -167,6 +173,9 @@ func (c *Cache) ObserveDeleted() {
 	c.delivering.Lock()
 	defer c.delivering.Unlock()
 	c.mu.Lock()
+	if c.latest != nil {
+		c.deletedAfter = c.latest.ResourceVersion
+	}
 	c.latest = nil
 	c.servedCurrent = false
 	c.mu.Unlock()
@@ -195,7 +204,8 @@ func (c *Cache) WhileServedCurrent(f func()) {
 // and the watch may deliver an older version after our write has returned.
 func (c *Cache) remember(lease *coordinationv1.Lease) bool {
 	c.mu.Lock()
-	if c.latest != nil && !newer(lease.ResourceVersion, c.latest.ResourceVersion) {
+	if c.latest != nil && !newer(lease.ResourceVersion, c.latest.ResourceVersion) ||
+		c.latest == nil && c.deletedAfter != "" && !newer(lease.ResourceVersion, c.deletedAfter) {
 		c.mu.Unlock()
 		return false
 	}
@@ -210,6 +220,7 @@ func (c *Cache) remember(lease *coordinationv1.Lease) bool {
 func (c *Cache) keepLocked(lease *coordinationv1.Lease) {
 	c.latest = lease.DeepCopy()
 	c.servedCurrent = false
+	c.deletedAfter = ""
 }
 
 // newer compares resourceVersions. They are opaque to clients in general;

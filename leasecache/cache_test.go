@@ -324,3 +324,35 @@ func TestCacheAfterResourceVersionsGoBack(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheForgetsTheDeletedVersion: after the watch says the Lease was
+// deleted, an answer to a write made before the deletion (it arrives
+// later) is not taken back into the cache: readers get NotFound, not the
+// deleted Lease still naming its holder. A re-created Lease (a newer
+// version) is taken.
+func TestCacheForgetsTheDeletedVersion(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	c := New(testNamespace, testName, fake.NewClientset(), fake.NewClientset(), nil)
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+	v := func(rv string) *coordinationv1.Lease {
+		l := testLease("pod-a", 7)
+		l.ResourceVersion = rv
+		return l
+	}
+	c.Observe(v("10")) // the renewal, as the watch delivered it
+	c.ObserveDeleted()
+	if c.remember(v("10")) {
+		t.Error("the renewal's answer, arriving after the deletion, was taken back into the cache")
+	}
+	if l, err := c.Get(ctx); !apierrors.IsNotFound(err) {
+		t.Fatalf("read after the deletion: %v, %v; want NotFound", l, err)
+	}
+	if !c.remember(v("11")) {
+		t.Error("a newer version (the Lease re-created) was not taken")
+	}
+	if l, err := c.Get(ctx); err != nil || l.ResourceVersion != "11" {
+		t.Errorf("read after the re-creation: %v, %v; want version 11", l, err)
+	}
+}
