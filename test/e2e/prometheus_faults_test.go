@@ -40,8 +40,13 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 		c := startCandidate(t, "refused-0", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
 		waitLeading(t, c, 30*time.Second)
-		prom := startPrometheus(t, []string{metricsTarget(t, c)}, testRules(t, map[string]time.Duration{"LeaderElectorAPIRequestsRefused": faultFor}))
+		// Beside it, another client-go program (an app, an operator) whose
+		// requests are refused all along, healthy state included: the
+		// alert is the sidecar's, and must not fire for it.
+		other := startOtherClientGoProgram(t, namespace, kubeconfig)
+		prom := startPrometheus(t, []string{metricsTarget(t, c), other}, testRules(t, map[string]time.Duration{"LeaderElectorAPIRequestsRefused": faultFor}))
 		waitQuery(t, prom, `sum(rest_client_requests_total{code="200",method="PUT"}) > bool 0`, "1", 30*time.Second)
+		waitQuery(t, prom, `sum(rest_client_requests_total{code="403",instance="`+other+`"}) > bool 0`, "1", 30*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorAPIRequestsRefused")
 		proveAlert(t, prom, alerts, "LeaderElectorAPIRequestsRefused", faultFor, healthy, faultFor+30*time.Second, "the Role lost update on the Lease", func() {
 			roles := controlPlane.AdminClient().RbacV1().Roles(namespace)
