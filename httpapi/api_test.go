@@ -28,11 +28,10 @@ import (
 	"github.com/leader-elector/leader-elector/leadership/leadershiptest"
 )
 
-// fakeElection is an Election whose state the test sets.
+// fakeElection is an Election whose state the test sets: leadershiptest's
+// Source, with the calls httpapi makes besides Snapshot and Watch.
 type fakeElection struct {
-	mu      sync.Mutex
-	state   leadership.State
-	changed chan struct{}
+	*leadershiptest.Source
 	// watched receives a value on every Watch call, if set; it needs room
 	// for all of them.
 	watched chan struct{}
@@ -44,21 +43,14 @@ type fakeElection struct {
 }
 
 func newFakeElection(s leadership.State) *fakeElection {
-	return &fakeElection{state: s, changed: make(chan struct{})}
+	return &fakeElection{Source: leadershiptest.NewSource(s)}
 }
 
-func (f *fakeElection) Snapshot() leadership.State {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.state
-}
-
+// Watch is the Source's, telling watched of every call.
 func (f *fakeElection) Watch() (leadership.State, <-chan struct{}) {
-	f.mu.Lock()
-	s, ch, watched := f.state, f.changed, f.watched
-	f.mu.Unlock()
-	if watched != nil {
-		watched <- struct{}{}
+	s, ch := f.Source.Watch()
+	if f.watched != nil {
+		f.watched <- struct{}{}
 	}
 	return s, ch
 }
@@ -84,13 +76,7 @@ func (f *fakeElection) Healthy() error   { return f.healthyErr }
 // set changes the state, bumps the revision and wakes watchers, as the
 // tracker does. It never blocks.
 func (f *fakeElection) set(change func(s *leadership.State)) leadership.State {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	change(&f.state)
-	f.state.Revision++
-	close(f.changed)
-	f.changed = make(chan struct{})
-	return f.state
+	return f.Set(change)
 }
 
 // The sample states and their moments are leadershiptest's, shared with
