@@ -63,9 +63,13 @@ func TestAcquire(t *testing.T) {
 	}
 	_, err := c.AcquireAfterTerm(ctx, 3, 0)
 	apiError(t, err, http.StatusConflict, api.ReasonTermCurrent)
+	// The other pod releases once the blocking acquire (the third) has
+	// arrived, not after a guessed delay.
 	go func() {
-		time.Sleep(50 * time.Millisecond)
-		s.SetHolder("", 0) // the other pod releases
+		for len(s.CallsTo(http.MethodPost, "/acquire")) < 3 {
+			time.Sleep(time.Millisecond)
+		}
+		s.SetHolder("", 0)
 	}()
 	a, err := c.AcquireAfterTerm(ctx, 2, 10*time.Second)
 	if err != nil || !a.Acquired || a.FencingToken != 4 || !a.IsLeader {
