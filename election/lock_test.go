@@ -663,8 +663,12 @@ func TestConfigValidate(t *testing.T) {
 		{name: "zero retry period", modify: func(c *Config) { c.RetryPeriod = 0 }, wantErr: true},
 		{name: "fractional lease duration", modify: func(c *Config) { c.LeaseDuration = 15500 * time.Millisecond }, wantErr: true},
 		{name: "lease duration equal to renew deadline", modify: func(c *Config) { c.LeaseDuration = testRenewDeadline }, wantErr: true},
-		{name: "renew deadline equal to retry period × 1.2", modify: func(c *Config) { c.RenewDeadline, c.RetryPeriod = 12*time.Second, 10*time.Second }, wantErr: true},
-		{name: "renew deadline just above retry period × 1.2", modify: func(c *Config) { c.RenewDeadline, c.RetryPeriod = 12*time.Second+time.Millisecond, 10*time.Second }},
+		{name: "renew deadline equal to retry period × 1.2", modify: func(c *Config) {
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 25*time.Second, 12*time.Second, 10*time.Second
+		}, wantErr: true},
+		{name: "renew deadline just above retry period × 1.2", modify: func(c *Config) {
+			c.LeaseDuration, c.RenewDeadline, c.RetryPeriod = 25*time.Second, 12*time.Second+time.Millisecond, 10*time.Second
+		}},
 		{name: "no client", modify: func(c *Config) { c.Client = nil }, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -36,7 +36,8 @@ var FlagTimingNames = TimingNames{LeaseDuration: "--lease-duration", RenewDeadli
 //   - the lease duration is whole seconds: the Lease stores seconds;
 //   - the lease duration is longer than the renew deadline: a leader stops
 //     claiming leadership before anyone else may take the Lease;
-//   - and longer by at least MinMargin(lease duration): max(1 s, 1% of it).
+//   - and longer by at least MinMargin: the largest of 1 s, 1% of the lease
+//     duration and the retry period.
 //   - the renew deadline is longer than the retry period × client-go's
 //     jitter factor (1.2), client-go's own rule: a leader gets at least one
 //     renewal attempt per deadline.
@@ -63,9 +64,9 @@ func (t Timings) Check(names TimingNames) []error {
 	}
 	if t.LeaseDuration <= t.RenewDeadline {
 		errs = append(errs, fmt.Errorf("%s (%v) must be greater than %s (%v)", names.LeaseDuration, t.LeaseDuration, names.RenewDeadline, t.RenewDeadline))
-	} else if margin := MinMargin(t.LeaseDuration); t.LeaseDuration-t.RenewDeadline < margin {
-		errs = append(errs, fmt.Errorf("%s (%v) must exceed %s (%v) by at least %v (the larger of 1s and 1%% of %s): %w",
-			names.LeaseDuration, t.LeaseDuration, names.RenewDeadline, t.RenewDeadline, margin, names.LeaseDuration, ErrShortMargin))
+	} else if margin := MinMargin(t.LeaseDuration, t.RetryPeriod); t.LeaseDuration-t.RenewDeadline < margin {
+		errs = append(errs, fmt.Errorf("%s (%v) must exceed %s (%v) by at least %v (the largest of 1s, 1%% of %s and %s): %w",
+			names.LeaseDuration, t.LeaseDuration, names.RenewDeadline, t.RenewDeadline, margin, names.LeaseDuration, names.RetryPeriod, ErrShortMargin))
 	}
 	if minRenew := time.Duration(leaderelection.JitterFactor * float64(t.RetryPeriod)); t.RenewDeadline <= minRenew {
 		errs = append(errs, fmt.Errorf("%s (%v) must be greater than %s × %v (%v)", names.RenewDeadline, t.RenewDeadline, names.RetryPeriod, leaderelection.JitterFactor, minRenew))
@@ -80,7 +81,8 @@ func (t Timings) Check(names TimingNames) []error {
 var ErrShortMargin = errors.New("the difference absorbs clock-rate drift and the time a leader's work takes to stop")
 
 // MinMargin is the least difference between a lease duration and its renew
-// deadline: the larger of 1 s and 1% of the lease duration.
+// deadline: the largest of 1 s, 1% of the lease duration and the retry
+// period.
 //
 // A leader claims leadership until its last successful renewal's start plus
 // the renew deadline, on its own monotonic clock; nobody else takes the
@@ -88,10 +90,12 @@ var ErrShortMargin = errors.New("the difference absorbs clock-rate drift and the
 // its own clock, and it sees the renewal only after it was written. The
 // difference is therefore all that separates the end of one claim from the
 // start of the next, and it has to hold:
+//
 //   - clock-rate drift between the two nodes over a lease duration. NTP
 //     slews a clock by at most 500 ppm, so two clocks part by at most 0.1%;
 //     1% is ten times that, and the rate the token floors already assume
 //     (docs/safety.md, "Clocks");
+//
 //   - the tail of a claim: work that was told "leader" just before the end
 //     and has not stopped yet. The supervisor sends SIGKILL 100 ms
 //     (killAhead) before the end, but the kill is sent late when the
@@ -100,10 +104,18 @@ var ErrShortMargin = errors.New("the difference absorbs clock-rate drift and the
 //     request in flight lands late. 1 s is ten times killAhead, and what the
 //     shortest supported timings (2 s lease, 1 s renew deadline) leave.
 //
-// The retry period does not enter: a candidate tries the Lease every retry
-// period, so it takes an expired Lease up to one period after the expiry,
-// never before; the period only adds to the margin. Watch latency does the
-// same: a candidate's lease duration counts from when it saw the renewal.
-func MinMargin(leaseDuration time.Duration) time.Duration {
-	return max(time.Second, leaseDuration/100)
+//   - an app that polls. An app that reads isLeader every retry period
+//     (rather than counting on validUntil or validForMs) learns that the
+//     claim ended at most one retry period after its end; with a margin of
+//     at least one retry period, that is no later than the earliest moment
+//     another pod's term can start (plus its request's own latency). It
+//     costs nothing at the shipped timings (15 s, 10 s, 2 s), and it keeps
+//     the margin above the granularity at which candidates act.
+//
+// For the Lease alone, the retry period would not be needed: a candidate
+// tries the Lease at most every retry period, so it takes an expired Lease
+// up to one period after the expiry, never before. Watch latency only adds
+// too: a candidate's lease duration counts from when it saw the renewal.
+func MinMargin(leaseDuration, retryPeriod time.Duration) time.Duration {
+	return max(time.Second, leaseDuration/100, retryPeriod)
 }

@@ -64,8 +64,8 @@ func (o *Options) applyContrib(fs *pflag.FlagSet) error {
 // ttl from 2s to 24h gives timings inside the supported ranges that pass
 // election.Timings.Check (options/contrib_test.go proves it at the bounds).
 func ttlTimings(ttl time.Duration) (renew, retry time.Duration) {
-	renew = min(ttl*ttlRenewNum/ttlRenewDen, ttl-election.MinMargin(ttl)).Truncate(time.Millisecond)
 	retry = (ttl * ttlRetryNum / ttlRetryDen).Truncate(time.Millisecond)
+	renew = min(ttl*ttlRenewNum/ttlRenewDen, ttl-election.MinMargin(ttl, retry)).Truncate(time.Millisecond)
 	return renew, retry
 }
 

@@ -212,9 +212,10 @@ func TestParseOptionsValidation(t *testing.T) {
 		{name: "client rate beyond the bound", args: []string{"--lease-name=my-app", "--kube-api-qps=1e9"}, wantErr: []string{"--kube-api-qps 1e+09 is outside the supported range 0..10000 (0: the default)"}},
 		{name: "client burst beyond the bound", args: []string{"--lease-name=my-app", "--kube-api-burst=20001"}, wantErr: []string{"--kube-api-burst 20001 is outside the supported range 0..20000 (0: the default)"}},
 		{name: "lease duration 10 ms above renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=15s", "--renew-deadline=14990ms", "--retry-period=100ms"}, wantErr: []string{"--lease-duration (15s) must exceed --renew-deadline (14.99s) by at least 1s"}},
-		{name: "lease duration less than 1% above renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=24h", "--renew-deadline=85537s", "--retry-period=1h"}, wantErr: []string{"must exceed --renew-deadline (23h45m37s) by at least 14m24s"}},
-		{name: "renew deadline equal to retry period × 1.2", args: []string{"--lease-name=my-app", "--renew-deadline=12s", "--retry-period=10s"}, wantErr: []string{"--renew-deadline (12s) must be greater than --retry-period × 1.2"}},
-		{name: "renew deadline below retry period × 1.2", args: []string{"--lease-name=my-app", "--retry-period=9s"}, wantErr: []string{"--retry-period × 1.2"}},
+		{name: "lease duration less than 1% above renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=24h", "--renew-deadline=85537s", "--retry-period=1h"}, wantErr: []string{"must exceed --renew-deadline (23h45m37s) by at least 1h0m0s"}},
+		{name: "lease duration less than a retry period above renew deadline", args: []string{"--lease-name=my-app", "--lease-duration=15s", "--renew-deadline=12s", "--retry-period=3500ms"}, wantErr: []string{"must exceed --renew-deadline (12s) by at least 3.5s (the largest of 1s, 1% of --lease-duration and --retry-period)"}},
+		{name: "renew deadline equal to retry period × 1.2", args: []string{"--lease-name=my-app", "--lease-duration=25s", "--renew-deadline=12s", "--retry-period=10s"}, wantErr: []string{"--renew-deadline (12s) must be greater than --retry-period × 1.2"}},
+		{name: "renew deadline below retry period × 1.2", args: []string{"--lease-name=my-app", "--lease-duration=20s", "--retry-period=9s"}, wantErr: []string{"--retry-period × 1.2"}},
 		{name: "zero lease duration", args: []string{"--lease-name=my-app", "--lease-duration=0"}, wantErr: []string{"--lease-duration must be positive"}},
 		{name: "negative renew deadline", args: []string{"--lease-name=my-app", "--renew-deadline=-1s"}, wantErr: []string{"--renew-deadline must be positive"}},
 		{name: "zero retry period", args: []string{"--lease-name=my-app", "--retry-period=0s"}, wantErr: []string{"--retry-period must be positive"}},
@@ -300,9 +301,9 @@ func TestParseOptionsValidEdges(t *testing.T) {
 		name string
 		args []string
 	}{
-		{name: "renew deadline just above retry period × 1.2", args: []string{"--renew-deadline=12001ms", "--retry-period=10s", "--lease-duration=14s"}},
-		{name: "lease duration a second above renew deadline", args: []string{"--lease-duration=11s", "--renew-deadline=10s"}},
-		{name: "lease duration 1% above renew deadline", args: []string{"--lease-duration=24h", "--renew-deadline=85536s", "--retry-period=1h"}},
+		{name: "renew deadline just above retry period × 1.2", args: []string{"--renew-deadline=12001ms", "--retry-period=10s", "--lease-duration=23s"}},
+		{name: "lease duration a second above renew deadline", args: []string{"--lease-duration=11s", "--renew-deadline=10s", "--retry-period=1s"}},
+		{name: "lease duration 1% above renew deadline", args: []string{"--lease-duration=24h", "--renew-deadline=85536s", "--retry-period=1m"}},
 		{name: "IPv6 address", args: []string{"--http-address=[::1]:4040"}},
 		{name: "port 0", args: []string{"--http-address=127.0.0.1:0", "--probe-address=:0"}},
 		{name: "zero qps and burst", args: []string{"--kube-api-qps=0", "--kube-api-burst=0"}},

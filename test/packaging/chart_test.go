@@ -398,7 +398,7 @@ func TestChartGuards(t *testing.T) {
 		want string
 	}{
 		{"lease duration not above renew deadline", []string{"--set", "election.renewDeadlineSeconds=15"}, "must be greater than election.renewDeadlineSeconds"},
-		{"renew deadline not above 1.2 × retry period", []string{"--set", "election.retryPeriodSeconds=9"}, "1.2 × election.retryPeriodSeconds"},
+		{"renew deadline not above 1.2 × retry period", []string{"--set", "election.retryPeriodSeconds=9", "--set", "election.leaseDurationSeconds=20"}, "1.2 × election.retryPeriodSeconds"},
 		{"lease duration in fractions", []string{"--set-json", "election.leaseDurationSeconds=15.5"}, "election/leaseDurationSeconds"},
 		{"zero retry period", []string{"--set-json", "election.retryPeriodSeconds=0"}, "election/retryPeriodSeconds"},
 		{"unknown readiness", []string{"--set", "election.readiness=sometimes"}, "election/readiness"},
@@ -448,8 +448,9 @@ func TestChartGuards(t *testing.T) {
 		// The supported ranges (issue 11): lease 2..86400, renew ≥ 1, retry ≥ 0.1.
 		{"86400", "10", "2"}, {"86401", "10", "2"}, {"2", "1", "0.1"}, {"2", "1", "0.09"},
 		{"1", "0.5", "0.1"}, {"15", "0.9", "0.5"}, {"3600", "1800", "1000"},
-		// The margin, election.MinMargin: at least 1 s and 1% of the lease.
-		{"2", "1.01", "0.1"}, {"15", "14.99", "0.1"}, {"15", "14", "2"}, {"200", "198", "2"},
+		// The margin, election.MinMargin: at least 1 s, 1% of the lease and
+		// the retry period.
+		{"15", "12", "3"}, {"15", "12", "3.5"}, {"86400", "85536", "60"}, {"2", "1.01", "0.1"}, {"15", "14.99", "0.1"}, {"15", "14", "2"}, {"200", "198", "2"},
 		{"200", "198.1", "2"}, {"86400", "85536", "3600"}, {"86400", "85537", "3600"},
 	}
 	for _, tm := range timings {

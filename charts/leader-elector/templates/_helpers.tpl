@@ -466,10 +466,10 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if le $lease $renew }}
 {{- fail (printf "election.leaseDurationSeconds (%v) must be greater than election.renewDeadlineSeconds (%v)" $e.leaseDurationSeconds $e.renewDeadlineSeconds) }}
 {{- end }}
-{{- /* election.MinMargin: the larger of 1 s and 1% of the lease. */}}
-{{- $margin := maxf 1.0 (divf $lease 100.0) }}
+{{- /* election.MinMargin: the largest of 1 s, 1% of the lease and the retry period. */}}
+{{- $margin := maxf 1.0 (divf $lease 100.0) $retry }}
 {{- if lt (subf $lease $renew) $margin }}
-{{- fail (printf "election.leaseDurationSeconds (%v) must exceed election.renewDeadlineSeconds (%v) by at least %v s (the larger of 1 s and 1%% of the lease duration): the difference absorbs clock-rate drift and the time a leader's work takes to stop" $e.leaseDurationSeconds $e.renewDeadlineSeconds $margin) }}
+{{- fail (printf "election.leaseDurationSeconds (%v) must exceed election.renewDeadlineSeconds (%v) by at least %v s (the largest of 1 s, 1%% of the lease duration and the retry period): the difference absorbs clock-rate drift and the time a leader's work takes to stop" $e.leaseDurationSeconds $e.renewDeadlineSeconds $margin) }}
 {{- end }}
 {{- if le $renew (mulf $retry 1.2) }}
 {{- fail (printf "election.renewDeadlineSeconds (%v) must be greater than 1.2 × election.retryPeriodSeconds (%v)" $e.renewDeadlineSeconds $e.retryPeriodSeconds) }}
