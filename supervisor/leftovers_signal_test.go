@@ -19,6 +19,9 @@ import (
 // graceful stop. The child and a setsid grandchild count the SIGTERMs they
 // receive and keep running; they are SIGKILLed when --stop-grace is over.
 func TestRunSignalsEachProcessOnce(t *testing.T) {
+	if !inOwnProcess(t) {
+		return
+	}
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("no setsid(1) on this machine")
 	}
@@ -26,9 +29,9 @@ func TestRunSignalsEachProcessOnce(t *testing.T) {
 	dir := t.TempDir()
 	pids, escaped := filepath.Join(dir, "pids"), filepath.Join(dir, "escaped")
 	childLog, escapedLog := filepath.Join(dir, "child.log"), filepath.Join(dir, "escaped.log")
-	script := `echo $$ >> ` + pids + `
+	script := `trap 'echo TERM >> ` + childLog + `' TERM
+echo $$ >> ` + pids + `
 setsid sh -c 'trap "echo TERM >> ` + escapedLog + `" TERM; echo $$ >> ` + escaped + `; while :; do sleep 0.02; done' &
-trap 'echo TERM >> ` + childLog + `' TERM
 while :; do sleep 0.02; done`
 	t.Cleanup(func() {
 		for _, pid := range readPids(t, escaped) {
@@ -100,6 +103,9 @@ func TestProcSignalRefusesAnotherProcess(t *testing.T) {
 // (here one every 20 ms, orphaned at once) would otherwise fill the pid
 // space with zombies over a long term.
 func TestRunReapsOrphansDuringATerm(t *testing.T) {
+	if !inOwnProcess(t) {
+		return
+	}
 	f, srv := newFakeSidecar(t)
 	dir := t.TempDir()
 	pids := filepath.Join(dir, "pids")
