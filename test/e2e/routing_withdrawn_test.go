@@ -10,7 +10,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/routing"
 )
 
 // newTermBound is how long after routing was taken away under the current
@@ -65,6 +68,54 @@ func TestRouteEndpointSliceWithdrawnUnderTheToken(t *testing.T) {
 		t.Fatalf("no new term routes the Service within %v after its slice was emptied under token %d; last versions: %+v\n%s: %s", newTermBound, firstToken, vs[max(0, len(vs)-3):], first.name, first.log())
 	}
 	t.Logf("MEASURED slice emptied under token %d: %s routes again with token %s %v later (bound %v)", firstToken, routed.holder, routed.token, routed.at.Sub(emptied).Round(time.Millisecond), newTermBound)
+	if got := first.log(); !strings.Contains(got, "Ending this term so that a new one") {
+		t.Errorf("%s did not say why it ended its term:\n%s", first.name, got)
+	}
+}
+
+// TestRouteLabelWithdrawnUnderTheToken: label mode. The sidecar's token (a
+// stolen one) sets the leader's label "false", keeping its token; the
+// policy refuses the leader to label itself again under it, so it ends its
+// term, and the next term labels its pod, with a larger token, within
+// newTermBound.
+func TestRouteLabelWithdrawnUnderTheToken(t *testing.T) {
+	const namespace = "route-label-withdrawn"
+	ctx := context.Background()
+	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
+	pods := []string{"pod-a", "pod-b"}
+	createPods(t, namespace, spec, podLabels, pods...)
+	labels := watchLabels(t, namespace)
+	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
+	first := g.WaitLeader(30 * time.Second)
+	labels.waitLabelled(first, 10*time.Second)
+	firstToken := tokenOf(t, first)
+
+	unlabel := mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]string{routing.DefaultLeaderLabel: "false"}}})
+	if _, err := tokenClient(t, kubeconfig).CoreV1().Pods(namespace).Patch(ctx, first.name, types.MergePatchType, unlabel, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("unlabelling %s under token %d with the sidecar's token: %v", first.name, firstToken, err)
+	}
+	unlabelled := time.Now()
+
+	var leader string
+	var token int64
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, newTermBound, true, func(ctx context.Context) (bool, error) {
+		for _, name := range pods {
+			p, err := controlPlane.AdminClient().CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			token, err = strconv.ParseInt(p.Annotations[routing.FencingTokenAnnotation], 10, 64)
+			if err == nil && token > firstToken && p.Labels[routing.DefaultLeaderLabel] == "true" {
+				leader = name
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no pod labelled leader by a new term within %v after %s was unlabelled under token %d\n%s: %s", newTermBound, first.name, firstToken, first.name, first.log())
+	}
+	t.Logf("MEASURED %s unlabelled under token %d: %s labelled leader with token %d %v later (bound %v)", first.name, firstToken, leader, token, time.Since(unlabelled).Round(time.Millisecond), newTermBound)
+	checkPodLabels(t, namespace, lease, leader, pods)
 	if got := first.log(); !strings.Contains(got, "Ending this term so that a new one") {
 		t.Errorf("%s did not say why it ended its term:\n%s", first.name, got)
 	}
