@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,7 +34,13 @@ func TestAnnotateKeptByRenewals(t *testing.T) {
 		return false, nil, nil
 	})
 
-	e, err := New(fastConfig(client))
+	// One term throughout: a renewal stalled past fastConfig's 1 s renew
+	// deadline (the race detector on a loaded machine) ends the claim, and
+	// the Lease taken back is a new term. The renewals still run every
+	// retry period.
+	cfg := fastConfig(client)
+	cfg.LeaseDuration, cfg.RenewDeadline = 4*time.Second, 3*time.Second
+	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

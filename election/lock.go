@@ -341,10 +341,13 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		newTerm := !l.tracker.holdingLease()
 		err := l.admitted(newTerm, func() error {
 			// client-go carries its own idea of the token: what it proposed
-			// for the term, not what was written. A write that continues
-			// this process's own term keeps that term's token; any other
-			// starts a new term with newTermToken's.
-			if token, ok := l.tracker.currentOwnTerm(); ok {
+			// for the term, not what was written. A renewal of the term this
+			// process holds keeps that term's token; any other write starts
+			// a new term with newTermToken's, also one that takes back this
+			// process's own term after its claim ended: routing withdrawn
+			// under a token is published again only under a larger one (the
+			// admission policies require it).
+			if token, ok := l.tracker.currentOwnTerm(); ok && !newTerm {
 				ler.LeaderTransitions = int(token)
 			} else if err := l.setNewTermToken(&ler, !l.ownLease); err != nil {
 				return err

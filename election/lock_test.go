@@ -543,6 +543,79 @@ func TestLockRefusesLapsedRenewal(t *testing.T) {
 	}
 }
 
+// TestLockTakingBackAnEndedClaimStartsANewTerm: a claim of this process
+// that ended (its round stopped after a lapse, or its renewal was answered
+// only after the renew deadline) is taken back as a new term, with a token
+// above the ended one's, never resumed under it: routing withdrawn under a
+// token comes back only under a larger one (the admission policies refuse
+// anything else).
+func TestLockTakingBackAnEndedClaimStartsANewTerm(t *testing.T) {
+	const firstToken = 1
+	for _, tc := range []struct {
+		name string
+		// end ends the claim of token firstToken, written at t0.
+		end func(ctx context.Context, t *testing.T, l *testLock)
+	}{
+		{
+			name: "the round stopped after the claim lapsed",
+			end: func(_ context.Context, _ *testing.T, l *testLock) {
+				l.clock.Step(testRenewDeadline)
+				l.tracker.stoppedLeading()
+			},
+		},
+		{
+			name: "a renewal answered after the deadline",
+			end: func(ctx context.Context, t *testing.T, l *testLock) {
+				// Sent a millisecond before the deadline, answered a
+				// millisecond after it.
+				l.clock.Step(testRenewDeadline - time.Millisecond)
+				slow := true
+				l.client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+					if slow {
+						slow = false
+						l.clock.Step(2 * time.Millisecond)
+					}
+					return false, nil, nil
+				})
+				if err := l.Update(ctx, ownRecord(firstToken, l.clock.Now())); err != nil {
+					t.Fatalf("renewal: %v", err)
+				}
+				if s := l.tracker.Snapshot(); s.IsLeader {
+					t.Errorf("IsLeader = true after a renewal answered past the deadline (token %d): the ended claim was resumed", s.FencingToken)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			l := newTestLock(t, []string{"get", "update"}, newLease("", 0, t0))
+			if _, _, err := l.Get(ctx); err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			if err := l.Update(ctx, ownRecord(firstToken, l.clock.Now())); err != nil {
+				t.Fatalf("first Update: %v", err)
+			}
+			if got := l.tracker.Snapshot().FencingToken; got != firstToken {
+				t.Fatalf("first term's token = %d, want %d", got, firstToken)
+			}
+			tc.end(ctx, t, l)
+			if _, _, err := l.Get(ctx); err != nil {
+				t.Fatalf("Get: %v", err)
+			}
+			// client-go proposes the Lease's token again: the holder is
+			// this identity.
+			if err := l.Update(ctx, ownRecord(firstToken, l.clock.Now())); err != nil {
+				t.Fatalf("taking the Lease back: %v", err)
+			}
+			s := l.tracker.Snapshot()
+			onLease := int64(ptr.Deref(getLease(t, l.client).Spec.LeaseTransitions, 0))
+			if !s.IsLeader || s.FencingToken <= firstToken || onLease != s.FencingToken {
+				t.Errorf("after taking the Lease back: isLeader %v, token %d, Lease's token %d; want true and one token above %d", s.IsLeader, s.FencingToken, onLease, firstToken)
+			}
+		})
+	}
+}
+
 func TestLockGetErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name           string

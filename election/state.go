@@ -539,6 +539,16 @@ func (t *tracker) observeWrite(start time.Time, r record) {
 	t.reachedAPI = true
 	wasLeader := t.isLeaderLocked(now)
 	t.observeLocked(now, r)
+	if !wasLeader && t.hasOwnTerm && r.transitions == t.ownToken {
+		// A renewal whose claim ran out (or whose round stopped) while it
+		// was on its way: that claim has ended, and the router may have
+		// withdrawn it under this token. It is not resumed; the next write
+		// takes the Lease back as a new term, with a larger token, so that
+		// routing never returns under the token it was withdrawn under.
+		t.holding = false
+		t.publishLocked(now)
+		return
+	}
 	t.holding = true
 	t.renewStart = start
 	t.lastRenew = now

@@ -254,15 +254,28 @@ func TestTrackerRevision(t *testing.T) {
 			wantToken:  3,
 		},
 		{
-			name: "a renewal after the lapse starts a new claim",
+			// The claim ended under token 3 (routing withdrawn under it):
+			// a write of that term, sent before and answered after the
+			// deadline, does not resume it.
+			name: "a renewal answered after the lapse does not resume the claim",
 			do: func() {
 				clk.Step(time.Second)
 				tr.observeWrite(clk.Now(), own(3, clk.Now()))
 			},
+			wantBump:   false,
+			wantHolder: testIdentity,
+			wantLeader: false,
+			wantToken:  3,
+		},
+		{
+			name: "taking the Lease back starts a new claim with a larger token",
+			do: func() {
+				tr.observeWrite(clk.Now(), own(4, clk.Now()))
+			},
 			wantBump:   true,
 			wantHolder: testIdentity,
 			wantLeader: true,
-			wantToken:  3,
+			wantToken:  4,
 			checkExtras: func(t *testing.T, s leadership.State) {
 				if !s.LeaderSince.Equal(clk.Now()) || s.LeaderSince.Equal(firstLeaderSince) {
 					t.Errorf("LeaderSince = %v, want the new claim's start %v", s.LeaderSince, clk.Now())
@@ -275,7 +288,7 @@ func TestTrackerRevision(t *testing.T) {
 			wantBump:   true,
 			wantHolder: testIdentity,
 			wantLeader: false,
-			wantToken:  3,
+			wantToken:  4,
 		},
 		{
 			name:       "claims turned off again",
@@ -283,22 +296,22 @@ func TestTrackerRevision(t *testing.T) {
 			wantBump:   false,
 			wantHolder: testIdentity,
 			wantLeader: false,
-			wantToken:  3,
+			wantToken:  4,
 		},
 		{
 			name:       "this pod releases the lease",
-			do:         func() { tr.observeRelease(record{transitions: 3, durationSeconds: 1, renewTime: clk.Now()}) },
+			do:         func() { tr.observeRelease(record{transitions: 4, durationSeconds: 1, renewTime: clk.Now()}) },
 			wantBump:   true,
 			wantHolder: "",
 			wantLeader: false,
-			wantToken:  3,
+			wantToken:  4,
 		},
 		{
 			name:       "stopped leading without a change",
 			do:         func() { tr.stoppedLeading() },
 			wantBump:   false,
 			wantHolder: "",
-			wantToken:  3,
+			wantToken:  4,
 		},
 	}
 	prev, changed := tr.Watch()

@@ -115,8 +115,9 @@ const tokenAheadSlack = 120
 // currentOwnTerm returns the token of this process's own term if the Lease,
 // as last observed, still shows it and no higher token has been seen since
 // (an etcd restore can bring back an old term of this process after another
-// pod's newer one): a write for this identity then continues that term
-// rather than starting a new one.
+// pod's newer one): a renewal while this process holds the Lease then
+// continues that term. Taking the Lease back (not holding) starts a new
+// term even when ok: a claim that ended is never resumed (observeWrite).
 func (t *tracker) currentOwnTerm() (int64, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -86,6 +86,9 @@ func (w *sliceWriter) publish(ctx context.Context, s leadership.State) error {
 			w.metrics.conflicts.Inc()
 			continue
 		}
+		if withdrawnUnderTerm(err, current.Annotations, s.FencingToken) && !equality.Semantic.DeepEqual(current.Endpoints, desired.Endpoints) {
+			return fmt.Errorf("%w: write endpointslice %s/%s: %w", errWithdrawnUnderTerm, w.cfg.Namespace, name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("write endpointslice %s/%s: %w", w.cfg.Namespace, name, err)
 		}
@@ -211,6 +214,13 @@ func withContent(current, desired *discoveryv1.EndpointSlice) *discoveryv1.Endpo
 	updated.Endpoints = desired.Endpoints
 	updated.Ports = desired.Ports
 	return updated
+}
+
+// withdrawnUnderTerm reports whether err refuses (403) a publication over
+// an object that already carries token, this term's own: what the
+// admission policies answer when routing was taken away under the token.
+func withdrawnUnderTerm(err error, annotations map[string]string, token int64) bool {
+	return apierrors.IsForbidden(err) && annotations[FencingTokenAnnotation] == formatToken(token)
 }
 
 // sameSlice reports whether current already is what desired asks for.

@@ -77,6 +77,9 @@ func (w *labelWriter) publish(ctx context.Context, s leadership.State) error {
 			w.metrics.conflicts.Inc()
 			continue
 		}
+		if withdrawnUnderTerm(err, pod.Annotations, s.FencingToken) && pod.Labels[w.cfg.LeaderLabel] != "true" {
+			return fmt.Errorf("%w: %w", errWithdrawnUnderTerm, err)
+		}
 		if err != nil {
 			return err
 		}

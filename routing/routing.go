@@ -114,6 +114,22 @@ type publisher interface {
 // or no longer, lead the term it would publish.
 var errStale = errors.New("refused a stale routing write")
 
+// errWithdrawnUnderTerm is returned when this pod, leading a term, finds
+// its routing taken away under that term's own token, and the API server
+// refuses to publish it again under that token: the admission policies
+// allow a change of routing only with a change of token. This pod's own
+// withdrawal never precedes a publication in the same term (a claim taken
+// back is a new term), so another writer did it; only a new term can
+// publish again, and the router ends this one (termEnder).
+var errWithdrawnUnderTerm = errors.New("routing was taken away under this term's fencing token, and the API server refuses to publish it again under the same token")
+
+// termEnder is a Leadership that can end one of its terms: the elector's
+// ReleaseTerm (release the Lease, then sit out a lease duration, so that
+// the next term, this pod's or another's, has a larger token).
+type termEnder interface {
+	ReleaseTerm(ctx context.Context, token int64) (leadership.State, error)
+}
+
 // Router keeps the routing in step with the election.
 type Router struct {
 	cfg     Config
@@ -187,6 +203,10 @@ func (r *Router) Run(ctx context.Context) {
 			// The election state is about to change (the claim lapsed, or
 			// a newer term exists that this pod has not seen yet).
 			retry = time.After(r.cfg.Resync)
+		case errors.Is(err, errWithdrawnUnderTerm):
+			r.metrics.errors.Inc()
+			r.endTerm(ctx, s.FencingToken, err)
+			retry = time.After(r.cfg.Resync)
 		case err != nil:
 			r.metrics.errors.Inc()
 			d := backoff.Step()
@@ -208,6 +228,23 @@ func (r *Router) Run(ctx context.Context) {
 		case <-retry:
 		}
 		s, changed = r.cfg.Leadership.Watch()
+	}
+}
+
+// endTerm ends term token, whose routing was taken away under its token
+// (errWithdrawnUnderTerm): without it the Service would have no leader
+// until the term ended by itself, which a leader that keeps renewing never
+// does.
+func (r *Router) endTerm(ctx context.Context, token int64, cause error) {
+	logger := klog.FromContext(ctx)
+	ender, ok := r.cfg.Leadership.(termEnder)
+	if !ok {
+		logger.Error(cause, "Routing write refused; retrying", "fencingToken", token)
+		return
+	}
+	logger.Error(cause, "Ending this term so that a new one, with a larger fencing token, can publish the routing", "fencingToken", token)
+	if _, err := ender.ReleaseTerm(ctx, token); err != nil {
+		logger.Error(err, "Could not end the term whose routing was taken away", "fencingToken", token)
 	}
 }
 

@@ -135,8 +135,9 @@ func (m *Checker) Check() Report {
 				m.violate("split brain: %s (leader since %s, still claimed at %s) and %s (leader since %s, still claimed at %s) overlap by %v",
 					a.who, Stamp(a.since), Stamp(a.lastSent), b.who, Stamp(b.since), Stamp(b.lastSent), end.Sub(start))
 			}
-			// A candidate that wins its own Lease back continues its term.
-			if m.validity && (b.token < a.token || (a.who != b.who && b.token == a.token)) {
+			// Every claim is a term of its own, with a larger token: also
+			// one of a candidate that wins its own Lease back.
+			if m.validity && b.token <= a.token {
 				m.violate("fencing token did not grow: %s had %d from %s, then %s had %d from %s", a.who, a.token, Stamp(a.since), b.who, b.token, Stamp(b.since))
 			}
 		}

@@ -22,6 +22,7 @@ func TestChecker(t *testing.T) {
 		{"handover in order", []Answer{leader("a", 0, 100, 1), leader("a", 0, 200, 1), leader("b", 300, 400, 2)}, ""},
 		{"overlapping claims", []Answer{leader("a", 0, 500, 1), leader("b", 300, 400, 2)}, "split brain"},
 		{"same token for a new holder", []Answer{leader("a", 0, 100, 1), leader("b", 300, 400, 1)}, "did not grow"},
+		{"same token for the same holder's next claim", []Answer{leader("a", 0, 100, 1), leader("a", 300, 400, 1)}, "did not grow"},
 		{"token goes back for one candidate", []Answer{{Who: "c", Sent: at(0), FencingToken: 5}, {Who: "c", Sent: at(10), FencingToken: 4}}, "go back"},
 		{"claim past validUntil", []Answer{{Who: "a", Sent: at(100), IsLeader: true, LeaderSince: at(0), ValidUntil: at(50)}}, "past its validity"},
 		{"nothing observed", nil, "observed nothing"},
