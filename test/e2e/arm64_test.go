@@ -65,7 +65,7 @@ func TestArm64Binary(t *testing.T) {
 	start = time.Now()
 	arm := startCandidate(t, "arm64", candidateOptions{lease: lease, binary: wrapper})
 	g.Add(arm)
-	if leader := g.WaitLeader(30 * time.Second); leader != arm {
+	if leader := g.WaitLeader(giveUp); leader != arm {
 		t.Fatalf("%s leads, want the arm64 candidate", leader.name)
 	}
 	elected := time.Since(start)
@@ -83,7 +83,7 @@ func TestArm64Binary(t *testing.T) {
 		t.Fatalf("%s leads after the arm64 candidate's SIGTERM, want the native one", next.name)
 	}
 	took := time.Since(sent)
-	if code, err := arm.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := arm.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("arm64 candidate exit code %d, %v; want 0", code, err)
 	}
 	if !strings.Contains(arm.log(), "Released lease") {

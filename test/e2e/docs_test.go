@@ -932,7 +932,7 @@ func testLeaderAnswerSample(t *testing.T, b snippets.Block) {
 		t.Errorf("%s: the sample is not an api.Leader: %v", b, err)
 	}
 	g := newGroup(t, 1, candidateOptions{})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	code, _, real, err := leader.do("GET", "/leader", nil)
 	if err != nil || code != 200 {
 		t.Fatalf("GET /leader: %d %v", code, err)

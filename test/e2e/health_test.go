@@ -130,7 +130,7 @@ func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string)
 // failures × period (+ the probe timeout, half a period) + one handover.
 func TestHealthStepDown(t *testing.T) {
 	g, apps := healthGroup(t, true, true, true)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	// Entries start unhealthy (seq 1), turn healthy (2) and are refreshed
 	// (3): by then every candidate has seen every other one change.
 	waitEntries(t, g, 3, func(string) bool { return true })
@@ -149,7 +149,7 @@ func TestHealthStepDown(t *testing.T) {
 	app.healthy.Store(false)
 	handover := 2 * retryPeriod
 	bound := time.Duration(healthFailures)*healthPeriod + healthPeriod/2 + handover
-	next := g.WaitLeader(bound+5*time.Second, leader)
+	next := g.WaitLeader(giveUp, leader)
 	took := time.Since(flipped)
 	t.Logf("MEASURED health step-down (leader's app unhealthy → %s leads): %v (bound %v = %d × %v + %v probe timeout + %v handover)", next.name, took.Round(time.Millisecond), bound, healthFailures, healthPeriod, healthPeriod/2, handover)
 	if took > bound {
@@ -204,7 +204,7 @@ func TestHealthStepDown(t *testing.T) {
 // candidate campaigns.
 func TestHealthAllUnhealthy(t *testing.T) {
 	g, apps := healthGroup(t, true, true, true)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	waitEntries(t, g, 3, func(string) bool { return true })
 	before, err := leader.state()
 	if err != nil {
@@ -352,7 +352,7 @@ func TestHealthGatingShippedRBAC(t *testing.T) {
 			lease: lease, namespace: namespace, kubeconfig: kubeconfig, extraArgs: app.args(), env: noStreamingLists,
 		}))
 	}
-	g.WaitLeader(30 * time.Second)
+	g.WaitLeader(giveUp)
 	// Every entry healthy and written at least three times (unhealthy at
 	// start, healthy, refreshed), each write an update of the whole Lease
 	// based on the version this candidate had read, the other's entry in it.

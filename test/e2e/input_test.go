@@ -140,7 +140,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		env: harness.CleanEnv(),
 	})
 	g.Add(byAlias)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 
 	for _, c := range []*candidate{byEnv, byAlias} {
 		s, err := c.state()
@@ -182,7 +182,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 	// expire: the Lease still names by-env after it exits.
 	if leader == byEnv {
 		byEnv.signal(syscall.SIGTERM)
-		if code, err := byEnv.waitExit(10 * time.Second); err != nil || code != 0 {
+		if code, err := byEnv.waitExit(giveUp); err != nil || code != 0 {
 			t.Fatalf("exit %d %v", code, err)
 		}
 		l, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})

@@ -32,16 +32,16 @@ func TestJSONLogs(t *testing.T) {
 	g.monitor = startMonitor(t, g.Members)
 	g.Add(a)
 	g.Add(b)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	next := a
 	if leader == a {
 		next = b
 	}
 	leader.signal(syscall.SIGTERM)
-	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	g.WaitLeader(leaseDuration+2*time.Second, leader)
+	g.WaitLeader(handoverBound, leader)
 	// The new leader's line is written as it leads: wait for it, not for
 	// the first answer.
 	waitChangeLogged(t, next, "Became leader", "acquired")

@@ -318,14 +318,14 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 		}
 	}
 
-	first := g.WaitLeader(30 * time.Second)
+	first := g.WaitLeader(giveUp)
 	settled(pods...)
 
 	// The leader lets go; another takes over.
 	if code, _, body, err := first.do("POST", "/release", nil); err != nil || code != 200 {
 		t.Fatalf("POST /release = %d %s %v", code, body, err)
 	}
-	second := g.WaitLeader(leaseDuration+5*time.Second, first)
+	second := g.WaitLeader(handoverBound, first)
 	settled(pods...)
 
 	// The new leader dies without a word; the third takes over after the
@@ -333,7 +333,7 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 	// then competes again: either may win).
 	pod(second).check(t)
 	second.signal(syscall.SIGKILL)
-	if _, err := second.waitExit(10 * time.Second); err != nil {
+	if _, err := second.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
 	third := g.WaitLeader(3*leaseDuration, second)
@@ -351,7 +351,7 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 	}
 	for _, p := range live {
 		p.c.signal(syscall.SIGTERM)
-		if code, err := p.c.waitExit(15 * time.Second); err != nil || code != 0 {
+		if code, err := p.c.waitExit(giveUp); err != nil || code != 0 {
 			t.Fatalf("%s exit %d %v", p.c.name, code, err)
 		}
 	}
@@ -419,7 +419,7 @@ func TestChangeNotificationsSlowAppKeepsLeading(t *testing.T) {
 		"--on-change-url=" + app.URL + "/leader-changed", "--on-change-timeout=3s", "--on-change-retries=1",
 	}})
 	g.Add(slow)
-	if leader := g.WaitLeader(30 * time.Second); leader != slow {
+	if leader := g.WaitLeader(giveUp); leader != slow {
 		t.Fatalf("%s leads, want %s", leader.name, slow.name)
 	}
 	g.Add(startCandidate(t, g.lease+"-other", candidateOptions{lease: g.lease}))

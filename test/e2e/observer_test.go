@@ -67,7 +67,7 @@ func TestObserver(t *testing.T) {
 	obs := startCandidate(t, "observer", candidateOptions{lease: lease, kubeconfig: kubeconfig, extraArgs: []string{"--candidate=false"}})
 	g.Add(obs) // the monitor checks it never claims
 
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	harnesstest.WaitFollowing(t, obs, leader)
 	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
 		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
@@ -82,7 +82,7 @@ func TestObserver(t *testing.T) {
 
 	// It follows a handover and a crash.
 	leader.release(t)
-	next := g.WaitLeader(10*time.Second, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	harnesstest.WaitFollowing(t, obs, next)
 	next.h.Kill()
 	last := g.WaitLeader(3*leaseDuration, next)
@@ -92,7 +92,7 @@ func TestObserver(t *testing.T) {
 	// which ends its watch: the apiserver audits a request when it
 	// completes.
 	obs.signal(syscall.SIGTERM)
-	if code, err := obs.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := obs.waitExit(giveUp); err != nil || code != 0 {
 		t.Errorf("observer exit = %d %v, want 0", code, err)
 	}
 

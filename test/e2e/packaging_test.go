@@ -145,15 +145,15 @@ func electAndHandOver(t *testing.T, spec *corev1.PodSpec, namespace, lease, kube
 	for _, pod := range []string{"pod-a", "pod-b"} {
 		g.Add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
 	}
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, lease); holder != leader.name {
 		t.Errorf("the Lease names %q, %s leads", holder, leader.name)
 	}
 	leader.signal(syscall.SIGTERM)
-	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	next := g.WaitLeader(10*time.Second, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
@@ -226,7 +226,7 @@ func checkRefused(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconf
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		c.signal(syscall.SIGKILL)
-		_, _ = c.waitExit(5 * time.Second)
+		_, _ = c.waitExit(giveUp)
 	}
 }
 
@@ -309,7 +309,7 @@ func TestHelmInstall(t *testing.T) {
 	}
 	for _, c := range []*candidate{leader} {
 		c.signal(syscall.SIGTERM)
-		c.waitExit(10 * time.Second)
+		c.waitExit(giveUp)
 	}
 	helm("uninstall", release)
 	if _, err := cs.RbacV1().Roles(namespace).Get(ctx, fullname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -324,7 +324,7 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := electAndHandOver(t, spec, namespace, fullname, kubeconfig)
-	next := g.WaitLeader(30 * time.Second)
+	next := g.WaitLeader(giveUp)
 	again, err := next.state()
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func TestHelmInstallWithoutLease(t *testing.T) {
 	}
 	c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
 	g := groupOf(t, "", c)
-	g.WaitLeader(30 * time.Second)
+	g.WaitLeader(giveUp)
 	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, release+"-leader-elector"); holder != "pod-a" {
 		t.Errorf("the Lease the sidecar created names %q", holder)
 	}
@@ -437,6 +437,6 @@ func TestKustomizeExample(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
-		groupOf(t, "", c).WaitLeader(30 * time.Second)
+		groupOf(t, "", c).WaitLeader(giveUp)
 	})
 }

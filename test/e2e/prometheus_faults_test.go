@@ -76,7 +76,7 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		const namespace = "prom-route"
 		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-		g.WaitLeader(30 * time.Second)
+		g.WaitLeader(giveUp)
 		prom := startPrometheus(t, metricsTargets(t, g.Members()), testRules(t, map[string]time.Duration{"LeaderElectorRouteErrors": faultFor}))
 		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteErrors")
@@ -96,7 +96,7 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 		slice := watchSlice(t, namespace, lease)
 		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-		g.WaitLeader(30 * time.Second)
+		g.WaitLeader(giveUp)
 		prom := startPrometheus(t, metricsTargets(t, g.Members()), testRules(t, nil))
 		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteTokenOverridden")
@@ -138,7 +138,7 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		// over and renews (and a lone one's series go stale, which
 		// LeaderElectorNoLeader reports).
 		g := newGroup(t, 2, candidateOptions{})
-		g.WaitLeader(30 * time.Second)
+		g.WaitLeader(giveUp)
 		rules := testRulesEdited(t, map[string]time.Duration{"LeaderElectorRenewalStale": faultFor},
 			map[string][2]string{"LeaderElectorRenewalStale": {") > 10", fmt.Sprintf(") > %d", int(renewDeadline.Seconds()))}})
 		prom := startPrometheus(t, metricsTargets(t, g.Members()), rules)

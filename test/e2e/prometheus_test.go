@@ -467,7 +467,7 @@ func TestPrometheusAlerts(t *testing.T) {
 
 	prom := startPrometheus(t, targets, rules)
 	alerts := watchAlerts(t, prom, lease)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 
 	// Prometheus sees the one leader through the rules' labels.
 	leaders := fmt.Sprintf(`sum(leader_elector_is_leader{lease=%q, lease_namespace="default"})`, lease)
@@ -488,10 +488,10 @@ func TestPrometheusAlerts(t *testing.T) {
 		start(i)
 	}
 	leader.signal(syscall.SIGTERM)
-	if _, err := leader.waitExit(10 * time.Second); err != nil {
+	if _, err := leader.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
-	next := g.WaitLeader(10*time.Second, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	restart(leader)
 	waitQuery(t, prom, leaders, "1", 10*time.Second)
 

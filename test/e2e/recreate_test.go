@@ -70,7 +70,7 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 3, candidateOptions{})
-			leader := g.WaitLeader(30 * time.Second)
+			leader := g.WaitLeader(giveUp)
 			before, err := leader.state()
 			if err != nil {
 				t.Fatal(err)
@@ -116,15 +116,15 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 2, candidateOptions{})
-			leader := g.WaitLeader(30 * time.Second)
+			leader := g.WaitLeader(giveUp)
 			// A few terms, so that the old Lease's token is above its first.
 			for range 3 {
 				leader.signal(syscall.SIGTERM)
-				if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+				if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 					t.Fatalf("%s exit code %d, %v", leader.name, code, err)
 				}
 				g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
-				leader = g.WaitLeader(30*time.Second, leader)
+				leader = g.WaitLeader(giveUp, leader)
 			}
 			before, err := leader.state()
 			if err != nil {
@@ -133,7 +133,7 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 			for _, c := range g.Members() {
 				if c.running() {
 					c.signal(syscall.SIGKILL)
-					c.waitExit(10 * time.Second)
+					c.waitExit(giveUp)
 				}
 			}
 			apply(t, g.lease)
@@ -159,7 +159,7 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 // is above the old one.
 func TestLeaseDeletedWhileRunning(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ func TestStartupReport(t *testing.T) {
 		const namespace = "report-rbac"
 		kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 		g := newGroup(t, 1, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-		c := g.WaitLeader(30 * time.Second)
+		c := g.WaitLeader(giveUp)
 		waitLog(t, c, "Not checking whether the Deployment can complete a rollout")
 		if n := strings.Count(c.log(), "Not checking whether the Deployment"); n != 1 {
 			t.Errorf("said %d times that it cannot check, want once", n)

@@ -420,7 +420,7 @@ func TestHelmInstallRouteLabel(t *testing.T) {
 	})
 	labels := watchLabels(t, namespace)
 	g := routedGroup(t, spec, namespace, fullname, kubeconfig, pods...)
-	labels.waitLabelled(g.WaitLeader(30*time.Second), 10*time.Second)
+	labels.waitLabelled(g.WaitLeader(giveUp), giveUp)
 	noneRefused(t, g)
 
 	helm("uninstall", release)

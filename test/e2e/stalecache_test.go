@@ -30,7 +30,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	lease := leaseName(t)
 	leader := startCandidate(t, "live-leader", candidateOptions{lease: lease})
 	g := groupOf(t, lease, leader)
-	g.WaitLeader(30 * time.Second)
+	g.WaitLeader(giveUp)
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // anything up.
 func TestWatchers(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	var follower *candidate
 	for _, c := range g.Members() {
 		if c != leader {
