@@ -47,7 +47,7 @@ func TestAdvertiseAddress(t *testing.T) {
 	// the holder with its address.
 	everyPodShows := func(leader *candidate) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			for _, c := range g.Members() {
 				if !c.running() {
 					continue
@@ -82,13 +82,12 @@ func TestAdvertiseAddress(t *testing.T) {
 
 	// A crash: the term ends by expiry only. Its last renewal was sent
 	// before the process exited; every pod has seen it within moments
-	// (watchSlack), and counts the lease duration from then.
+	// (e2eSlack), and counts the lease duration from then.
 	next.signal(syscall.SIGKILL)
 	if _, err := next.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
-	const watchSlack = 500 * time.Millisecond
-	expired := time.Now().Add(leaseDuration + watchSlack)
+	expired := time.Now().Add(leaseDuration + e2eSlack)
 	third := g.WaitLeader(takeoverBound, next)
 	everyPodShows(third)
 

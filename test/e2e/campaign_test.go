@@ -324,7 +324,7 @@ func TestLostReasons(t *testing.T) {
 	leader = g.WaitLeader(giveUp)
 	events = openEvents(t, leader)
 	leader.signal(syscall.SIGSTOP)
-	next := g.WaitLeader(3*leaseDuration, leader)
+	next := g.WaitLeader(takeoverBound, leader)
 	leader.signal(syscall.SIGCONT)
 	if lost := events.waitLost(10 * time.Second); lost.Reason != "renew-deadline" {
 		t.Errorf("%s: lost after a freeze: %+v, want renew-deadline", leader.name, lost)

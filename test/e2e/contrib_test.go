@@ -91,7 +91,7 @@ func oldPaths(c *candidate) (names map[string]string, isLeader bool, err error) 
 func waitOldPaths(t *testing.T, members []*candidate, leader *candidate) {
 	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		for _, c := range members {
 			names, isLeader, err := oldPaths(c)
 			if err != nil {

@@ -41,7 +41,7 @@ func TestPartitionsDrainAppRelease(t *testing.T) {
 				if !strings.Contains(e, fmt.Sprintf(`"partition":%d,`, o.Partition)) {
 					t.Errorf("GET /events: the first draining event %q is not about partition %d", e, o.Partition)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(giveUp):
 				t.Errorf("GET /events sent no event with a draining partition")
 			}
 			if left := time.Until(o.DrainDeadline.Time); left < drainTimeout-10*time.Second || left > drainTimeout {

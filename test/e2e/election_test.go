@@ -51,7 +51,7 @@ func TestFirstElection(t *testing.T) {
 
 	for _, c := range g.Members() {
 		// Followers learn the holder on their next retry.
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			s, err := c.state()
 			return err == nil && s.Holder == leader.name && s.FencingToken == ls.FencingToken, nil
 		})
@@ -255,7 +255,7 @@ func TestFrozenLeader(t *testing.T) {
 		t.Errorf("new leader lost leadership after the old one resumed: %+v %v", s, err)
 	}
 	// The old leader goes back to being a follower and sees the new holder.
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		s, err := leader.state()
 		return err == nil && s.Holder == next.name && !s.IsLeader, nil
 	})

@@ -525,7 +525,7 @@ func (p *eoPod) stop() {
 	}
 	select {
 	case <-p.workerDone:
-	case <-time.After(10 * time.Second):
+	case <-time.After(giveUp):
 		p.e.t.Errorf("%s's worker did not stop within 10s of SIGTERM", p.name)
 	}
 	if code := p.worker.ProcessState.ExitCode(); code != 0 {

@@ -190,7 +190,8 @@ func TestHealthStepDown(t *testing.T) {
 	// Healthy again: ready in its mode (a follower in leader mode is not
 	// ready for being a follower, not for its app).
 	app.healthy.Store(true)
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	// One successful probe makes it healthy again.
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, healthPeriod+e2eSlack, true, func(context.Context) (bool, error) {
 		_, body, err := leader.probe("/readyz")
 		return err == nil && strings.Contains(body, "not the leader"), nil
 	})
@@ -213,7 +214,11 @@ func TestHealthAllUnhealthy(t *testing.T) {
 	for _, a := range apps {
 		a.healthy.Store(false)
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	// Every app fails its probes at once: each candidate's entry says so
+	// after healthFailures probes (and a probe's timeout), and the leader
+	// sees them all unhealthy.
+	degradedBound := healthFailures*healthPeriod + healthPeriod/2 + e2eSlack
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, degradedBound, true, func(context.Context) (bool, error) {
 		s, err := leader.state()
 		return err == nil && s.Degraded, nil
 	})
@@ -255,7 +260,9 @@ func TestHealthAllUnhealthy(t *testing.T) {
 		}
 	}
 	apps[healthyOne].healthy.Store(true)
-	next := g.WaitLeader(10*time.Second, leader)
+	// Its next probe publishes it healthy; the leader's next probe decides
+	// to step down, and it hands over.
+	next := g.WaitLeader(2*healthPeriod+handoverBound, leader)
 	if next != g.Members()[healthyOne] {
 		t.Errorf("%s leads, want %s, the only one whose app is healthy", next.name, g.Members()[healthyOne].name)
 	}
@@ -298,7 +305,7 @@ func TestHealthNeverHealthy(t *testing.T) {
 	}
 	// Healthy: it campaigns at once (the Lease is free).
 	app.healthy.Store(true)
-	g.WaitLeader(2 * leaseDuration)
+	g.WaitLeader(healthPeriod + handoverBound)
 }
 
 // TestHealthGatingShippedRBAC: candidates with health gating, bound only by

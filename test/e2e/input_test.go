@@ -151,7 +151,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 			t.Errorf("%s: configuration not applied: %+v", c.name, s)
 		}
 		// Both become ready in candidate mode, leader or not.
-		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			code, _, _ := c.probe("/readyz")
 			return code == 200, nil
 		})
@@ -258,7 +258,7 @@ func TestBadRequests(t *testing.T) {
 	// leader does anything: it still leads, with the same fencing token.
 	t.Run("POST /release?% releases nothing", func(t *testing.T) {
 		var before api.Leader
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			s, err := c.state()
 			before = s
 			return err == nil && s.IsLeader, nil

@@ -129,7 +129,7 @@ func waitChangeLogged(t *testing.T, c *candidate, msg, reason string) {
 		}
 		return has(text) || has(jsonLine)
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return slices.ContainsFunc(strings.Split(c.log(), "\n"), logged), nil
 	})
 	if err != nil {
@@ -143,7 +143,7 @@ func waitChangeRecorded(t *testing.T, c *candidate, lease, what, reason string) 
 	t.Helper()
 	prefix := fmt.Sprintf("%s %s (reason %s, fencing token ", c.name, what, reason)
 	var got []string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		got = leaseEvents(t, "default", lease)
 		return slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, prefix) }), nil
 	})

@@ -158,7 +158,7 @@ func scrapeUntil(t *testing.T, c *candidate, done func(map[string]*dto.MetricFam
 		fams    map[string]*dto.MetricFamily
 		lastErr error
 	)
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		code, body, err := c.probe("/metrics")
 		if err != nil || code != 200 {
 			lastErr = err

@@ -157,7 +157,7 @@ func followEvents(t *testing.T, c *candidate) *eventLog {
 	}()
 	select {
 	case <-first:
-	case <-time.After(10 * time.Second):
+	case <-time.After(giveUp):
 		t.Fatalf("%s: no first event on GET /events", c.name)
 	}
 	return l
@@ -217,7 +217,7 @@ func sameState(a, b string) bool {
 func (p *notifiedPod) caughtUp(t *testing.T) {
 	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		code, _, body, err := p.c.do("GET", "/leader", nil)
 		if err != nil || code != 200 {
 			return false, nil
@@ -336,7 +336,7 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 	if _, err := second.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
-	third := g.WaitLeader(3*leaseDuration, second)
+	third := g.WaitLeader(takeoverBound, second)
 	var live []*notifiedPod
 	for _, p := range pods {
 		if p.c != second {

@@ -85,7 +85,7 @@ func TestObserver(t *testing.T) {
 	next := g.WaitLeader(handoverBound, leader)
 	harnesstest.WaitFollowing(t, obs, next)
 	next.h.Kill()
-	last := g.WaitLeader(3*leaseDuration, next)
+	last := g.WaitLeader(takeoverBound, next)
 	harnesstest.WaitFollowing(t, obs, last)
 
 	// The observer stops (SIGTERM: what it does on shutdown counts too),
@@ -100,7 +100,7 @@ func TestObserver(t *testing.T) {
 	// write.
 	user := "system:serviceaccount:default:observer"
 	var reads, writes []string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		events, err := cp.AuditEvents()
 		if err != nil {
 			return false, err

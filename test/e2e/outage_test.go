@@ -82,7 +82,7 @@ func TestAPIServerOutage(t *testing.T) {
 
 		// Hold the outage well past the lease duration: nobody may claim.
 		quietFrom := time.Now()
-		time.Sleep(leaseDuration + 2*time.Second)
+		time.Sleep(leaseDuration + 2*e2eSlack)
 		quietTo := time.Now()
 		if claims := g.monitor.leaderAnswers(quietFrom, quietTo); len(claims) > 0 {
 			t.Errorf("%s: %d leadership claims during the outage, first by %s at %s", o.name, len(claims), claims[0].who, stamp(claims[0].sent))

@@ -212,7 +212,7 @@ func checkRefused(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconf
 		{"another namespace", "--lease-namespace=default"},
 	} {
 		c := fromPodTemplate(t, spec, "stray", namespace, kubeconfig, tc.arg)
-		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			return strings.Contains(c.log(), "forbidden"), nil
 		}); err != nil {
 			t.Errorf("%s: no 'forbidden' in the log:\n%s", tc.name, c.log())

@@ -153,7 +153,7 @@ func TestShippedRBAC(t *testing.T) {
 	next := g.WaitLeader(handoverBound, leader)
 	want = append(want, fmt.Sprintf("%s became leader (reason acquired, fencing token %d)", next.name, first.FencingToken+1))
 	var got []string
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		got = leaseEvents(t, namespace, lease)
 		return len(got) >= len(want), nil
 	}); err != nil || !slices.Equal(got, want) {
@@ -316,14 +316,14 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 		if status, _, body, err := c.do(http.MethodPost, "/release", nil); err != nil || status != http.StatusOK {
 			t.Fatalf("POST /release: %d %s, %v", status, body, err)
 		}
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			return strings.Contains(c.log(), "Released lease"), nil
 		}); err != nil {
 			t.Fatalf("no release without the Events rule:\n%s", c.log())
 		}
 		// The second Event ("stopped leading") is refused too, and said
 		// only at -v=2.
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			return strings.Contains(c.log(), "Event not recorded: forbidden"), nil
 		}); err != nil {
 			t.Fatalf("the second Event was never refused:\n%s", c.log())
@@ -365,7 +365,7 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 				g.WaitLeader(giveUp)
 				return
 			}
-			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 				return strings.Contains(c.log(), refusal), nil
 			})
 			if err != nil {
@@ -376,7 +376,7 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 				g.WaitLeader(giveUp)
 			} else {
 				// A lease duration and then some: it never leads.
-				if err := holdsFor(leaseDuration+time.Second, 100*time.Millisecond, func() error {
+				if err := holdsFor(leaseDuration+e2eSlack, 100*time.Millisecond, func() error {
 					s, err := c.state()
 					if err == nil && s.IsLeader {
 						err = fmt.Errorf("led without %q", verb)

@@ -67,7 +67,7 @@ func ownedPod(t *testing.T, namespace, name string, strategy appsv1.DeploymentSt
 // waitLog waits until c's log contains want.
 func waitLog(t *testing.T, c *candidate, want string) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return strings.Contains(c.log(), want), nil
 	}); err != nil {
 		t.Fatalf("%s never logged %q", c.name, want)

@@ -68,7 +68,7 @@ func plantSlice(t *testing.T, m *sliceMonitor, client kubernetes.Interface, name
 		t.Fatalf("planting fencing token %s on the slice: %v", token, err)
 	}
 	planted := time.Now()
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return slices.ContainsFunc(m.versions(), func(v sliceVersion) bool { return v.token == token }), nil
 	}); err != nil {
 		t.Fatalf("the watch did not deliver the slice planted with %s", token)

@@ -367,7 +367,7 @@ func grantReplicaSetReads(t *testing.T, namespace, sa string) {
 		}
 		return r.Status.Allowed, nil
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, ok); err != nil {
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, giveUp, true, ok); err != nil {
 		t.Fatal(errors.Join(fmt.Errorf("get on replicasets never allowed"), err))
 	}
 }

@@ -83,7 +83,7 @@ func TestRouteEndpointSlice(t *testing.T) {
 	first := g.WaitLeader(giveUp)
 	slice.waitSlice(first, tokenOf(t, first), giveUp)
 	for _, c := range g.Members() {
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			code, _, err := c.probe("/readyz")
 			return err == nil && code == http.StatusOK, nil
 		})
@@ -206,7 +206,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 // when the test ends).
 func freezeWithWriteHeld(t *testing.T, proxy *holdingProxy, old *candidate) (resume func()) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return proxy.heldCount() > 0, nil
 	}); err != nil {
 		t.Fatalf("%s sent no routing write within its resync period (%v)", old.name, leaseDuration)
@@ -235,7 +235,7 @@ func deliverLate(t *testing.T, proxy *holdingProxy) {
 func afterResume(t *testing.T, old, next *candidate, stable func() string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		st, err := old.state()
 		return err == nil && !st.IsLeader && st.Holder == next.name, nil
 	}); err != nil {

@@ -466,7 +466,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 		sup := startSupervisor(t, leader, []string{"--stop-grace=500ms", "--start-delay=0s", "--on-exit=restart", "--restart-backoff=100ms"},
 			`echo "$$ $LEADER_ELECTOR_FENCING_TOKEN" >> `+starts+`; exit 3`)
 		count := func() int { b, _ := os.ReadFile(starts); return strings.Count(string(b), "\n") }
-		err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return count() >= 1, nil })
+		err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) { return count() >= 1, nil })
 		if err != nil {
 			t.Fatal("the child never started")
 		}
