@@ -147,7 +147,7 @@ func TestHealthStepDown(t *testing.T) {
 
 	flipped := time.Now()
 	app.healthy.Store(false)
-	handover := 2 * retryPeriod
+	handover := handoverBound
 	bound := time.Duration(healthFailures)*healthPeriod + healthPeriod/2 + handover
 	next := g.WaitLeader(giveUp, leader)
 	took := time.Since(flipped)
