@@ -80,7 +80,7 @@ func TestChartHealthGating(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, nodeGiveUp, true, func(context.Context) (bool, error) {
 		return strings.Contains(metric(), "\nleader_elector_degraded{") && hasSeries(metric(), "leader_elector_degraded", "1"), nil
 	})
 	if err != nil {

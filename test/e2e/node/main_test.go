@@ -55,6 +55,12 @@ const (
 // measures that step and bounds only the sidecar's part.
 const nodeSlack = time.Second
 
+// nodeGiveUp is how long a wait that asserts no bound waits before it fails
+// and says what did not happen (a log line, an Event, a freeze taking
+// effect): generous, so that only a broken run reaches it. Waits on pods
+// use settleTimeout, which covers their start.
+const nodeGiveUp = time.Minute
+
 // readinessPeriod is the sidecar's readiness probe period in the shipped
 // chart and examples: the kubelet sees a new leader Ready within it.
 const readinessPeriod = time.Second
