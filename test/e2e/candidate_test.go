@@ -62,9 +62,15 @@ const (
 )
 
 // maxRetryWait is the longest client-go's elector waits between two
-// attempts: wait.Jitter(retryPeriod, leaderelection.JitterFactor), up to
-// 2.2 retry periods.
-var maxRetryWait = retryPeriod + time.Duration(leaderelection.JitterFactor*float64(retryPeriod))
+// attempts at the suite's retry period (maxRetryWaitAt).
+var maxRetryWait = maxRetryWaitAt(retryPeriod)
+
+// maxRetryWaitAt is the longest client-go's elector waits between two
+// attempts: wait.Jitter(retry, leaderelection.JitterFactor), up to 2.2
+// retry periods.
+func maxRetryWaitAt(retry time.Duration) time.Duration {
+	return retry + time.Duration(leaderelection.JitterFactor*float64(retry))
+}
 
 // handoverBound: after the leader released the Lease (SIGTERM, POST
 // /release), a standby leads within this. It sees the release on its watch

@@ -88,6 +88,28 @@ func restrictedNamespace(t *testing.T, name string) {
 	}
 }
 
+// shippedHandoverBound is handoverBound at the retry period the sidecar in
+// spec runs with (the shipped manifests', not the suite's): client-go's
+// longest wait between two attempts at that period, plus e2eSlack.
+func shippedHandoverBound(t *testing.T, spec *corev1.PodSpec) time.Duration {
+	t.Helper()
+	sc, _, err := packaging.Sidecar(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := 2 * time.Second // the sidecar's default
+	v, ok := packaging.FlagValue(sc.Args, "retry-period")
+	if !ok {
+		v, ok = packaging.EnvValue(sc, "LEADER_ELECTOR_RETRY_PERIOD")
+	}
+	if ok {
+		if retry, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return maxRetryWaitAt(retry) + e2eSlack
+}
+
 // fromPodTemplate starts leader-elector configured exactly as the sidecar
 // in spec: its arguments and environment, with the downward API's values
 // for a pod named podName in namespace, on free local ports instead of the
@@ -153,7 +175,7 @@ func electAndHandOver(t *testing.T, spec *corev1.PodSpec, namespace, lease, kube
 	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	next := g.WaitLeader(handoverBound, leader)
+	next := g.WaitLeader(shippedHandoverBound(t, spec), leader)
 	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
