@@ -191,7 +191,7 @@ func TestLabelPolicyForAnExistingServiceAccount(t *testing.T) {
 	}
 	join := meta(follower, nil)
 	var refused error
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		_, refused = client.Pods(namespace).Patch(ctx, "pod-a", types.MergePatchType, join, dry)
 		return refused != nil && strings.Contains(refused.Error(), "no such key"), nil
 	}); err != nil {

@@ -47,7 +47,7 @@ func TestAdvertiseAddress(t *testing.T) {
 	// the holder with its address.
 	everyPodShows := func(leader *candidate) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			for _, c := range g.Members() {
 				if !c.running() {
 					continue
@@ -70,26 +70,25 @@ func TestAdvertiseAddress(t *testing.T) {
 		}
 	}
 
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	everyPodShows(leader)
 
 	// A graceful handover.
 	if code, _, body, err := leader.do("POST", "/release", nil); err != nil || code != 200 {
 		t.Fatalf("POST /release on the leader = %d %s %v", code, body, err)
 	}
-	next := g.WaitLeader(leaseDuration, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	everyPodShows(next)
 
 	// A crash: the term ends by expiry only. Its last renewal was sent
 	// before the process exited; every pod has seen it within moments
-	// (watchSlack), and counts the lease duration from then.
+	// (e2eSlack), and counts the lease duration from then.
 	next.signal(syscall.SIGKILL)
-	if _, err := next.waitExit(5 * time.Second); err != nil {
+	if _, err := next.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
-	const watchSlack = 500 * time.Millisecond
-	expired := time.Now().Add(leaseDuration + watchSlack)
-	third := g.WaitLeader(leaseDuration+5*time.Second, next)
+	expired := time.Now().Add(leaseDuration + e2eSlack)
+	third := g.WaitLeader(takeoverBound, next)
 	everyPodShows(third)
 
 	// The monitor's answers: every address shown is the shown holder's own,

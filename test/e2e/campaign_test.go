@@ -103,7 +103,7 @@ func TestManualCampaign(t *testing.T) {
 		t.Errorf("%s: 3 attempts 300ms apart answered after %v, want at least 600ms", b.name, took)
 	}
 	// Already leading: true at once.
-	if got, took := a.acquire(t, ""); !got.Acquired || took > time.Second {
+	if got, took := a.acquire(t, ""); !got.Acquired || took > e2eSlack {
 		t.Errorf("%s: acquire on the leader = %+v after %v, want true at once", a.name, got, took)
 	}
 
@@ -132,7 +132,7 @@ func TestManualCampaign(t *testing.T) {
 	case <-time.After(35 * time.Second):
 		t.Fatal("the blocking acquire did not return")
 	}
-	if got := g.WaitLeader(5 * time.Second); got != b {
+	if got := g.WaitLeader(giveUp); got != b {
 		t.Errorf("leader = %s, want %s", got.name, b.name)
 	}
 	// Releasing what one does not hold: a no-op.
@@ -161,7 +161,7 @@ func TestManualCampaign(t *testing.T) {
 // duration; POST /acquire ends that early.
 func TestAcquireEndsSitOut(t *testing.T) {
 	g := newGroup(t, 1, candidateOptions{})
-	a := g.WaitLeader(30 * time.Second)
+	a := g.WaitLeader(giveUp)
 	if r := a.release(t); !r.Released {
 		t.Fatalf("release = %+v", r)
 	}
@@ -284,7 +284,7 @@ func TestLostReasons(t *testing.T) {
 	ctx := context.Background()
 
 	// lease-deleted: the Lease is deleted under the leader.
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	events := openEvents(t, leader)
 	if err := leases.Delete(ctx, g.lease, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestLostReasons(t *testing.T) {
 	checkTransitions(t, leader, "lease-deleted", 1)
 
 	// taken-over: another holder is written into the Lease (a hand edit).
-	leader = g.WaitLeader(30 * time.Second)
+	leader = g.WaitLeader(giveUp)
 	events = openEvents(t, leader)
 	intruder := "someone-else"
 	// The leader renews every retry period: a renewal between the read and
@@ -321,10 +321,10 @@ func TestLostReasons(t *testing.T) {
 
 	// renew-deadline: the leader is frozen past its deadline; after it
 	// resumes it reports the end of its term by time, and the new holder.
-	leader = g.WaitLeader(30 * time.Second)
+	leader = g.WaitLeader(giveUp)
 	events = openEvents(t, leader)
 	leader.signal(syscall.SIGSTOP)
-	next := g.WaitLeader(3*leaseDuration, leader)
+	next := g.WaitLeader(takeoverBound, leader)
 	leader.signal(syscall.SIGCONT)
 	if lost := events.waitLost(10 * time.Second); lost.Reason != "renew-deadline" {
 		t.Errorf("%s: lost after a freeze: %+v, want renew-deadline", leader.name, lost)

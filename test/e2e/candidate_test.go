@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/test/harness"
@@ -30,6 +31,52 @@ const (
 
 // e2eTimings are the timings above, as the harness takes them.
 var e2eTimings = harness.Timings{LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod}
+
+// Timing bounds (docs/development.md, "Timing bounds in tests"). A bound a
+// test asserts as a property is derived from the timings above plus
+// e2eSlack, the suite's one allowance; a wait that only gives up, and then
+// says what did not happen, waits giveUp.
+const (
+	// e2eSlack is the delay between an event and the test's observing it
+	// that the timings do not predict: API server latency (a write and the
+	// watch event that reports it to the other candidates) and process
+	// scheduling on a loaded 2-core machine, every candidate built with the
+	// race detector, and the test's own poll (at most 20 ms). Each bound
+	// stays well short of what the code would cost if it were wrong: a
+	// missed release costs a lease duration.
+	e2eSlack = time.Second
+
+	// takeoverBound: after the leader stopped renewing (SIGKILL, SIGSTOP),
+	// a standby leads within this. The claim ends at most a lease duration
+	// after the last renewal, which came before the fault; a standby tries
+	// at the expiry it measured from its own observation of that renewal
+	// (the election package schedules that attempt), not at client-go's
+	// next retry.
+	takeoverBound = leaseDuration + e2eSlack
+
+	// giveUp is how long a wait that asserts no bound waits before it
+	// fails and says what did not happen (a first election with the
+	// processes' start, a process's exit, a route written): generous, so
+	// that only a broken run reaches it.
+	giveUp = 30 * time.Second
+)
+
+// maxRetryWait is the longest client-go's elector waits between two
+// attempts at the suite's retry period (maxRetryWaitAt).
+var maxRetryWait = maxRetryWaitAt(retryPeriod)
+
+// maxRetryWaitAt is the longest client-go's elector waits between two
+// attempts: wait.Jitter(retry, leaderelection.JitterFactor), up to 2.2
+// retry periods.
+func maxRetryWaitAt(retry time.Duration) time.Duration {
+	return retry + time.Duration(leaderelection.JitterFactor*float64(retry))
+}
+
+// handoverBound: after the leader released the Lease (SIGTERM, POST
+// /release), a standby leads within this. It sees the release on its watch
+// and tries at once; at the latest client-go's next attempt comes
+// maxRetryWait later.
+var handoverBound = maxRetryWait + e2eSlack
 
 // candidate is one leader-elector process: a harness.Candidate bound to the
 // test that started it, which fails on its errors.

@@ -91,7 +91,7 @@ func oldPaths(c *candidate) (names map[string]string, isLeader bool, err error) 
 func waitOldPaths(t *testing.T, members []*candidate, leader *candidate) {
 	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		for _, c := range members {
 			names, isLeader, err := oldPaths(c)
 			if err != nil {
@@ -122,7 +122,7 @@ func TestContribDropIn(t *testing.T) {
 	for i := range 3 {
 		g.Add(startContribCandidate(t, fmt.Sprintf("%s-%d", lease, i), lease))
 	}
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	waitOldPaths(t, g.Members(), leader)
 
 	for _, c := range g.Members() {
@@ -155,7 +155,7 @@ func TestContribDropIn(t *testing.T) {
 	leader.signal(syscall.SIGTERM)
 	next := g.WaitLeader(contribTTL, leader)
 	took := time.Since(sent)
-	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("%s exited %d, %v after SIGTERM", leader.name, code, err)
 	}
 	var rest []*candidate

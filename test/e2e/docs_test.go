@@ -668,7 +668,7 @@ func testPythonSteerExample(t *testing.T, b snippets.Block) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	leader := g.WaitLeader(45 * time.Second)
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return strings.Contains(out.String(), "leading with fencing token"), nil
 	}); err != nil {
 		t.Fatalf("the app did not say it leads: %q", out.String())
@@ -932,7 +932,7 @@ func testLeaderAnswerSample(t *testing.T, b snippets.Block) {
 		t.Errorf("%s: the sample is not an api.Leader: %v", b, err)
 	}
 	g := newGroup(t, 1, candidateOptions{})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	code, _, real, err := leader.do("GET", "/leader", nil)
 	if err != nil || code != 200 {
 		t.Fatalf("GET /leader: %d %v", code, err)

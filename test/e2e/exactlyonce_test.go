@@ -72,7 +72,7 @@ func TestExactlyOnceWorker(t *testing.T) {
 		s := pods[1]
 		began = time.Now()
 		s.sidecar.signal(syscall.SIGKILL)
-		_, _ = s.sidecar.waitExit(10 * time.Second)
+		_, _ = s.sidecar.waitExit(giveUp)
 		e.g.waitFair(fmt.Sprintf("exactly-once round %d: sidecar SIGKILL 4→3", round), began)
 		began = time.Now()
 		s.startSidecar()
@@ -521,11 +521,11 @@ func (p *eoPod) stop() {
 	p.signalWorker(syscall.SIGTERM)
 	if p.sidecar.running() {
 		p.sidecar.signal(syscall.SIGTERM)
-		_, _ = p.sidecar.waitExit(10 * time.Second)
+		_, _ = p.sidecar.waitExit(giveUp)
 	}
 	select {
 	case <-p.workerDone:
-	case <-time.After(10 * time.Second):
+	case <-time.After(giveUp):
 		p.e.t.Errorf("%s's worker did not stop within 10s of SIGTERM", p.name)
 	}
 	if code := p.worker.ProcessState.ExitCode(); code != 0 {

@@ -130,7 +130,7 @@ func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string)
 // failures × period (+ the probe timeout, half a period) + one handover.
 func TestHealthStepDown(t *testing.T) {
 	g, apps := healthGroup(t, true, true, true)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	// Entries start unhealthy (seq 1), turn healthy (2) and are refreshed
 	// (3): by then every candidate has seen every other one change.
 	waitEntries(t, g, 3, func(string) bool { return true })
@@ -147,9 +147,9 @@ func TestHealthStepDown(t *testing.T) {
 
 	flipped := time.Now()
 	app.healthy.Store(false)
-	handover := 2 * retryPeriod
+	handover := handoverBound
 	bound := time.Duration(healthFailures)*healthPeriod + healthPeriod/2 + handover
-	next := g.WaitLeader(bound+5*time.Second, leader)
+	next := g.WaitLeader(giveUp, leader)
 	took := time.Since(flipped)
 	t.Logf("MEASURED health step-down (leader's app unhealthy → %s leads): %v (bound %v = %d × %v + %v probe timeout + %v handover)", next.name, took.Round(time.Millisecond), bound, healthFailures, healthPeriod, healthPeriod/2, handover)
 	if took > bound {
@@ -190,7 +190,8 @@ func TestHealthStepDown(t *testing.T) {
 	// Healthy again: ready in its mode (a follower in leader mode is not
 	// ready for being a follower, not for its app).
 	app.healthy.Store(true)
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	// One successful probe makes it healthy again.
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, healthPeriod+e2eSlack, true, func(context.Context) (bool, error) {
 		_, body, err := leader.probe("/readyz")
 		return err == nil && strings.Contains(body, "not the leader"), nil
 	})
@@ -204,7 +205,7 @@ func TestHealthStepDown(t *testing.T) {
 // candidate campaigns.
 func TestHealthAllUnhealthy(t *testing.T) {
 	g, apps := healthGroup(t, true, true, true)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	waitEntries(t, g, 3, func(string) bool { return true })
 	before, err := leader.state()
 	if err != nil {
@@ -213,7 +214,11 @@ func TestHealthAllUnhealthy(t *testing.T) {
 	for _, a := range apps {
 		a.healthy.Store(false)
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	// Every app fails its probes at once: each candidate's entry says so
+	// after healthFailures probes (and a probe's timeout), and the leader
+	// sees them all unhealthy.
+	degradedBound := healthFailures*healthPeriod + healthPeriod/2 + e2eSlack
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, degradedBound, true, func(context.Context) (bool, error) {
 		s, err := leader.state()
 		return err == nil && s.Degraded, nil
 	})
@@ -255,7 +260,9 @@ func TestHealthAllUnhealthy(t *testing.T) {
 		}
 	}
 	apps[healthyOne].healthy.Store(true)
-	next := g.WaitLeader(10*time.Second, leader)
+	// Its next probe publishes it healthy; the leader's next probe decides
+	// to step down, and it hands over.
+	next := g.WaitLeader(2*healthPeriod+handoverBound, leader)
 	if next != g.Members()[healthyOne] {
 		t.Errorf("%s leads, want %s, the only one whose app is healthy", next.name, g.Members()[healthyOne].name)
 	}
@@ -298,7 +305,7 @@ func TestHealthNeverHealthy(t *testing.T) {
 	}
 	// Healthy: it campaigns at once (the Lease is free).
 	app.healthy.Store(true)
-	g.WaitLeader(2 * leaseDuration)
+	g.WaitLeader(healthPeriod + handoverBound)
 }
 
 // TestHealthGatingShippedRBAC: candidates with health gating, bound only by
@@ -352,7 +359,7 @@ func TestHealthGatingShippedRBAC(t *testing.T) {
 			lease: lease, namespace: namespace, kubeconfig: kubeconfig, extraArgs: app.args(), env: noStreamingLists,
 		}))
 	}
-	g.WaitLeader(30 * time.Second)
+	g.WaitLeader(giveUp)
 	// Every entry healthy and written at least three times (unhealthy at
 	// start, healthy, refreshed), each write an update of the whole Lease
 	// based on the version this candidate had read, the other's entry in it.

@@ -140,7 +140,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 		env: harness.CleanEnv(),
 	})
 	g.Add(byAlias)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 
 	for _, c := range []*candidate{byEnv, byAlias} {
 		s, err := c.state()
@@ -151,7 +151,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 			t.Errorf("%s: configuration not applied: %+v", c.name, s)
 		}
 		// Both become ready in candidate mode, leader or not.
-		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			code, _, _ := c.probe("/readyz")
 			return code == 200, nil
 		})
@@ -182,7 +182,7 @@ func TestEnvironmentAndAliases(t *testing.T) {
 	// expire: the Lease still names by-env after it exits.
 	if leader == byEnv {
 		byEnv.signal(syscall.SIGTERM)
-		if code, err := byEnv.waitExit(10 * time.Second); err != nil || code != 0 {
+		if code, err := byEnv.waitExit(giveUp); err != nil || code != 0 {
 			t.Fatalf("exit %d %v", code, err)
 		}
 		l, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})
@@ -258,7 +258,7 @@ func TestBadRequests(t *testing.T) {
 	// leader does anything: it still leads, with the same fencing token.
 	t.Run("POST /release?% releases nothing", func(t *testing.T) {
 		var before api.Leader
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			s, err := c.state()
 			before = s
 			return err == nil && s.IsLeader, nil

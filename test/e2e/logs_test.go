@@ -32,16 +32,16 @@ func TestJSONLogs(t *testing.T) {
 	g.monitor = startMonitor(t, g.Members)
 	g.Add(a)
 	g.Add(b)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	next := a
 	if leader == a {
 		next = b
 	}
 	leader.signal(syscall.SIGTERM)
-	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	g.WaitLeader(leaseDuration+2*time.Second, leader)
+	g.WaitLeader(handoverBound, leader)
 	// The new leader's line is written as it leads: wait for it, not for
 	// the first answer.
 	waitChangeLogged(t, next, "Became leader", "acquired")
@@ -129,7 +129,7 @@ func waitChangeLogged(t *testing.T, c *candidate, msg, reason string) {
 		}
 		return has(text) || has(jsonLine)
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return slices.ContainsFunc(strings.Split(c.log(), "\n"), logged), nil
 	})
 	if err != nil {
@@ -143,7 +143,7 @@ func waitChangeRecorded(t *testing.T, c *candidate, lease, what, reason string) 
 	t.Helper()
 	prefix := fmt.Sprintf("%s %s (reason %s, fencing token ", c.name, what, reason)
 	var got []string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		got = leaseEvents(t, "default", lease)
 		return slices.ContainsFunc(got, func(m string) bool { return strings.HasPrefix(m, prefix) }), nil
 	})

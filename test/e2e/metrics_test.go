@@ -30,7 +30,7 @@ func TestMetricsScrape(t *testing.T) {
 		const namespace = "metrics-allowed"
 		kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 		g := newGroup(t, 1, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-		leader := g.WaitLeader(30 * time.Second)
+		leader := g.WaitLeader(giveUp)
 		// The gauges are read at scrape time; client-go's own is set once
 		// its elector has acquired, which the sidecar may report first.
 		fams := scrapeUntil(t, leader, func(f map[string]*dto.MetricFamily) bool {
@@ -158,7 +158,7 @@ func scrapeUntil(t *testing.T, c *candidate, done func(map[string]*dto.MetricFam
 		fams    map[string]*dto.MetricFamily
 		lastErr error
 	)
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		code, body, err := c.probe("/metrics")
 		if err != nil || code != 200 {
 			lastErr = err

@@ -39,7 +39,7 @@ func TestMonitoringCRDs(t *testing.T) {
 		"spec":     map[string]any{"selector": map[string]any{}, "podMetricsEndpoints": []any{map[string]any{"port": "x", "bogusField": true}}},
 	}}
 	var lastErr error
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, giveUp, true, func(ctx context.Context) (bool, error) {
 		lastErr = packaging.DryRunApply(ctx, controlPlane.AdminConfig(), packaging.Objects{bogus})
 		return lastErr != nil && strings.Contains(lastErr.Error(), "bogusField"), nil
 	}); err != nil {

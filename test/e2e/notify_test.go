@@ -157,7 +157,7 @@ func followEvents(t *testing.T, c *candidate) *eventLog {
 	}()
 	select {
 	case <-first:
-	case <-time.After(10 * time.Second):
+	case <-time.After(giveUp):
 		t.Fatalf("%s: no first event on GET /events", c.name)
 	}
 	return l
@@ -217,7 +217,7 @@ func sameState(a, b string) bool {
 func (p *notifiedPod) caughtUp(t *testing.T) {
 	t.Helper()
 	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		code, _, body, err := p.c.do("GET", "/leader", nil)
 		if err != nil || code != 200 {
 			return false, nil
@@ -318,14 +318,14 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 		}
 	}
 
-	first := g.WaitLeader(30 * time.Second)
+	first := g.WaitLeader(giveUp)
 	settled(pods...)
 
 	// The leader lets go; another takes over.
 	if code, _, body, err := first.do("POST", "/release", nil); err != nil || code != 200 {
 		t.Fatalf("POST /release = %d %s %v", code, body, err)
 	}
-	second := g.WaitLeader(leaseDuration+5*time.Second, first)
+	second := g.WaitLeader(handoverBound, first)
 	settled(pods...)
 
 	// The new leader dies without a word; the third takes over after the
@@ -333,10 +333,10 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 	// then competes again: either may win).
 	pod(second).check(t)
 	second.signal(syscall.SIGKILL)
-	if _, err := second.waitExit(10 * time.Second); err != nil {
+	if _, err := second.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
-	third := g.WaitLeader(3*leaseDuration, second)
+	third := g.WaitLeader(takeoverBound, second)
 	var live []*notifiedPod
 	for _, p := range pods {
 		if p.c != second {
@@ -351,7 +351,7 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 	}
 	for _, p := range live {
 		p.c.signal(syscall.SIGTERM)
-		if code, err := p.c.waitExit(15 * time.Second); err != nil || code != 0 {
+		if code, err := p.c.waitExit(giveUp); err != nil || code != 0 {
 			t.Fatalf("%s exit %d %v", p.c.name, code, err)
 		}
 	}
@@ -419,7 +419,7 @@ func TestChangeNotificationsSlowAppKeepsLeading(t *testing.T) {
 		"--on-change-url=" + app.URL + "/leader-changed", "--on-change-timeout=3s", "--on-change-retries=1",
 	}})
 	g.Add(slow)
-	if leader := g.WaitLeader(30 * time.Second); leader != slow {
+	if leader := g.WaitLeader(giveUp); leader != slow {
 		t.Fatalf("%s leads, want %s", leader.name, slow.name)
 	}
 	g.Add(startCandidate(t, g.lease+"-other", candidateOptions{lease: g.lease}))

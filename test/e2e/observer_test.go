@@ -67,7 +67,7 @@ func TestObserver(t *testing.T) {
 	obs := startCandidate(t, "observer", candidateOptions{lease: lease, kubeconfig: kubeconfig, extraArgs: []string{"--candidate=false"}})
 	g.Add(obs) // the monitor checks it never claims
 
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	harnesstest.WaitFollowing(t, obs, leader)
 	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
 		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
@@ -82,17 +82,17 @@ func TestObserver(t *testing.T) {
 
 	// It follows a handover and a crash.
 	leader.release(t)
-	next := g.WaitLeader(10*time.Second, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	harnesstest.WaitFollowing(t, obs, next)
 	next.h.Kill()
-	last := g.WaitLeader(3*leaseDuration, next)
+	last := g.WaitLeader(takeoverBound, next)
 	harnesstest.WaitFollowing(t, obs, last)
 
 	// The observer stops (SIGTERM: what it does on shutdown counts too),
 	// which ends its watch: the apiserver audits a request when it
 	// completes.
 	obs.signal(syscall.SIGTERM)
-	if code, err := obs.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := obs.waitExit(giveUp); err != nil || code != 0 {
 		t.Errorf("observer exit = %d %v, want 0", code, err)
 	}
 
@@ -100,7 +100,7 @@ func TestObserver(t *testing.T) {
 	// write.
 	user := "system:serviceaccount:default:observer"
 	var reads, writes []string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		events, err := cp.AuditEvents()
 		if err != nil {
 			return false, err

@@ -41,7 +41,7 @@ func TestAPIServerOutage(t *testing.T) {
 		},
 	}
 	for _, o := range outages {
-		leader := g.WaitLeader(30 * time.Second)
+		leader := g.WaitLeader(giveUp)
 		began := time.Now()
 		if err := o.begin(); err != nil {
 			t.Fatalf("%s: %v", o.name, err)
@@ -56,7 +56,7 @@ func TestAPIServerOutage(t *testing.T) {
 		// The leader stops claiming within the renew deadline of its last
 		// renewal, which started before the outage began.
 		var steppedDown time.Duration
-		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, renewDeadline+5*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			s, err := leader.state()
 			if err != nil {
 				return false, err
@@ -82,7 +82,7 @@ func TestAPIServerOutage(t *testing.T) {
 
 		// Hold the outage well past the lease duration: nobody may claim.
 		quietFrom := time.Now()
-		time.Sleep(leaseDuration + 2*time.Second)
+		time.Sleep(leaseDuration + 2*e2eSlack)
 		quietTo := time.Now()
 		if claims := g.monitor.leaderAnswers(quietFrom, quietTo); len(claims) > 0 {
 			t.Errorf("%s: %d leadership claims during the outage, first by %s at %s", o.name, len(claims), claims[0].who, stamp(claims[0].sent))
@@ -93,7 +93,7 @@ func TestAPIServerOutage(t *testing.T) {
 		}
 		restored = true
 		back := time.Now()
-		next := g.WaitLeader(leaseDuration + 10*time.Second)
+		next := g.WaitLeader(giveUp)
 		t.Logf("MEASURED API server %s: leader %s stepped down %v after the outage began; %s leads %v after the API server came back",
 			o.name, leader.name, steppedDown.Round(time.Millisecond), next.name, time.Since(back).Round(time.Millisecond))
 		for _, c := range g.Members() {

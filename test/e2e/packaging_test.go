@@ -88,6 +88,28 @@ func restrictedNamespace(t *testing.T, name string) {
 	}
 }
 
+// shippedHandoverBound is handoverBound at the retry period the sidecar in
+// spec runs with (the shipped manifests', not the suite's): client-go's
+// longest wait between two attempts at that period, plus e2eSlack.
+func shippedHandoverBound(t *testing.T, spec *corev1.PodSpec) time.Duration {
+	t.Helper()
+	sc, _, err := packaging.Sidecar(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := 2 * time.Second // the sidecar's default
+	v, ok := packaging.FlagValue(sc.Args, "retry-period")
+	if !ok {
+		v, ok = packaging.EnvValue(sc, "LEADER_ELECTOR_RETRY_PERIOD")
+	}
+	if ok {
+		if retry, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return maxRetryWaitAt(retry) + e2eSlack
+}
+
 // fromPodTemplate starts leader-elector configured exactly as the sidecar
 // in spec: its arguments and environment, with the downward API's values
 // for a pod named podName in namespace, on free local ports instead of the
@@ -145,15 +167,15 @@ func electAndHandOver(t *testing.T, spec *corev1.PodSpec, namespace, lease, kube
 	for _, pod := range []string{"pod-a", "pod-b"} {
 		g.Add(fromPodTemplate(t, spec, pod, namespace, kubeconfig))
 	}
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, lease); holder != leader.name {
 		t.Errorf("the Lease names %q, %s leads", holder, leader.name)
 	}
 	leader.signal(syscall.SIGTERM)
-	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	next := g.WaitLeader(10*time.Second, leader)
+	next := g.WaitLeader(shippedHandoverBound(t, spec), leader)
 	for _, c := range g.Members() {
 		if strings.Contains(c.log(), "forbidden") {
 			t.Errorf("%s was refused something with the shipped RBAC:\n%s", c.name, c.log())
@@ -212,7 +234,7 @@ func checkRefused(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconf
 		{"another namespace", "--lease-namespace=default"},
 	} {
 		c := fromPodTemplate(t, spec, "stray", namespace, kubeconfig, tc.arg)
-		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			return strings.Contains(c.log(), "forbidden"), nil
 		}); err != nil {
 			t.Errorf("%s: no 'forbidden' in the log:\n%s", tc.name, c.log())
@@ -226,7 +248,7 @@ func checkRefused(t *testing.T, spec *corev1.PodSpec, namespace, lease, kubeconf
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		c.signal(syscall.SIGKILL)
-		_, _ = c.waitExit(5 * time.Second)
+		_, _ = c.waitExit(giveUp)
 	}
 }
 
@@ -309,7 +331,7 @@ func TestHelmInstall(t *testing.T) {
 	}
 	for _, c := range []*candidate{leader} {
 		c.signal(syscall.SIGTERM)
-		c.waitExit(10 * time.Second)
+		c.waitExit(giveUp)
 	}
 	helm("uninstall", release)
 	if _, err := cs.RbacV1().Roles(namespace).Get(ctx, fullname, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -324,7 +346,7 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	g, _ := electAndHandOver(t, spec, namespace, fullname, kubeconfig)
-	next := g.WaitLeader(30 * time.Second)
+	next := g.WaitLeader(giveUp)
 	again, err := next.state()
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +380,7 @@ func TestHelmInstallWithoutLease(t *testing.T) {
 	}
 	c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
 	g := groupOf(t, "", c)
-	g.WaitLeader(30 * time.Second)
+	g.WaitLeader(giveUp)
 	if holder := harnesstest.LeaseHolder(t, controlPlane, namespace, release+"-leader-elector"); holder != "pod-a" {
 		t.Errorf("the Lease the sidecar created names %q", holder)
 	}
@@ -437,6 +459,6 @@ func TestKustomizeExample(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := fromPodTemplate(t, &d.Spec.Template.Spec, "pod-a", namespace, kubeconfig)
-		groupOf(t, "", c).WaitLeader(30 * time.Second)
+		groupOf(t, "", c).WaitLeader(giveUp)
 	})
 }

@@ -125,7 +125,7 @@ func TestPartitionsRBACAndAPI(t *testing.T) {
 
 	// A graceful leave deletes the membership Lease, with that Role too.
 	b.signal(syscall.SIGTERM)
-	if code, err := b.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := b.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("%s: exit %d, %v", b.name, code, err)
 	}
 	checkMembershipLeases(t, namespace, g.lease, a)

@@ -211,7 +211,7 @@ func TestPartitionsFairShareAndSafety(t *testing.T) {
 		c.signal(syscall.SIGTERM)
 	}
 	for _, c := range joined[1:] {
-		if code, err := c.waitExit(10 * time.Second); err != nil || code != 0 {
+		if code, err := c.waitExit(giveUp); err != nil || code != 0 {
 			t.Fatalf("%s: exit %d, %v", c.name, code, err)
 		}
 	}
@@ -224,7 +224,7 @@ func TestPartitionsFairShareAndSafety(t *testing.T) {
 	// Crash: the survivors take the partitions when their Leases expire.
 	start = time.Now()
 	more[0].signal(syscall.SIGKILL)
-	_, _ = more[0].waitExit(10 * time.Second)
+	_, _ = more[0].waitExit(giveUp)
 	g.waitFair("SIGKILL 5→4", start)
 
 	// Pause: the paused member's claims lapse on its own clock; the others
@@ -244,7 +244,7 @@ func TestPartitionsFairShareAndSafety(t *testing.T) {
 	start = time.Now()
 	for _, c := range []*candidate{joined[0], more[2]} {
 		c.signal(syscall.SIGTERM)
-		_, _ = c.waitExit(10 * time.Second)
+		_, _ = c.waitExit(giveUp)
 	}
 	g.waitFair("graceful leave 4→2", start)
 	if s, err := first.partitions(); err != nil || len(s.Owned) != partitionCount/2 {

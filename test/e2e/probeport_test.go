@@ -186,7 +186,7 @@ func raiseOpenFileLimit(t *testing.T, need uint64) {
 // waitReady waits until /readyz answers 200: the candidate leads.
 func waitReady(t *testing.T, client *http.Client, probeURL string) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		resp, err := client.Get(probeURL + "/readyz")
 		if err != nil {
 			return false, nil

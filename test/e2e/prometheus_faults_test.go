@@ -39,16 +39,16 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		const namespace = "prom-refused"
 		kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 		c := startCandidate(t, "refused-0", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-		waitLeading(t, c, 30*time.Second)
+		waitLeading(t, c, giveUp)
 		// Beside it, another client-go program (an app, an operator) whose
 		// requests are refused all along, healthy state included: the
 		// alert is the sidecar's, and must not fire for it.
 		other := startOtherClientGoProgram(t, namespace, kubeconfig)
 		prom := startPrometheus(t, []string{metricsTarget(t, c), other}, testRules(t, map[string]time.Duration{"LeaderElectorAPIRequestsRefused": faultFor}))
-		waitQuery(t, prom, `sum(rest_client_requests_total{code="200",method="PUT"}) > bool 0`, "1", 30*time.Second)
-		waitQuery(t, prom, `sum(rest_client_requests_total{code="403",instance="`+other+`"}) > bool 0`, "1", 30*time.Second)
+		waitQuery(t, prom, `sum(rest_client_requests_total{code="200",method="PUT"}) > bool 0`, "1", giveUp)
+		waitQuery(t, prom, `sum(rest_client_requests_total{code="403",instance="`+other+`"}) > bool 0`, "1", giveUp)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorAPIRequestsRefused")
-		proveAlert(t, prom, alerts, "LeaderElectorAPIRequestsRefused", faultFor, healthy, faultFor+30*time.Second, "the Role lost update on the Lease", func() {
+		proveAlert(t, prom, alerts, "LeaderElectorAPIRequestsRefused", faultFor, healthy, faultFor+giveUp, "the Role lost update on the Lease", func() {
 			roles := controlPlane.AdminClient().RbacV1().Roles(namespace)
 			role, err := roles.Get(context.Background(), "leader-elector", metav1.GetOptions{})
 			if err != nil {
@@ -76,11 +76,11 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		const namespace = "prom-route"
 		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-		g.WaitLeader(30 * time.Second)
+		g.WaitLeader(giveUp)
 		prom := startPrometheus(t, metricsTargets(t, g.Members()), testRules(t, map[string]time.Duration{"LeaderElectorRouteErrors": faultFor}))
-		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
+		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", giveUp)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteErrors")
-		proveAlert(t, prom, alerts, "LeaderElectorRouteErrors", faultFor, healthy, faultFor+leaseDuration+30*time.Second, "the EndpointSlice was deleted", func() {
+		proveAlert(t, prom, alerts, "LeaderElectorRouteErrors", faultFor, healthy, faultFor+leaseDuration+giveUp, "the EndpointSlice was deleted", func() {
 			if err := controlPlane.AdminClient().DiscoveryV1().EndpointSlices(namespace).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -96,11 +96,11 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 		slice := watchSlice(t, namespace, lease)
 		g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-		g.WaitLeader(30 * time.Second)
+		g.WaitLeader(giveUp)
 		prom := startPrometheus(t, metricsTargets(t, g.Members()), testRules(t, nil))
-		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", 30*time.Second)
+		waitQuery(t, prom, `sum(leader_elector_route_writes_total) > bool 0`, "1", giveUp)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRouteTokenOverridden")
-		proveAlert(t, prom, alerts, "LeaderElectorRouteTokenOverridden", 0, healthy, repairBound+30*time.Second, "the slice was planted with a token no term wrote", func() {
+		proveAlert(t, prom, alerts, "LeaderElectorRouteTokenOverridden", 0, healthy, repairBound+giveUp, "the slice was planted with a token no term wrote", func() {
 			plantSlice(t, slice, controlPlane.AdminClient(), namespace, lease, beyondTheLease)
 		})
 	})
@@ -123,7 +123,7 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		// for covers but which would show pending.
 		waitQuery(t, prom, `(sum(leader_elector_partition_owned) == bool 2) * (max(leader_elector_partition_owned) == bool 1)`, "1", 60*time.Second)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorPartitionsUnowned")
-		proveAlert(t, prom, alerts, "LeaderElectorPartitionsUnowned", faultFor, healthy, faultFor+30*time.Second, "every member of the group was killed", func() {
+		proveAlert(t, prom, alerts, "LeaderElectorPartitionsUnowned", faultFor, healthy, faultFor+giveUp, "every member of the group was killed", func() {
 			for _, c := range members {
 				c.h.Kill()
 			}
@@ -138,11 +138,11 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 		// over and renews (and a lone one's series go stale, which
 		// LeaderElectorNoLeader reports).
 		g := newGroup(t, 2, candidateOptions{})
-		g.WaitLeader(30 * time.Second)
+		g.WaitLeader(giveUp)
 		rules := testRulesEdited(t, map[string]time.Duration{"LeaderElectorRenewalStale": faultFor},
 			map[string][2]string{"LeaderElectorRenewalStale": {") > 10", fmt.Sprintf(") > %d", int(renewDeadline.Seconds()))}})
 		prom := startPrometheus(t, metricsTargets(t, g.Members()), rules)
-		waitQuery(t, prom, `max(leader_elector_last_renew_timestamp_seconds) > bool 0`, "1", 30*time.Second)
+		waitQuery(t, prom, `max(leader_elector_last_renew_timestamp_seconds) > bool 0`, "1", giveUp)
 		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorRenewalStale")
 		frozen := false
 		thaw := func() {
@@ -154,7 +154,7 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 			}
 		}
 		t.Cleanup(thaw)
-		proveAlert(t, prom, alerts, "LeaderElectorRenewalStale", faultFor, healthy, faultFor+renewDeadline+30*time.Second, "the API server was frozen", func() {
+		proveAlert(t, prom, alerts, "LeaderElectorRenewalStale", faultFor, healthy, faultFor+renewDeadline+giveUp, "the API server was frozen", func() {
 			if err := controlPlane.FreezeAPIServer(); err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +175,7 @@ func proveAlert(t *testing.T, prom *prometheus, alerts *alertLog, alert string, 
 	// the start-up (a candidate not leading yet, partitions not yet
 	// assigned) is listed until the evaluation after the state turned
 	// healthy.
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		list, err := prom.alerts()
 		if err != nil {
 			return false, nil

@@ -102,7 +102,7 @@ scrape_configs:
 		}
 	})
 	p := &prometheus{t: t, url: "http://" + addr}
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		select {
 		case <-exited:
 			return false, fmt.Errorf("prometheus exited: %v", cmd.ProcessState)
@@ -438,7 +438,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	// The production for values, scaled: no leader for longer than a crash
 	// failover (a lease duration and a retry period) seen two scrapes late;
 	// two leaders for longer than the scrape skew.
-	noLeaderFor := leaseDuration + retryPeriod + 2*scrape + time.Second
+	noLeaderFor := leaseDuration + retryPeriod + 2*scrape + e2eSlack
 	multipleFor := 3 * scrape
 	rules := testRules(t, map[string]time.Duration{"LeaderElectorNoLeader": noLeaderFor, "LeaderElectorMultipleLeaders": multipleFor})
 
@@ -467,14 +467,14 @@ func TestPrometheusAlerts(t *testing.T) {
 
 	prom := startPrometheus(t, targets, rules)
 	alerts := watchAlerts(t, prom, lease)
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 
 	// Prometheus sees the one leader through the rules' labels.
 	leaders := fmt.Sprintf(`sum(leader_elector_is_leader{lease=%q, lease_namespace="default"})`, lease)
-	waitQuery(t, prom, leaders, "1", 30*time.Second)
+	waitQuery(t, prom, leaders, "1", giveUp)
 
 	var exposed []string
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		exposed, err = prom.metricNames()
 		return err == nil && slices.Contains(exposed, "leader_elector_partition_configured") && slices.Contains(exposed, "leader_elector_route_writes_total"), nil
 	}); err != nil {
@@ -488,18 +488,18 @@ func TestPrometheusAlerts(t *testing.T) {
 		start(i)
 	}
 	leader.signal(syscall.SIGTERM)
-	if _, err := leader.waitExit(10 * time.Second); err != nil {
+	if _, err := leader.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
-	next := g.WaitLeader(10*time.Second, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	restart(leader)
-	waitQuery(t, prom, leaders, "1", 10*time.Second)
+	waitQuery(t, prom, leaders, "1", giveUp)
 
 	next.h.Kill()
 	crashed := next
-	g.WaitLeader(3*leaseDuration, crashed)
+	g.WaitLeader(takeoverBound, crashed)
 	restart(crashed)
-	waitQuery(t, prom, leaders, "1", 10*time.Second)
+	waitQuery(t, prom, leaders, "1", giveUp)
 	// Neither alert fires while the group is healthy again, for longer than
 	// either would need to fire had its condition held through the faults.
 	settle := max(noLeaderFor, multipleFor) + 3*scrape
@@ -527,7 +527,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		}
 	}
 	killed := time.Now()
-	firedAt := waitAlert(t, alerts, "LeaderElectorNoLeader", noLeaderFor+30*time.Second)
+	firedAt := waitAlert(t, alerts, "LeaderElectorNoLeader", noLeaderFor+giveUp)
 	t.Logf("MEASURED LeaderElectorNoLeader fired %v after every candidate was killed (for: %v, scrape and evaluation every %v)", firedAt.Sub(killed).Round(10*time.Millisecond), noLeaderFor, scrape)
 
 	// Started again: it resolves.
@@ -537,7 +537,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	restarted := time.Now()
 	g.WaitLeader(3 * leaseDuration)
 	var resolved time.Time
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		list, err := prom.alerts()
 		if err != nil {
 			return false, nil

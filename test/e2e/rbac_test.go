@@ -129,13 +129,13 @@ func TestShippedRBAC(t *testing.T) {
 	const namespace = "rbac-shipped"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	first, err := leader.state()
 	if err != nil {
 		t.Fatal(err)
 	}
 	leader.signal(syscall.SIGTERM)
-	if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
 	if !strings.Contains(leader.log(), "Released lease") {
@@ -150,10 +150,10 @@ func TestShippedRBAC(t *testing.T) {
 	if got := leaseEvents(t, namespace, lease); len(got) < len(want) || !slices.Equal(got[:len(want)], want) {
 		t.Errorf("Events on the Lease when the old leader had exited:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	next := g.WaitLeader(leaseDuration+2*time.Second, leader)
+	next := g.WaitLeader(handoverBound, leader)
 	want = append(want, fmt.Sprintf("%s became leader (reason acquired, fencing token %d)", next.name, first.FencingToken+1))
 	var got []string
-	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		got = leaseEvents(t, namespace, lease)
 		return len(got) >= len(want), nil
 	}); err != nil || !slices.Equal(got, want) {
@@ -235,7 +235,7 @@ func TestShippedRBACWithoutStreamingLists(t *testing.T) {
 	const namespace = "rbac-listing"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig, env: noStreamingLists})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	leader.release(t)
 	start := time.Now()
 	next := g.WaitLeader(leaseDuration, leader)
@@ -312,18 +312,18 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 		kubeconfig, lease := applyRBAC(t, namespace, []rbacv1.PolicyRule{leaseRule}, false)
 		c := startCandidate(t, "crippled", candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
 		g := groupOf(t, lease, c)
-		g.WaitLeader(10 * time.Second)
+		g.WaitLeader(giveUp)
 		if status, _, body, err := c.do(http.MethodPost, "/release", nil); err != nil || status != http.StatusOK {
 			t.Fatalf("POST /release: %d %s, %v", status, body, err)
 		}
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			return strings.Contains(c.log(), "Released lease"), nil
 		}); err != nil {
 			t.Fatalf("no release without the Events rule:\n%s", c.log())
 		}
 		// The second Event ("stopped leading") is refused too, and said
 		// only at -v=2.
-		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			return strings.Contains(c.log(), "Event not recorded: forbidden"), nil
 		}); err != nil {
 			t.Fatalf("the second Event was never refused:\n%s", c.log())
@@ -362,10 +362,10 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 			if verb == "get" {
 				// With the watch working, get is not even tried.
 				g := groupOf(t, lease, c)
-				g.WaitLeader(10 * time.Second)
+				g.WaitLeader(giveUp)
 				return
 			}
-			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 				return strings.Contains(c.log(), refusal), nil
 			})
 			if err != nil {
@@ -373,10 +373,10 @@ func TestEveryShippedVerbIsNeeded(t *testing.T) {
 			}
 			if leads {
 				g := groupOf(t, lease, c)
-				g.WaitLeader(10 * time.Second)
+				g.WaitLeader(giveUp)
 			} else {
 				// A lease duration and then some: it never leads.
-				if err := holdsFor(leaseDuration+time.Second, 100*time.Millisecond, func() error {
+				if err := holdsFor(leaseDuration+e2eSlack, 100*time.Millisecond, func() error {
 					s, err := c.state()
 					if err == nil && s.IsLeader {
 						err = fmt.Errorf("led without %q", verb)

@@ -70,7 +70,7 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 3, candidateOptions{})
-			leader := g.WaitLeader(30 * time.Second)
+			leader := g.WaitLeader(giveUp)
 			before, err := leader.state()
 			if err != nil {
 				t.Fatal(err)
@@ -80,13 +80,15 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 			// The old leader stops claiming as soon as it sees that the
 			// Lease no longer names it (at the latest at its renew deadline),
 			// and nobody leads the replaced Lease for a lease duration.
-			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 2*renewDeadline, true, func(context.Context) (bool, error) {
+			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, renewDeadline+e2eSlack, true, func(context.Context) (bool, error) {
 				s, err := leader.state()
 				return err == nil && !s.IsLeader, nil
 			}); err != nil {
-				t.Fatalf("%s still leads %v after the %s", leader.name, 2*renewDeadline, op)
+				t.Fatalf("%s still leads %v after the %s", leader.name, renewDeadline+e2eSlack, op)
 			}
-			next := g.WaitLeader(3*leaseDuration + 5*time.Second)
+			// Taken a lease duration after the candidates first saw the Lease
+			// without history (docs/safety.md), which was before now.
+			next := g.WaitLeader(takeoverBound)
 			took := time.Since(applied)
 			after, err := next.state()
 			if err != nil {
@@ -116,15 +118,15 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 2, candidateOptions{})
-			leader := g.WaitLeader(30 * time.Second)
+			leader := g.WaitLeader(giveUp)
 			// A few terms, so that the old Lease's token is above its first.
 			for range 3 {
 				leader.signal(syscall.SIGTERM)
-				if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
+				if code, err := leader.waitExit(giveUp); err != nil || code != 0 {
 					t.Fatalf("%s exit code %d, %v", leader.name, code, err)
 				}
 				g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
-				leader = g.WaitLeader(30*time.Second, leader)
+				leader = g.WaitLeader(giveUp, leader)
 			}
 			before, err := leader.state()
 			if err != nil {
@@ -133,14 +135,16 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 			for _, c := range g.Members() {
 				if c.running() {
 					c.signal(syscall.SIGKILL)
-					c.waitExit(10 * time.Second)
+					c.waitExit(giveUp)
 				}
 			}
 			apply(t, g.lease)
 			for i := range 2 {
 				g.Add(startCandidate(t, leader.name+"-new-"+string(rune('a'+i)), candidateOptions{lease: g.lease}))
 			}
-			next := g.WaitLeader(3*leaseDuration + 5*time.Second)
+			// Taken a lease duration after the candidates first saw the Lease
+			// without history (docs/safety.md), which was before now.
+			next := g.WaitLeader(takeoverBound)
 			after, err := next.state()
 			if err != nil {
 				t.Fatal(err)
@@ -159,7 +163,7 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 // is above the old one.
 func TestLeaseDeletedWhileRunning(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +190,9 @@ func TestLeaseDeletedWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Lease was not created again: %v", err)
 	}
-	next := g.WaitLeader(3*leaseDuration + 5*time.Second)
+	// Taken a lease duration after the candidates first saw the Lease
+	// without history (docs/safety.md), which was before now.
+	next := g.WaitLeader(takeoverBound)
 	after, err := next.state()
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func ownedPod(t *testing.T, namespace, name string, strategy appsv1.DeploymentSt
 // waitLog waits until c's log contains want.
 func waitLog(t *testing.T, c *candidate, want string) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return strings.Contains(c.log(), want), nil
 	}); err != nil {
 		t.Fatalf("%s never logged %q", c.name, want)
@@ -115,7 +115,7 @@ func TestStartupReport(t *testing.T) {
 		const namespace = "report-rbac"
 		kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 		g := newGroup(t, 1, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
-		c := g.WaitLeader(30 * time.Second)
+		c := g.WaitLeader(giveUp)
 		waitLog(t, c, "Not checking whether the Deployment can complete a rollout")
 		if n := strings.Count(c.log(), "Not checking whether the Deployment"); n != 1 {
 			t.Errorf("said %d times that it cannot check, want once", n)

@@ -62,7 +62,7 @@ func TestPartitionsReshard(t *testing.T) {
 	stop := func(cs []*candidate) {
 		for _, c := range cs {
 			c.signal(syscall.SIGTERM)
-			if code, err := c.waitExit(10 * time.Second); err != nil || code != 0 {
+			if code, err := c.waitExit(giveUp); err != nil || code != 0 {
 				t.Fatalf("%s: exit %d, %v", c.name, code, err)
 			}
 		}

@@ -68,7 +68,7 @@ func plantSlice(t *testing.T, m *sliceMonitor, client kubernetes.Interface, name
 		t.Fatalf("planting fencing token %s on the slice: %v", token, err)
 	}
 	planted := time.Now()
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return slices.ContainsFunc(m.versions(), func(v sliceVersion) bool { return v.token == token }), nil
 	}); err != nil {
 		t.Fatalf("the watch did not deliver the slice planted with %s", token)
@@ -137,9 +137,9 @@ func TestRouteEndpointSliceForeignToken(t *testing.T) {
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b")
-	first := g.WaitLeader(30 * time.Second)
+	first := g.WaitLeader(giveUp)
 	firstToken := tokenOf(t, first)
-	slice.waitSlice(first, firstToken, 10*time.Second)
+	slice.waitSlice(first, firstToken, giveUp)
 
 	planted := plantSlice(t, slice, controlPlane.AdminClient(), namespace, lease, beyondTheLease)
 	repaired := slice.waitSlice(first, firstToken, repairBound)
@@ -149,11 +149,11 @@ func TestRouteEndpointSliceForeignToken(t *testing.T) {
 	}
 
 	first.signal(syscall.SIGKILL)
-	if _, err := first.waitExit(5 * time.Second); err != nil {
+	if _, err := first.waitExit(giveUp); err != nil {
 		t.Fatal(err)
 	}
 	planted = plantSlice(t, slice, tokenClient(t, kubeconfig), namespace, lease, highestInt32)
-	next := g.WaitLeader(leaseDuration+5*time.Second, first)
+	next := g.WaitLeader(takeoverBound, first)
 	repaired = slice.waitSlice(next, tokenOf(t, next), repairBound)
 	t.Logf("MEASURED slice planted with %s (the sidecar's token) while no pod led: the next leader routes to itself %v after the planting", highestInt32, repaired.Sub(planted).Round(time.Millisecond))
 	if n := overridden(t, next, "above_lease"); n < 1 {
@@ -175,14 +175,14 @@ func TestRouteLabelForeignToken(t *testing.T) {
 	createPods(t, namespace, spec, podLabels, pods...)
 	labels := watchLabels(t, namespace)
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
-	first := g.WaitLeader(30 * time.Second)
-	labels.waitLabelled(first, 10*time.Second)
+	first := g.WaitLeader(giveUp)
+	labels.waitLabelled(first, giveUp)
 	firstToken := tokenOf(t, first)
 	follower := pods[0]
 	if follower == first.name {
 		follower = pods[1]
 	}
-	waitPodTokens(t, namespace, map[string]int64{first.name: firstToken, follower: firstToken}, 10*time.Second)
+	waitPodTokens(t, namespace, map[string]int64{first.name: firstToken, follower: firstToken}, giveUp)
 
 	planted := plantPod(t, controlPlane.AdminClient(), namespace, first.name, beyondTheLease)
 	plantPod(t, tokenClient(t, kubeconfig), namespace, follower, highestInt32)
@@ -197,7 +197,7 @@ func TestRouteLabelForeignToken(t *testing.T) {
 	plantPod(t, controlPlane.AdminClient(), namespace, first.name, beyondTheLease)
 	first.signal(syscall.SIGKILL)
 	killed := time.Now()
-	next := g.WaitLeader(leaseDuration+5*time.Second, first)
+	next := g.WaitLeader(takeoverBound, first)
 	at := labels.waitLabelled(next, repairBound)
 	t.Logf("MEASURED label: the old leader's pod planted with %s and killed; only the next leader labelled %v after the kill", beyondTheLease, at.Sub(killed).Round(time.Millisecond))
 	checkPodLabels(t, namespace, lease, next.name, pods)

@@ -367,7 +367,7 @@ func grantReplicaSetReads(t *testing.T, namespace, sa string) {
 		}
 		return r.Status.Allowed, nil
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, ok); err != nil {
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, giveUp, true, ok); err != nil {
 		t.Fatal(errors.Join(fmt.Errorf("get on replicasets never allowed"), err))
 	}
 }
@@ -420,7 +420,7 @@ func TestHelmInstallRouteLabel(t *testing.T) {
 	})
 	labels := watchLabels(t, namespace)
 	g := routedGroup(t, spec, namespace, fullname, kubeconfig, pods...)
-	labels.waitLabelled(g.WaitLeader(30*time.Second), 10*time.Second)
+	labels.waitLabelled(g.WaitLeader(giveUp), giveUp)
 	noneRefused(t, g)
 
 	helm("uninstall", release)

@@ -80,10 +80,10 @@ func TestRouteEndpointSlice(t *testing.T) {
 	// one stops, one is left to lead.
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, "pod-a", "pod-b", "pod-c", "pod-d")
 
-	first := g.WaitLeader(30 * time.Second)
-	slice.waitSlice(first, tokenOf(t, first), 10*time.Second)
+	first := g.WaitLeader(giveUp)
+	slice.waitSlice(first, tokenOf(t, first), giveUp)
 	for _, c := range g.Members() {
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 			code, _, err := c.probe("/readyz")
 			return err == nil && code == http.StatusOK, nil
 		})
@@ -95,8 +95,8 @@ func TestRouteEndpointSlice(t *testing.T) {
 	// Crash: SIGKILL → the Lease expires → the next leader replaces the slice.
 	kill := time.Now()
 	first.signal(syscall.SIGKILL)
-	second := g.WaitLeader(leaseDuration+5*time.Second, first)
-	published := slice.waitSlice(second, tokenOf(t, second), 10*time.Second)
+	second := g.WaitLeader(takeoverBound, first)
+	published := slice.waitSlice(second, tokenOf(t, second), giveUp)
 	t.Logf("MEASURED endpointslice crash failover: slice lists the new leader %v after SIGKILL (lease duration %v)", published.Sub(kill).Round(time.Millisecond), leaseDuration)
 
 	// POST /release (what the examples' apps do on SIGTERM): the leader
@@ -105,19 +105,19 @@ func TestRouteEndpointSlice(t *testing.T) {
 	if code, _, body, err := second.do("POST", "/release", nil); err != nil || code != http.StatusOK {
 		t.Fatalf("POST /release: %d %s %v", code, body, err)
 	}
-	third := g.WaitLeader(10*time.Second, first, second)
-	published = slice.waitSlice(third, tokenOf(t, third), 10*time.Second)
+	third := g.WaitLeader(handoverBound, first, second)
+	published = slice.waitSlice(third, tokenOf(t, third), giveUp)
 	t.Logf("MEASURED endpointslice handover on POST /release: slice lists the new leader %v after the request; no endpoint listed for %v",
 		published.Sub(release).Round(time.Millisecond), noEndpointGap(slice.versions(), release).Round(time.Millisecond))
 
 	// Graceful: SIGTERM → withdraw and release → the next leader publishes.
 	term := time.Now()
 	third.signal(syscall.SIGTERM)
-	if code, err := third.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := third.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	fourth := g.WaitLeader(10*time.Second, first, second, third)
-	published = slice.waitSlice(fourth, tokenOf(t, fourth), 10*time.Second)
+	fourth := g.WaitLeader(handoverBound, first, second, third)
+	published = slice.waitSlice(fourth, tokenOf(t, fourth), giveUp)
 	t.Logf("MEASURED endpointslice graceful handover: slice lists the new leader %v after SIGTERM; no endpoint listed for %v",
 		published.Sub(term).Round(time.Millisecond), noEndpointGap(slice.versions(), term).Round(time.Millisecond))
 	noneRefused(t, g)
@@ -155,9 +155,9 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	proxy, proxied := startHoldingProxy(t, kubeconfig, sliceWrites)
 
 	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
-	old := g.WaitLeader(30 * time.Second)
+	old := g.WaitLeader(giveUp)
 	oldToken := tokenOf(t, old)
-	slice.waitSlice(old, oldToken, 10*time.Second)
+	slice.waitSlice(old, oldToken, giveUp)
 	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
 	g.Add(next)
 	harnesstest.WaitFollowing(t, next, old)
@@ -176,12 +176,12 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 	}
 	resume := freezeWithWriteHeld(t, proxy, old)
 
-	g.WaitLeader(leaseDuration+5*time.Second, old)
+	g.WaitLeader(takeoverBound, old)
 	newToken := tokenOf(t, next)
 	if newToken <= oldToken {
 		t.Fatalf("new term's token %d is not above the old %d", newToken, oldToken)
 	}
-	slice.waitSlice(next, newToken, 10*time.Second)
+	slice.waitSlice(next, newToken, giveUp)
 
 	deliverLate(t, proxy)
 	resume()
@@ -206,7 +206,7 @@ func TestRouteEndpointSliceFencing(t *testing.T) {
 // when the test ends).
 func freezeWithWriteHeld(t *testing.T, proxy *holdingProxy, old *candidate) (resume func()) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, leaseDuration+10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return proxy.heldCount() > 0, nil
 	}); err != nil {
 		t.Fatalf("%s sent no routing write within its resync period (%v)", old.name, leaseDuration)
@@ -235,7 +235,7 @@ func deliverLate(t *testing.T, proxy *holdingProxy) {
 func afterResume(t *testing.T, old, next *candidate, stable func() string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		st, err := old.state()
 		return err == nil && !st.IsLeader && st.Holder == next.name, nil
 	}); err != nil {
@@ -282,23 +282,23 @@ func TestRouteLabel(t *testing.T) {
 	labels := watchLabels(t, namespace)
 	g := routedGroup(t, spec, namespace, lease, kubeconfig, pods...)
 
-	first := g.WaitLeader(30 * time.Second)
-	labels.waitLabelled(first, 10*time.Second)
+	first := g.WaitLeader(giveUp)
+	labels.waitLabelled(first, giveUp)
 	checkPodLabels(t, namespace, lease, first.name, pods)
 
 	term := time.Now()
 	first.signal(syscall.SIGTERM)
-	if code, err := first.waitExit(10 * time.Second); err != nil || code != 0 {
+	if code, err := first.waitExit(giveUp); err != nil || code != 0 {
 		t.Fatalf("leader exit %d, %v", code, err)
 	}
-	second := g.WaitLeader(10*time.Second, first)
-	at := labels.waitLabelled(second, 10*time.Second)
+	second := g.WaitLeader(handoverBound, first)
+	at := labels.waitLabelled(second, giveUp)
 	t.Logf("MEASURED label graceful handover: only the new leader labelled %v after SIGTERM", at.Sub(term).Round(time.Millisecond))
 
 	kill := time.Now()
 	second.signal(syscall.SIGKILL)
-	third := g.WaitLeader(leaseDuration+5*time.Second, first, second)
-	at = labels.waitLabelled(third, 10*time.Second)
+	third := g.WaitLeader(takeoverBound, first, second)
+	at = labels.waitLabelled(third, giveUp)
 	t.Logf("MEASURED label crash failover: only the new leader labelled %v after SIGKILL (lease duration %v)", at.Sub(kill).Round(time.Millisecond), leaseDuration)
 	checkPodLabels(t, namespace, lease, third.name, pods)
 	noneRefused(t, g)
@@ -342,8 +342,8 @@ func TestRouteLabelFencing(t *testing.T) {
 	proxy, proxied := startHoldingProxy(t, kubeconfig, podPatches("pod-a"))
 
 	g := routedGroup(t, spec, namespace, lease, proxied, "pod-a")
-	old := g.WaitLeader(30 * time.Second)
-	labels.waitLabelled(old, 10*time.Second)
+	old := g.WaitLeader(giveUp)
+	labels.waitLabelled(old, giveUp)
 	next := routedCandidate(t, spec, "pod-b", namespace, kubeconfig)
 	g.Add(next)
 	harnesstest.WaitFollowing(t, next, old)
@@ -356,8 +356,8 @@ func TestRouteLabelFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resume := freezeWithWriteHeld(t, proxy, old)
-	g.WaitLeader(leaseDuration+5*time.Second, old)
-	labels.waitLabelled(next, 10*time.Second)
+	g.WaitLeader(takeoverBound, old)
+	labels.waitLabelled(next, giveUp)
 
 	deliverLate(t, proxy)
 	resume()

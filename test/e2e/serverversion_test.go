@@ -23,7 +23,7 @@ func TestReportsServerVersion(t *testing.T) {
 	}
 	c := startCandidate(t, "version", candidateOptions{lease: leaseName(t)})
 	want := fmt.Sprintf(`serverVersion=%q supported="1.30–1.37"`, info.GitVersion)
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		for _, l := range strings.Split(c.log(), "\n") {
 			if strings.Contains(l, `"API server"`) && strings.Contains(l, want) {
 				return true, nil

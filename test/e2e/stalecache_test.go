@@ -30,7 +30,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	lease := leaseName(t)
 	leader := startCandidate(t, "live-leader", candidateOptions{lease: lease})
 	g := groupOf(t, lease, leader)
-	g.WaitLeader(30 * time.Second)
+	g.WaitLeader(giveUp)
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, giveUp, true, func(ctx context.Context) (bool, error) {
 		now, err := leases.Get(ctx, lease, metav1.GetOptions{})
 		return err == nil && now.ResourceVersion != stale.ResourceVersion, nil
 	})
@@ -89,7 +89,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 
 	// Two lease durations: long enough for the stale view to look expired
 	// too (the stale version never changes).
-	if err := holdsFor(2*leaseDuration+time.Second, 10*time.Millisecond, func() error {
+	if err := holdsFor(2*leaseDuration+e2eSlack, 10*time.Millisecond, func() error {
 		if s := stalePod.Snapshot(); s.IsLeader {
 			return fmt.Errorf("the candidate with a stale cache claimed leadership: %+v", s)
 		}

@@ -303,7 +303,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 	for _, c := range g.Members() {
 		sups[c] = startSupervisor(t, c, []string{"--stop-grace=500ms"}, slowStopScript(pidFile))
 	}
-	current := m.waitNewChild(t, 0, leaseDuration+10*time.Second)
+	current := m.waitNewChild(t, 0, giveUp)
 
 	type fault struct {
 		name string
@@ -348,7 +348,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 	}
 	var report []string
 	for _, f := range faults {
-		leader := g.WaitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(giveUp)
 		injected := bootNow()
 		undo := f.inject(leader)
 		var next workload
@@ -357,7 +357,7 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 			// No one else can take over (the freeze) or the sidecar
 			// still leads (the paused supervisor): the old child must die
 			// by the claim's end, then the fault is undone.
-			old := m.waitDead(t, current.pid, renewDeadline+2*time.Second)
+			old := m.waitDead(t, current.pid, giveUp)
 			if took := old.dead - injected; took > renewDeadline {
 				t.Errorf("%s: the child died %v after the fault, beyond the renew deadline %v", f.name, took, renewDeadline)
 			}
@@ -365,12 +365,12 @@ func TestSupervisorNeverTwoChildren(t *testing.T) {
 				time.Sleep(leaseDuration) // hold the outage: no child may start during it
 			}
 			undo()
-			next = m.waitNewChild(t, current.pid, leaseDuration+15*time.Second)
+			next = m.waitNewChild(t, current.pid, giveUp)
 		default:
-			next = m.waitNewChild(t, current.pid, leaseDuration+15*time.Second)
+			next = m.waitNewChild(t, current.pid, giveUp)
 			undo()
 		}
-		old := m.waitDead(t, current.pid, 5*time.Second)
+		old := m.waitDead(t, current.pid, giveUp)
 		margin := next.start - old.dead
 		report = append(report, fmt.Sprintf("%s: old child %d (token %s) seen dead %v after the fault; new child %d (token %s) started %v after that",
 			f.name, old.pid, old.token, (old.dead-injected).Round(time.Millisecond), next.pid, next.token, margin.Round(time.Millisecond)))
@@ -395,9 +395,9 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
 		pidFile := filepath.Join(t.TempDir(), "children")
 		m := startChildMonitor(t, pidFile)
-		leader := g.WaitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(giveUp)
 		startSupervisor(t, leader, []string{"--stop-grace=500ms"}, `trap '' TERM; `+childScript(pidFile))
-		child := m.waitNewChild(t, 0, 10*time.Second)
+		child := m.waitNewChild(t, 0, giveUp)
 		if err := controlPlane.FreezeAPIServer(); err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +412,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 		if err != nil || !s.IsLeader {
 			t.Fatalf("the leader's state after the freeze: %+v, %v", s, err)
 		}
-		dead := m.waitDead(t, child.pid, renewDeadline+2*time.Second)
+		dead := m.waitDead(t, child.pid, giveUp)
 		if !dead.deadWall.Before(s.ValidUntil.Time) {
 			t.Errorf("the child was seen dead at %s, not before the claim's end %s", stamp(dead.deadWall), stamp(s.ValidUntil.Time))
 		}
@@ -457,7 +457,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 
 	t.Run("exits at once, restart", func(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
-		leader := g.WaitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(giveUp)
 		before, err := leader.state()
 		if err != nil {
 			t.Fatal(err)
@@ -466,7 +466,7 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 		sup := startSupervisor(t, leader, []string{"--stop-grace=500ms", "--start-delay=0s", "--on-exit=restart", "--restart-backoff=100ms"},
 			`echo "$$ $LEADER_ELECTOR_FENCING_TOKEN" >> `+starts+`; exit 3`)
 		count := func() int { b, _ := os.ReadFile(starts); return strings.Count(string(b), "\n") }
-		err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return count() >= 1, nil })
+		err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, giveUp, true, func(context.Context) (bool, error) { return count() >= 1, nil })
 		if err != nil {
 			t.Fatal("the child never started")
 		}
@@ -482,16 +482,16 @@ func TestSupervisorChildMisbehaves(t *testing.T) {
 		}
 		t.Logf("MEASURED supervisor restart loop: %d starts in the first %v, one term (token %d)", count(), time.Since(first).Round(time.Millisecond), after.FencingToken)
 		sup.signal(syscall.SIGTERM)
-		if code := sup.exitCode(10 * time.Second); code != 0 && code != 3 {
+		if code := sup.exitCode(giveUp); code != 0 && code != 3 {
 			t.Errorf("exit code %d after SIGTERM, want 0 (no child) or the child's 3", code)
 		}
 	})
 
 	t.Run("exits at once, release", func(t *testing.T) {
 		g := newGroup(t, 1, candidateOptions{})
-		leader := g.WaitLeader(leaseDuration + 10*time.Second)
+		leader := g.WaitLeader(giveUp)
 		sup := startSupervisor(t, leader, []string{"--stop-grace=500ms", "--start-delay=0s"}, `exit 3`)
-		if code := sup.exitCode(15 * time.Second); code != 3 {
+		if code := sup.exitCode(giveUp); code != 3 {
 			t.Errorf("exit code %d, want the child's 3", code)
 		}
 		s, err := leader.state()

@@ -109,7 +109,7 @@ func ownsIn(s api.Partitions, p int, token int64) bool {
 // term-current; POST /release?fencingToken=T2 releases.
 func TestStaleTermRelease(t *testing.T) {
 	g := newGroup(t, 1, candidateOptions{})
-	a := g.WaitLeader(30 * time.Second)
+	a := g.WaitLeader(giveUp)
 	ctx := context.Background()
 	r, err := a.api().ReleaseTerm(ctx, mustLead(t, a).FencingToken)
 	if err != nil || !r.Released {

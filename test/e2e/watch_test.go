@@ -23,7 +23,7 @@ import (
 // anything up.
 func TestWatchers(t *testing.T) {
 	g := newGroup(t, 2, candidateOptions{})
-	leader := g.WaitLeader(30 * time.Second)
+	leader := g.WaitLeader(giveUp)
 	var follower *candidate
 	for _, c := range g.Members() {
 		if c != leader {
@@ -106,7 +106,7 @@ func TestWatchers(t *testing.T) {
 	}
 	t.Logf("long-poll answered %v after SIGTERM: holder %q isLeader %v revision %d", lp.at.Sub(sent).Round(time.Millisecond), lp.s.Holder, lp.s.IsLeader, lp.s.Revision)
 
-	deadline := time.After(leaseDuration + 2*time.Second)
+	deadline := time.After(handoverBound)
 	for {
 		select {
 		case s, ok := <-events:

@@ -63,7 +63,7 @@ func TestReadmeWorker(t *testing.T) {
 		}
 		return n
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		return runningCount() == partitionCount, nil
 	}); err != nil {
 		t.Fatalf("%d of %d partitions consumed", runningCount(), partitionCount)

@@ -19,10 +19,15 @@ func Signal(p *os.Process, sig syscall.Signal) error {
 		return err
 	}
 	if sig == syscall.SIGSTOP {
-		return WaitStopped(p.Pid, 5*time.Second)
+		return WaitStopped(p.Pid, stopTimeout)
 	}
 	return nil
 }
+
+// stopTimeout is how long Signal waits for a SIGSTOP to take effect before
+// it gives up: a give-up, not a bound (a stop takes milliseconds), generous
+// for a loaded machine.
+const stopTimeout = 5 * time.Second
 
 // WaitStopped waits until every thread of pid is stopped by a signal.
 //

@@ -34,6 +34,7 @@ type deployment struct {
 	service    string
 	lease      string
 	leaseDur   time.Duration // the sidecar's --lease-duration as deployed
+	retry      time.Duration // the sidecar's --retry-period as deployed
 	// route is the sidecar's --route: "none" (the Service routes by
 	// readiness, only the leader is Ready) or a routing mode
 	// ("endpointslice", "label": every pod is Ready as a candidate, the
@@ -175,6 +176,7 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 		service:    svc.Name,
 		lease:      lease.Name,
 		leaseDur:   15 * time.Second, // the sidecar's default
+		retry:      2 * time.Second,  // the sidecar's default
 		route:      "none",
 		partitions: partitions,
 		client:     theNode.Client(),
@@ -192,6 +194,11 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 	}
 	if v, ok := packaging.FlagValue(sidecar.Args, "lease-duration"); ok {
 		if dep.leaseDur, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, ok := packaging.FlagValue(sidecar.Args, "retry-period"); ok {
+		if dep.retry, err = time.ParseDuration(v); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -65,7 +65,7 @@ func TestChartPartitionsReshard(t *testing.T) {
 		}
 	}()
 	// Before the change: the pollers have seen every partition owned.
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, nodeGiveUp, true, func(context.Context) (bool, error) {
 		rep := r.parts.Check(16)
 		return rep.Claims > 0 && len(rep.Violations) == 0, nil
 	}); err != nil {

@@ -13,12 +13,15 @@ import (
 const rollouts = 5
 
 // maxRolloutGap is the longest a rolling update may leave the Service
-// without a ready endpoint after the old leader handed over (the issue's
-// promise): the new leader's routing write and the EndpointSlice
-// controller's. The time before, from the old pod's deletion (when the
-// controller drops it) to the kubelet's SIGTERM that makes its app hand
-// over, is the kubelet's; it is measured and reported, not bounded.
-const maxRolloutGap = time.Second
+// without a ready endpoint after the old leader handed over: a standby
+// acquires on the watch event of the release (no retry period), then the
+// new leader's routing write and, in label mode, the EndpointSlice
+// controller's — API round trips, which nodeSlack absorbs; the new pod is
+// already Ready as a candidate. The time before, from the old pod's
+// deletion (when the controller drops it) to the kubelet's SIGTERM that
+// makes its app hand over, is the kubelet's; it is measured and reported,
+// not bounded.
+const maxRolloutGap = nodeSlack
 
 // The routing modes (--route=endpointslice|label): every pod is Ready as a
 // candidate, the leader publishes itself, so rolling updates, PDBs and

@@ -93,7 +93,7 @@ func TestChartSupervisor(t *testing.T) {
 		// (FreezePod returns then; the child's own cgroup says it too): a
 		// time no earlier than the truth.
 		var frozenAt time.Duration
-		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, nodeGiveUp, true, func(context.Context) (bool, error) {
 			_, frozen, err := node.ProcessCgroup(old.pid)
 			frozenAt = bootNow()
 			return frozen, err
@@ -104,7 +104,7 @@ func TestChartSupervisor(t *testing.T) {
 		next := m.waitChildIn(t, d.getPod(t, leader), &old)
 		// The frozen child is alive — as a process — next to the new one:
 		// the monitor must see both, or it could not see an overlap at all.
-		if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, nodeGiveUp, true, func(context.Context) (bool, error) {
 			return m.twoAliveSamples() > before, nil
 		}); err != nil {
 			t.Fatalf("the monitor never saw the frozen child %d and the new child %d alive together: it cannot see an overlap", old.pid, next.pid)
@@ -114,7 +114,7 @@ func TestChartSupervisor(t *testing.T) {
 			t.Fatal(err)
 		}
 		thawed = true
-		dead := m.waitDead(t, old.pid, 10*time.Second)
+		dead := m.waitDead(t, old.pid, nodeGiveUp)
 		residual := dead.dead - thaw
 		t.Logf("MEASURED supervisor on the node: freeze of the leader pod %s: frozen %v after the fault; new child %d in %s started %v after the old child stopped running (frozen); on thaw the old child %d was seen dead %v after the thaw (the residual window, an upper bound: first sample that saw it dead); %d samples saw both running",
 			pod.Name, (frozenAt - fault).Round(time.Millisecond), next.pid, leader, (next.start - frozenAt).Round(time.Millisecond), old.pid, residual.Round(time.Millisecond), m.runningOverlapsAfter(thaw))
@@ -122,7 +122,7 @@ func TestChartSupervisor(t *testing.T) {
 			t.Errorf("the new child started at %v, before the old one was frozen at %v", next.start, frozenAt)
 		}
 		// The watchdog's timer expired during the freeze: it kills at once.
-		if residual > time.Second {
+		if residual > residualWindow {
 			t.Errorf("the thawed child ran %v after the thaw, want its watchdog's kill at once", residual)
 		}
 		m.excuse(old.pid, frozenAt, dead.dead)
