@@ -19,6 +19,7 @@ import (
 // hands it over at once; those the app does not release are handed over
 // at the deadline.
 func TestMemberDrainsBeforeHandingOver(t *testing.T) {
+	t.Parallel()
 	const drainTimeout = 10 * time.Second
 	mt := startMemberWith(t, 4, func(c *Config) { c.DrainTimeout = drainTimeout }, func(*fake.Clientset) {},
 		partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
