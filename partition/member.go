@@ -425,9 +425,20 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 			changed = true
 		}
 	}
+	// Partitions that became surplus while the drain runs (more members
+	// joined) join it, with its deadline: a rebalance waits for one drain
+	// timeout however the members arrive, not one per member seen.
+	surplus := Surplus(v.mine, v.effective, v.target)
+	for _, p := range surplus {
+		if !m.draining[p] && p != m.handover && !m.retiring[p] {
+			logger.Info("Partition became surplus during a drain; it joins the drain", "partition", p, "owned", len(v.mine), "target", v.target, "drainDeadline", m.drainDeadline)
+			m.draining[p] = true
+			changed = true
+		}
+	}
 	// Still to hand over: the surplus, less what is on its way already.
 	// A partition beyond the effective N is never kept.
-	keep := len(m.draining) - len(Surplus(v.mine, v.effective, v.target))
+	keep := len(m.draining) - len(surplus)
 	for _, p := range slices.Sorted(maps.Keys(m.draining)) {
 		if keep <= 0 || p >= v.effective {
 			break
