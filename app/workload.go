@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync/atomic"
 
@@ -21,7 +20,7 @@ import (
 type workload struct {
 	run        func(context.Context) error
 	elector    *election.Elector // leader election only (--route publishes its leadership)
-	notifier   *notify.Notifier  // leader election with --on-change-url only
+	notifier   *notify.Notifier  // with --on-change-url only
 	collectors []prometheus.Collector
 	api        http.Handler
 	probes     func(prometheus.Gatherer) http.Handler
@@ -37,24 +36,25 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 
 // newPartitionMember is a member of the partition group (--partitions).
 func newPartitionMember(cfg Config, c *clients) (*workload, error) {
-	if cfg.Notify.URL != "" {
-		// Options refuse it: the notifications carry /leader's JSON.
-		return nil, errors.New("change notifications are for leader election, not partition mode")
-	}
 	pcfg := cfg.Partition
 	pcfg.Client, pcfg.WatchClient, pcfg.ServerClock = c.requests, c.watches, c.serverClock
 	m, err := partition.New(pcfg)
 	if err != nil {
 		return nil, err
 	}
-	return &workload{
+	w := &workload{
 		run:        m.Run,
 		collectors: m.Collectors(),
 		api:        httpapi.NewPartitionsAPIHandler(m, httpapi.APIOptions{}),
 		probes: func(g prometheus.Gatherer) http.Handler {
 			return httpapi.NewPartitionsProbeHandler(m, cfg.Readiness, g)
 		},
-	}, nil
+	}
+	if cfg.Notify.URL != "" {
+		w.notifier = notify.NewPartitions(m, cfg.Notify)
+		w.collectors = append(w.collectors, w.notifier.Collectors()...)
+	}
+	return w, nil
 }
 
 // newElection is leader election on one Lease, with health gating and

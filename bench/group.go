@@ -123,9 +123,10 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	}
 	if g.im.partitions > 0 {
 		// The benchmark's members have no app to release a draining
-		// partition: without --drain-timeout=0s every join would measure
-		// the drain timeout, not the handover (docs/partitions.md).
-		o.Args = append(o.Args, fmt.Sprintf("--partitions=%d", g.im.partitions), "--drain-timeout=0s")
+		// partition: with a drain timeout every join measures it, not the
+		// handover (docs/partitions.md); --partition-drain-timeout
+		// chooses (0s by default).
+		o.Args = append(o.Args, fmt.Sprintf("--partitions=%d", g.im.partitions), fmt.Sprintf("--drain-timeout=%v", g.opts.PartitionDrainTimeout))
 		o.ServingPath = "/partitions"
 	}
 	started := time.Now()

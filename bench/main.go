@@ -44,6 +44,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/partition"
 )
 
 // options configures a benchmark run.
@@ -81,6 +82,15 @@ type options struct {
 	Partitions       int
 	PartitionMembers int
 	PartitionRounds  int
+	// PartitionDrainTimeout is every member's --drain-timeout. The
+	// members have no app to release a draining partition, so with a
+	// drain timeout every rebalance that moves a partition waits for it.
+	PartitionDrainTimeout time.Duration
+	// PartitionBurst > 0 measures first a burst join: one member owns
+	// every partition, then PartitionBurst members start one after
+	// another, timed from the first one's start to the full and fair
+	// assignment (it replaces the start measure).
+	PartitionBurst int
 	// KeepWorkDir keeps logs, kubeconfigs and the audit log after a
 	// successful run too (a failed run always keeps them).
 	KeepWorkDir bool
@@ -125,6 +135,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
 	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")
 	fs.IntVar(&o.PartitionRounds, "partition-rounds", o.PartitionRounds, "joins and crashes measured in the partition benchmark")
+	fs.DurationVar(&o.PartitionDrainTimeout, "partition-drain-timeout", o.PartitionDrainTimeout, "every member's --drain-timeout (the members never release a draining partition themselves)")
+	fs.IntVar(&o.PartitionBurst, "partition-burst", o.PartitionBurst, "first measure a burst join: one member owns every partition, then this many start one after another (0: off)")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }
 
@@ -150,6 +162,12 @@ func (o *options) validate() error {
 	}
 	if o.Partitions < 0 || o.Partitions > 1024 || (o.Partitions > 0 && (o.PartitionMembers < 2 || o.PartitionRounds < 1)) {
 		errs = append(errs, errors.New("--partitions must be within 0..1024, and with partitions --partition-members at least 2 and --partition-rounds at least 1"))
+	}
+	if o.PartitionDrainTimeout < 0 || o.PartitionDrainTimeout > partition.MaxDrainTimeout {
+		errs = append(errs, fmt.Errorf("--partition-drain-timeout must be within 0..%v, got %v", partition.MaxDrainTimeout, o.PartitionDrainTimeout))
+	}
+	if o.PartitionBurst < 0 || (o.Partitions > 0 && o.PartitionBurst > o.PartitionMembers-2) {
+		errs = append(errs, fmt.Errorf("--partition-burst must be within 0..--partition-members - 2 (one member is there first, and one joins in each round), got %d", o.PartitionBurst))
 	}
 	return errors.Join(errs...)
 }

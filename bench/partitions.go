@@ -21,7 +21,13 @@ import (
 type partitionResult struct {
 	// start is from the first member's start to the first full and fair
 	// assignment of the whole group.
-	start          time.Duration
+	start        time.Duration
+	startMembers int
+	// burst is from the first of the burst's members' start to the full
+	// and fair assignment (--partition-burst); burstMembers how many
+	// joined the one member that owned every partition.
+	burst          time.Duration
+	burstMembers   int
 	joins, crashes []time.Duration
 	safety         invariant.Report
 	idle           idleResult
@@ -112,20 +118,18 @@ type rebalancer struct {
 
 func (r *rebalancer) run(ctx context.Context) error {
 	opts := r.opts
-	groupStart := time.Now()
-	for range opts.PartitionMembers - 1 {
-		if err := r.startMember(ctx); err != nil {
+	started := 0
+	if opts.PartitionBurst > 0 {
+		if err := r.burst(ctx); err != nil {
+			return err
+		}
+		started = 1 + opts.PartitionBurst
+	}
+	if rest := opts.PartitionMembers - 1 - started; rest > 0 {
+		if err := r.start(ctx, rest); err != nil {
 			return err
 		}
 	}
-	// The members start one after another, so the first assignment's
-	// bound has a second more per member.
-	took, err := r.measure(ctx, "start", groupStart, r.bound()+time.Duration(opts.PartitionMembers)*time.Second)
-	if err != nil {
-		return fmt.Errorf("first assignment: %w", err)
-	}
-	r.res.start = took
-	logf("start: %d members full and fair %v after the first one started", opts.PartitionMembers-1, took.Round(time.Millisecond))
 	for round := range opts.PartitionRounds {
 		if err := r.round(ctx, round+1); err != nil {
 			return err
@@ -138,6 +142,54 @@ func (r *rebalancer) run(ctx context.Context) error {
 	if _, err := waitPartitionsFair(ctx, r.g, opts.Partitions, time.Now(), r.bound()); err != nil {
 		return fmt.Errorf("last join: %w", err)
 	}
+	return nil
+}
+
+// start starts n members one after another and times the first full and
+// fair assignment from the first one's start.
+func (r *rebalancer) start(ctx context.Context, n int) error {
+	groupStart := time.Now()
+	for range n {
+		if err := r.startMember(ctx); err != nil {
+			return err
+		}
+	}
+	// The members start one after another, so the first assignment's
+	// bound has a second more per member.
+	took, err := r.measure(ctx, "start", groupStart, r.bound()+time.Duration(n)*time.Second)
+	if err != nil {
+		return fmt.Errorf("first assignment: %w", err)
+	}
+	r.res.start, r.res.startMembers = took, n
+	logf("start: %d members full and fair %v after the first one started", n, took.Round(time.Millisecond))
+	return nil
+}
+
+// burst starts one member, waits until it owns every partition, then starts
+// PartitionBurst more one after another and times the full and fair
+// assignment from the first one's start: with a drain timeout, one drain
+// for all of them (partitions that become due while a drain runs join it).
+func (r *rebalancer) burst(ctx context.Context) error {
+	if err := r.startMember(ctx); err != nil {
+		return err
+	}
+	if _, err := waitPartitionsFair(ctx, r.g, r.opts.Partitions, time.Now(), r.bound()); err != nil {
+		return fmt.Errorf("first member: %w", err)
+	}
+	start := time.Now()
+	for range r.opts.PartitionBurst {
+		if err := r.startMember(ctx); err != nil {
+			return err
+		}
+	}
+	joined := time.Since(start)
+	took, err := r.measure(ctx, "join", start, r.bound()+r.opts.PartitionDrainTimeout)
+	if err != nil {
+		return fmt.Errorf("burst join: %w", err)
+	}
+	r.res.burst, r.res.burstMembers = took, r.opts.PartitionBurst
+	logf("burst join 1 -> %d: the members started within %v; full and fair %v after the first one started (drain timeout %v)",
+		1+r.opts.PartitionBurst, joined.Round(time.Millisecond), took.Round(time.Millisecond), r.opts.PartitionDrainTimeout)
 	return nil
 }
 
@@ -346,12 +398,17 @@ func countRebalanceRequests(cp *cluster.ControlPlane, res *partitionResult) erro
 // renderPartitions prints the figures as a markdown table and notes.
 func renderPartitions(opts *options, res *partitionResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Partition mode: %d partitions, %d members; lease %v, renew %v, retry %v.\n\n",
-		opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod)
+	fmt.Fprintf(&b, "Partition mode: %d partitions, %d members; lease %v, renew %v, retry %v; drain timeout %v (no app releases a draining partition).\n\n",
+		opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.PartitionDrainTimeout)
 	b.WriteString("| measure | median | max | runs |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| join → full and fair assignment (from the new member's start) | %s | %s | %d |\n", ms(percentile(res.joins, 0.5)), ms(maxDuration(res.joins)), len(res.joins))
 	fmt.Fprintf(&b, "| crash (SIGKILL) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.crashes, 0.5)), ms(maxDuration(res.crashes)), len(res.crashes))
-	fmt.Fprintf(&b, "| start: first of %d members started (one after another) → full and fair assignment | %s | %s | 1 |\n", opts.PartitionMembers-1, ms(res.start), ms(res.start))
+	if res.burstMembers > 0 {
+		fmt.Fprintf(&b, "| burst join: 1 member owns every partition, %d start one after another → full and fair assignment (from the first one's start) | %s | %s | 1 |\n", res.burstMembers, ms(res.burst), ms(res.burst))
+	}
+	if res.startMembers > 0 {
+		fmt.Fprintf(&b, "| start: first of %d members started (one after another) → full and fair assignment | %s | %s | 1 |\n", res.startMembers, ms(res.start), ms(res.start))
+	}
 	atRest := 0.0
 	for _, c := range append([]*candidate{res.idle.leader}, res.idle.followers...) {
 		atRest += res.idle.rate(c)

@@ -69,6 +69,16 @@ func partitionsJSON(s ownership.State) api.Partitions {
 	}
 }
 
+// PartitionsBody is the JSON body of GET /partitions at s, with the trailing
+// newline: what --on-change-url receives in partition mode (package notify).
+func PartitionsBody(s ownership.State) ([]byte, error) {
+	body, err := marshalJSON(partitionsJSON(s))
+	if err != nil {
+		return nil, err
+	}
+	return append(body, '\n'), nil
+}
+
 func checkpointJSON(c ownership.Checkpoint) api.Checkpoint {
 	return api.Checkpoint{Value: c.Value, Holder: c.Holder, FencingToken: c.FencingToken, Time: api.Time{Time: c.Time}}
 }

@@ -1,5 +1,6 @@
-// Package notify delivers --on-change-url: it POSTs the GET /leader JSON to
-// the app at every change of the election state, in order, from goroutines
+// Package notify delivers --on-change-url: it POSTs the GET /leader JSON
+// (in partition mode, the GET /partitions JSON) to the app at every change
+// of the state, in order, from goroutines
 // of its own so that the elector never waits for the app. It is the one
 // outbound HTTP client of the sidecar, kept apart from httpapi (which only
 // answers) so that each package has one direction.
@@ -25,6 +26,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/httpapi"
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // RevisionHeader carries the notification's revision, so that an app can
@@ -76,6 +78,22 @@ type Source interface {
 	Watch() (leadership.State, <-chan struct{})
 }
 
+// PartitionsSource is a partition group's member as the notifier follows it
+// (httpapi.Partitions has this method too).
+type PartitionsSource interface {
+	Watch() (ownership.State, <-chan struct{})
+}
+
+// state is one revision of what the notifier follows, with its body.
+type state struct {
+	revision uint64
+	encode   func() ([]byte, error)
+}
+
+func ofLeader(s leadership.State) state {
+	return state{revision: s.Revision, encode: func() ([]byte, error) { return httpapi.LeaderBody(s) }}
+}
+
 // Notifier POSTs the GET /leader JSON to the app at every change of the
 // election state, in order. The elector gives it every new state through
 // Observe (election.Config.OnState), which only queues it; it also follows
@@ -84,7 +102,9 @@ type Source interface {
 // goroutines of its own: the elector never waits for it, and a slow or
 // absent app delays only its own notifications.
 type Notifier struct {
-	el     Source
+	// watch returns the current state and a channel closed at its next
+	// change.
+	watch  func() (state, <-chan struct{})
 	opts   Options
 	client *http.Client
 
@@ -118,6 +138,25 @@ const (
 
 // New returns a notifier of el's changes; Run starts it.
 func New(el Source, opts Options) *Notifier {
+	return newNotifier(func() (state, <-chan struct{}) {
+		s, changed := el.Watch()
+		return ofLeader(s), changed
+	}, opts)
+}
+
+// NewPartitions returns a notifier of a partition member's changes, which
+// POSTs the GET /partitions JSON. A member has no hook that hands over each
+// state as the elector's OnState does: the notifier reads the state at each
+// change, so that changes quicker than it reads are delivered as the
+// latest, never out of order.
+func NewPartitions(p PartitionsSource, opts Options) *Notifier {
+	return newNotifier(func() (state, <-chan struct{}) {
+		s, changed := p.Watch()
+		return state{revision: s.Revision, encode: func() ([]byte, error) { return httpapi.PartitionsBody(s) }}, changed
+	}, opts)
+}
+
+func newNotifier(watch func() (state, <-chan struct{}), opts Options) *Notifier {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -131,7 +170,7 @@ func New(el Source, opts Options) *Notifier {
 		opts.FlushTimeout = defaultNotifyFlush
 	}
 	n := &Notifier{
-		el:       el,
+		watch:    watch,
 		opts:     opts,
 		client:   loopbackClient(opts.Timeout),
 		wake:     make(chan struct{}, 1),
@@ -211,16 +250,16 @@ func (n *Notifier) follow(ctx context.Context) {
 	var last uint64
 	first := true
 	for {
-		state, changed := n.el.Watch()
-		if first || state.Revision != last {
-			n.enqueue(ctx, state)
-			last, first = state.Revision, false
+		s, changed := n.watch()
+		if first || s.revision != last {
+			n.enqueue(ctx, s)
+			last, first = s.revision, false
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			if state := n.el.Snapshot(); state.Revision != last {
-				n.enqueue(ctx, state)
+			if s, _ := n.watch(); s.revision != last {
+				n.enqueue(ctx, s)
 			}
 			return
 		}
@@ -230,27 +269,27 @@ func (n *Notifier) follow(ctx context.Context) {
 // Observe queues s, a new state: set it as the elector's OnState. It never
 // blocks (it runs under the election state's lock).
 func (n *Notifier) Observe(s leadership.State) {
-	n.enqueue(context.Background(), s)
+	n.enqueue(context.Background(), ofLeader(s))
 }
 
 // enqueue adds s to the queue, unless a state of its revision or a later
 // one is queued already (Observe and the follower both see every state the
 // follower reads); when the queue is full, the oldest change waiting is
 // dropped: the app learns the newer state instead.
-func (n *Notifier) enqueue(ctx context.Context, s leadership.State) {
+func (n *Notifier) enqueue(ctx context.Context, s state) {
 	n.mu.Lock()
-	queued := n.queuedAny && s.Revision <= n.lastQueued
+	queued := n.queuedAny && s.revision <= n.lastQueued
 	n.mu.Unlock()
 	if queued {
 		return
 	}
-	body, err := httpapi.LeaderBody(s)
+	body, err := s.encode()
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Cannot encode a change notification", "revision", s.Revision)
+		klog.FromContext(ctx).Error(err, "Cannot encode a change notification", "revision", s.revision)
 		return
 	}
 	n.mu.Lock()
-	if n.queuedAny && s.Revision <= n.lastQueued {
+	if n.queuedAny && s.revision <= n.lastQueued {
 		n.mu.Unlock()
 		return
 	}
@@ -260,8 +299,8 @@ func (n *Notifier) enqueue(ctx context.Context, s leadership.State) {
 		n.results.WithLabelValues(notifyDropped).Inc()
 	}
 	// As GET /leader answers, with the trailing newline.
-	n.queue = append(n.queue, notification{revision: s.Revision, body: body})
-	n.lastQueued = s.Revision
+	n.queue = append(n.queue, notification{revision: s.revision, body: body})
+	n.lastQueued = s.revision
 	n.mu.Unlock()
 	n.signal()
 }

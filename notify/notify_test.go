@@ -2,9 +2,11 @@ package notify
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/httpapi"
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leadership/leadershiptest"
+	"github.com/leader-elector/leader-elector/ownership"
 )
 
 // receiver is an app that records the notifications it answers with 204;
@@ -402,5 +406,92 @@ func TestNotifierDoesNotFollowRedirects(t *testing.T) {
 	}
 	if f.count(notifyFailed) != 1 {
 		t.Errorf("failed = %v, want 1", f.count(notifyFailed))
+	}
+}
+
+// partitionsSource is a fake partition member: Set makes a change, with the
+// next revision, and wakes the watchers.
+type partitionsSource struct {
+	mu      sync.Mutex
+	s       ownership.State
+	changed chan struct{}
+}
+
+func (p *partitionsSource) Watch() (ownership.State, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s, p.changed
+}
+
+func (p *partitionsSource) Set(change func(*ownership.State)) ownership.State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Each state keeps its own Owned: the states handed out stay as they were.
+	p.s.Owned = slices.Clone(p.s.Owned)
+	change(&p.s)
+	p.s.Revision++
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return p.s
+}
+
+// TestPartitionsNotifier: in partition mode each notification is the GET
+// /partitions JSON of its revision, delivered in revision order, and the
+// state at shutdown is delivered last.
+func TestPartitionsNotifier(t *testing.T) {
+	rc := newReceiver(t, nil)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	src := &partitionsSource{s: ownership.State{Namespace: "default", Name: "g", Identity: "pod-a", Partitions: 4, EffectivePartitions: 4, Members: 1, Member: true, Revision: 1}, changed: make(chan struct{})}
+	n := NewPartitions(src, Options{URL: rc.srv.URL})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.Run(ctx)
+	}()
+	want := map[uint64]ownership.State{1: src.s}
+	waitQueued := func(rev uint64) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			return n.lastQueued == rev, nil
+		}); err != nil {
+			t.Fatalf("revision %d never queued", rev)
+		}
+	}
+	waitQueued(1)
+	for i := range 4 {
+		s := src.Set(func(s *ownership.State) {
+			s.Owned = append(s.Owned, ownership.Owned{Partition: i, FencingToken: int64(10 + i)})
+		})
+		want[s.Revision] = s
+		waitQueued(s.Revision)
+	}
+	// The last change comes as the notifier stops: it is delivered too.
+	last := src.Set(func(s *ownership.State) { s.Owned[0].Draining = true })
+	want[last.Revision] = last
+	cancel()
+	<-done
+
+	got := rc.delivered()
+	if len(got) != len(want) {
+		t.Fatalf("delivered revisions %v, want %d of them", got, len(want))
+	}
+	for i, g := range rc.got {
+		if i > 0 && g.revision <= rc.got[i-1].revision {
+			t.Errorf("revision %d delivered after %d: out of order", g.revision, rc.got[i-1].revision)
+		}
+		body, err := httpapi.PartitionsBody(want[g.revision])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.body != string(body) || g.contentType != "application/json" {
+			t.Errorf("revision %d: body %q (%s), want GET /partitions' %q", g.revision, g.body, g.contentType, body)
+		}
+		var decoded api.Partitions
+		if err := json.Unmarshal([]byte(g.body), &decoded); err != nil || decoded.Revision != g.revision {
+			t.Errorf("revision %d: body does not decode as api.Partitions of its revision (%v, revision %d)", g.revision, err, decoded.Revision)
+		}
 	}
 }

@@ -37,13 +37,13 @@ func newNotifyOptions() notifyOptions {
 
 // addFlags registers the notification flags on fs.
 func (n *notifyOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&n.URL, "on-change-url", n.URL, "POST the GET /leader JSON to this URL of the app at every change, in order (http:// to 127.0.0.1, [::1] or localhost with a port; empty: off; not with --partitions).")
+	fs.StringVar(&n.URL, "on-change-url", n.URL, "POST the GET /leader JSON (with --partitions, the GET /partitions JSON) to this URL of the app at every change, in order (http:// to 127.0.0.1, [::1] or localhost with a port; empty: off).")
 	fs.DurationVar(&n.Timeout, "on-change-timeout", n.Timeout, fmt.Sprintf("How long each --on-change-url attempt may take (%s..%s).", shortDuration(minNotifyTimeout), shortDuration(maxNotifyTimeout)))
 	fs.IntVar(&n.Retries, "on-change-retries", n.Retries, fmt.Sprintf("How often a failed --on-change-url notification is retried before the next change is sent (0..%d).", maxNotifyRetries))
 }
 
-// validate checks the notification flags; partitions is --partitions.
-func (n *notifyOptions) validate(partitions int) []error {
+// validate checks the notification flags.
+func (n *notifyOptions) validate() []error {
 	var errs []error
 	if n.Timeout < minNotifyTimeout || n.Timeout > maxNotifyTimeout {
 		errs = append(errs, fmt.Errorf("--on-change-timeout %s is outside the supported range %s..%s", shortDuration(n.Timeout), shortDuration(minNotifyTimeout), shortDuration(maxNotifyTimeout)))
@@ -56,9 +56,6 @@ func (n *notifyOptions) validate(partitions int) []error {
 	}
 	if err := validateNotifyURL(n.URL); err != nil {
 		errs = append(errs, fmt.Errorf("--on-change-url %s: %w", quoteShort(n.URL), err))
-	}
-	if partitions > 0 {
-		errs = append(errs, fmt.Errorf("--on-change-url sends the /leader JSON of leader election; it cannot be combined with --partitions"))
 	}
 	return errs
 }

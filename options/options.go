@@ -348,7 +348,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, o.Advertise.validate(o.Partitions)...)
-	errs = append(errs, o.Notify.validate(o.Partitions)...)
+	errs = append(errs, o.Notify.validate()...)
 	return errors.Join(errs...)
 }
 

@@ -13,6 +13,7 @@ import (
 // (the acquisition keeps it), stores its own fenced by its term, is rate
 // limited per partition, and is refused once the partition has moved.
 func TestMemberCheckpoint(t *testing.T) {
+	t.Parallel()
 	old := partitionLease(0, "", 3)
 	old.Annotations = map[string]string{CheckpointAnnotation: `{"value":"offset=7","holder":"pod-z","fencingToken":3,"time":"2026-11-29T07:00:00Z"}`}
 	junk := partitionLease(1, "", 3)

@@ -17,6 +17,7 @@ import (
 // member's membership Lease is released and then deleted when Run ends (it
 // goes with its pod); without it, the Lease stays.
 func TestMemberDeletesItsMembershipOnShutdown(t *testing.T) {
+	t.Parallel()
 	for _, release := range []bool{true, false} {
 		_, ctx := ktesting.NewTestContext(t)
 		ctx, cancel := context.WithCancel(ctx)

@@ -1,11 +1,13 @@
 package partition
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
@@ -19,6 +21,7 @@ import (
 // hands it over at once; those the app does not release are handed over
 // at the deadline.
 func TestMemberDrainsBeforeHandingOver(t *testing.T) {
+	t.Parallel()
 	const drainTimeout = 10 * time.Second
 	mt := startMemberWith(t, 4, func(c *Config) { c.DrainTimeout = drainTimeout }, func(*fake.Clientset) {},
 		partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
@@ -81,6 +84,57 @@ func TestMemberDrainsBeforeHandingOver(t *testing.T) {
 	}
 	if n := mt.rebalances(); n != 2 {
 		t.Errorf("rebalances = %v, want 2", n)
+	}
+}
+
+// TestMemberDrainTakesInPartitionsDueMeanwhile: partitions that become
+// surplus while a drain runs (a second member joins during it) join that
+// drain with its deadline, so that the whole rebalance costs one drain
+// timeout: at the deadline every surplus partition is released at once, in
+// one round; none earlier, and the partitions kept keep their terms.
+func TestMemberDrainTakesInPartitionsDueMeanwhile(t *testing.T) {
+	t.Parallel()
+	const drainTimeout = 10 * time.Second
+	const n = 8
+	var leases []runtime.Object
+	for i := range n {
+		leases = append(leases, partitionLease(i, "", 3))
+	}
+	mt := startMemberWith(t, n, func(c *Config) { c.DrainTimeout = drainTimeout }, func(*fake.Clientset) {}, leases...)
+	before := mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == n })
+
+	joined := mt.clock.Now()
+	mt.join("pod-b")
+	mt.waitFor("partitions 4..7 draining", func(s ownership.State) bool { return reflect.DeepEqual(draining(s), []int{4, 5, 6, 7}) })
+	// pod-c joins half way through: pod-a's target falls from 4 to 3
+	// (8 over 3 members; it owns the most, so it keeps a larger share).
+	mt.advance(drainTimeout/2, "pod-b")
+	mt.join("pod-c")
+	s := mt.waitFor("partition 3 to join the drain", func(s ownership.State) bool { return reflect.DeepEqual(draining(s), []int{3, 4, 5, 6, 7}) })
+	for _, o := range s.Owned[3:] {
+		if !o.DrainDeadline.Equal(joined.Add(drainTimeout)) {
+			t.Errorf("partition %d: drain deadline %v, want the first drain's %v", o.Partition, o.DrainDeadline, joined.Add(drainTimeout))
+		}
+	}
+	mt.advance(joined.Add(drainTimeout).Sub(mt.clock.Now())-time.Second, "pod-b", "pod-c")
+	mt.settle()
+	if got := ownedPartitions(mt.m.Snapshot()); len(got) != n {
+		t.Fatalf("owns %v a second before the drain deadline, want all %d", got, n)
+	}
+	mt.advance(time.Second, "pod-b", "pod-c")
+	for i := 3; i < n; i++ {
+		mt.waitForLease(fmt.Sprintf("partition %d handed over at the deadline", i), PartitionLease(testGroup, i), func(l *coordinationv1.Lease) bool {
+			return ptr.Deref(l.Spec.HolderIdentity, "") == ""
+		})
+	}
+	s = mt.waitFor("pod-a at its share", func(s ownership.State) bool { return len(s.Owned) == 3 && len(draining(s)) == 0 })
+	for _, i := range []int{0, 1, 2} {
+		if tokenOf(s, i) != tokenOf(before, i) {
+			t.Errorf("partition %d: token %d, was %d: a partition kept must keep its term", i, tokenOf(s, i), tokenOf(before, i))
+		}
+	}
+	if n := mt.rebalances(); n != 5 {
+		t.Errorf("rebalances = %v, want 5 (one per partition handed over)", n)
 	}
 }
 

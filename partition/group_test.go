@@ -18,6 +18,7 @@ import (
 // cache and observes the other Leases of the group; a holder counts until
 // its lease duration has passed without a change, as this pod observed it.
 func TestLeaseGroup(t *testing.T) {
+	t.Parallel()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

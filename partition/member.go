@@ -303,6 +303,21 @@ func (m *Member) startLocked(ctx context.Context, i int) {
 	})
 }
 
+// startMissingLocked runs the electors of the partitions whose Leases are
+// missing (a new group, or N grew): each creates its Lease without a holder,
+// to be taken a lease duration after it was first seen missing. Every member
+// runs those electors at once, so that the wait for all of them runs from
+// the start: were a missing Lease created only when some member wanted it, a
+// large group would settle in several waits of a lease duration, one after
+// another.
+func (m *Member) startMissingLocked(ctx context.Context, v view) {
+	for i := range v.effective {
+		if m.runs[i] == nil && m.partitions[i].LeaseMissing() {
+			m.startLocked(ctx, i)
+		}
+	}
+}
+
 // stopIdleLocked stops the electors of the partitions this pod neither
 // holds nor wants: not tried now, not its own (a term or a release of its
 // on its way), not writing, not sitting out a release (a restarted elector
@@ -324,14 +339,21 @@ func (m *Member) stopIdleLocked(v view, tried []int) {
 // and gives up every partition at or above the effective N (the group no
 // longer works on those, so no one waits to take them).
 func (m *Member) reconcile(ctx context.Context) {
+	// The view is taken under m.mu, as the gate takes its own: an
+	// acquisition is admitted under m.mu and stays in m.admitted until its
+	// write, already in its elector's state, has returned. A view taken
+	// before the lock could miss an acquisition that ended meanwhile (in
+	// neither m.admitted nor the view), and stopIdleLocked would stop the
+	// elector that had just taken its partition, leaving it unowned for a
+	// lease duration. Lock order: m.mu, then an elector's state.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	now := m.clock.Now()
 	v := m.assess()
-	m.publish(v)
+	m.publishLocked(v)
 	if !v.member {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	var tried []int
 	if want := v.target - len(v.inRange) - len(m.admitted); want > 0 {
 		tried = FreeToTry(v.owners[:v.effective], want, m.offset%v.effective)
@@ -339,20 +361,12 @@ func (m *Member) reconcile(ctx context.Context) {
 			m.startLocked(ctx, i)
 		}
 	}
-	// A partition whose Lease is missing (a new group, or N grew) is
-	// created by its elector without a holder, and may be taken a lease
-	// duration after it was first seen missing. Every member runs those
-	// electors at once, so that the wait for all of them runs from the
-	// start: were a missing Lease created only when some member wanted
-	// it, a large group would settle in several waits of a lease duration,
-	// one after another.
-	for i := range v.effective {
-		if m.runs[i] == nil && m.partitions[i].LeaseMissing() {
-			m.startLocked(ctx, i)
-		}
-	}
+	m.startMissingLocked(ctx, v)
 	m.stopIdleLocked(v, tried)
-	if m.handover >= 0 && (m.taken(v, m.handover) || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration) {
+	// A handover ends when the partition is taken, after a lease duration,
+	// or once it is beyond the effective N (the N fell meanwhile: no one
+	// is to take it, so nothing waits for that).
+	if m.handover >= 0 && (m.taken(v, m.handover) || now.Sub(m.handoverSince) >= m.cfg.LeaseDuration || m.handover >= v.effective) {
 		m.handover = -1
 	}
 	if len(m.draining) > 0 {
@@ -411,9 +425,20 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 			changed = true
 		}
 	}
+	// Partitions that became surplus while the drain runs (more members
+	// joined) join it, with its deadline: a rebalance waits for one drain
+	// timeout however the members arrive, not one per member seen.
+	surplus := Surplus(v.mine, v.effective, v.target)
+	for _, p := range surplus {
+		if !m.draining[p] && p != m.handover && !m.retiring[p] {
+			logger.Info("Partition became surplus during a drain; it joins the drain", "partition", p, "owned", len(v.mine), "target", v.target, "drainDeadline", m.drainDeadline)
+			m.draining[p] = true
+			changed = true
+		}
+	}
 	// Still to hand over: the surplus, less what is on its way already.
 	// A partition beyond the effective N is never kept.
-	keep := len(m.draining) - len(Surplus(v.mine, v.effective, v.target))
+	keep := len(m.draining) - len(surplus)
 	for _, p := range slices.Sorted(maps.Keys(m.draining)) {
 		if keep <= 0 || p >= v.effective {
 			break
@@ -485,10 +510,12 @@ func (m *Member) retireLocked(ctx context.Context, v view, p int) {
 // taken reports whether partition p, handed over, has been taken since: by
 // another pod, or by this one again. This pod's own name on a Lease it does
 // not own is its release still on its way (the elector stops claiming before
-// it clears the Lease), not a taker.
+// it clears the Lease), not a taker; nor is its own claim while a release
+// has not returned: the elector may not have stopped claiming yet, and
+// counting that as taken would hand the next partition over at once.
 func (m *Member) taken(v view, p int) bool {
 	owner := v.owners[p]
-	return owner != "" && (owner != m.cfg.Identity || slices.Contains(v.mine, p))
+	return owner != "" && (owner != m.cfg.Identity || (slices.Contains(v.mine, p) && m.releasing == 0))
 }
 
 // view is what this pod sees of the group at one moment.

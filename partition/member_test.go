@@ -27,6 +27,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/internal/leasetest"
+	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/ownership"
 )
 
@@ -163,6 +164,7 @@ func startMemberWith(t *testing.T, n int, configure func(*Config), prepare func(
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 	t.Cleanup(func() {
+		checkNoTermCutShort(t, m)
 		cancel()
 		select {
 		case err := <-done:
@@ -174,6 +176,35 @@ func startMemberWith(t *testing.T, n int, configure func(*Config), prepare func(
 		}
 	})
 	return &memberTest{t: t, ctx: ctx, client: client, clock: clk, m: m}
+}
+
+// checkNoTermCutShort fails the test if, while the Member ran, it stopped
+// the elector of a partition it held (its term ended for "shutdown" before
+// the Member's context did): the partition would stay unowned for a lease
+// duration. stopIdleLocked must never do that, however an acquisition and
+// a reconcile interleave.
+func checkNoTermCutShort(t *testing.T, m *Member) {
+	t.Helper()
+	for i, e := range m.partitions {
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(e.Collectors()...)
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("gather partition %d's metrics: %v", i, err)
+		}
+		for _, f := range families {
+			if f.GetName() != "leader_elector_transitions_total" {
+				continue
+			}
+			for _, metric := range f.GetMetric() {
+				for _, l := range metric.GetLabel() {
+					if l.GetName() == "reason" && l.GetValue() == string(leadership.ReasonShutdown) && metric.GetCounter().GetValue() > 0 {
+						t.Errorf("partition %d: %v terms ended for %q while the Member ran: it stopped an elector that held its partition", i, metric.GetCounter().GetValue(), l.GetValue())
+					}
+				}
+			}
+		}
+	}
 }
 
 // waitFor polls pod-a's published state until cond holds.
@@ -258,16 +289,27 @@ func (mt *memberTest) write(name string, change func(*coordinationv1.Lease)) {
 }
 
 // take makes identity the holder of partition i with the next token, as
-// that pod's elector would.
+// that pod's elector would, and waits until pod-a has observed it: pod-a
+// counts the new holder's lease duration from its observation, so a clock
+// step before it would push the expiry the test computes.
 func (mt *memberTest) take(i int, identity string) {
 	mt.t.Helper()
 	now := metav1.NewMicroTime(mt.clock.Now())
+	var token int32
 	mt.write(PartitionLease(testGroup, i), func(l *coordinationv1.Lease) {
+		token = ptr.Deref(l.Spec.LeaseTransitions, 0) + 1
 		l.Spec.HolderIdentity = ptr.To(identity)
-		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+		l.Spec.LeaseTransitions = ptr.To(token)
 		l.Spec.LeaseDurationSeconds = ptr.To(int32(testLeaseDuration / time.Second))
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 	})
+	err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		s := mt.m.partitions[i].Snapshot()
+		return s.Holder == identity && s.FencingToken >= int64(token), nil
+	})
+	if err != nil {
+		mt.t.Fatalf("waiting for pod-a to observe %s take partition %d: %v", identity, i, err)
+	}
 }
 
 // release clears partition i's holder, as its holder's elector does.
@@ -436,6 +478,7 @@ func (mt *memberTest) rebalances() float64 {
 // its share), never one another pod holds, and publishes what it owns, the
 // members and the fair share as the Leases show them.
 func TestMemberTakesItsFairShare(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		partitions int
@@ -478,6 +521,7 @@ func TestMemberTakesItsFairShare(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			mt := startMember(t, tc.partitions, tc.leases...)
 			s := mt.waitFor(fmt.Sprintf("pod-a to own %d partitions", tc.wantOwned), func(s ownership.State) bool {
 				return s.Member && s.Members == tc.wantMembers && len(s.Owned) == tc.wantOwned
@@ -521,6 +565,7 @@ func TestMemberTakesItsFairShare(t *testing.T) {
 // membership Lease it is not counted, so it has no share: the gate refuses
 // and it owns nothing, even with every partition free.
 func TestMemberNotAMemberTakesNothing(t *testing.T) {
+	t.Parallel()
 	refused := make(chan struct{})
 	var once sync.Once
 	mt := startMemberOn(t, 2, func(c *fake.Clientset) {
@@ -554,6 +599,7 @@ func TestMemberNotAMemberTakesNothing(t *testing.T) {
 // next only once the last is taken, or after a lease duration if nobody
 // takes it), down to its share, and never takes a handed-over one back.
 func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// takeOver: pod-b takes each partition handed over; otherwise
@@ -564,6 +610,7 @@ func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 		{name: "nobody takes it: the next goes after a lease duration", takeOver: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			mt := startMember(t, 4, partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "", 3), partitionLease(3, "", 3))
 			mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == 4 })
 			before, changed := mt.m.Watch()
@@ -638,6 +685,7 @@ func TestMemberHandsOverAboveItsFairShare(t *testing.T) {
 // fair share grows and they take its partitions — at once if it released
 // them, only after they expire if it died; never while its claim lasts.
 func TestMemberTakesOverWhenAMemberLeaves(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		leave func(mt *memberTest)
@@ -666,6 +714,7 @@ func TestMemberTakesOverWhenAMemberLeaves(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			mt := startMember(t, 4, memberLease("pod-b"),
 				partitionLease(0, "", 3), partitionLease(1, "", 3), partitionLease(2, "pod-b", 7), partitionLease(3, "pod-b", 7))
 			before := mt.waitFor("pod-a to own its fair share", func(s ownership.State) bool { return s.Members == 2 && len(s.Owned) == 2 })
@@ -695,6 +744,7 @@ func TestMemberTakesOverWhenAMemberLeaves(t *testing.T) {
 // periods after the members last changed), not after; owning its share
 // makes it ready again.
 func TestMemberReadyWhileSettling(t *testing.T) {
+	t.Parallel()
 	// pod-b holds 3 of 4 partitions and keeps renewing them: pod-a owns
 	// only the free one, below its share of 2.
 	mt := startMember(t, 4, memberLease("pod-b"),
@@ -741,6 +791,7 @@ func (mt *memberTest) joinWithN(identity, n string) {
 // TestMemberPublishesItsPartitionCount: the membership Lease carries the
 // pod's N, so that members with another N learn it.
 func TestMemberPublishesItsPartitionCount(t *testing.T) {
+	t.Parallel()
 	mt := startMember(t, 12)
 	mt.waitForLease("pod-a's membership Lease to carry its N", MemberLease(testGroup, testIdentity), func(l *coordinationv1.Lease) bool {
 		return l.Labels[PartitionsLabel] == "12" && ptr.Deref(l.Spec.HolderIdentity, "") == testIdentity
@@ -755,6 +806,7 @@ func TestMemberPublishesItsPartitionCount(t *testing.T) {
 // member at 4 leaves, N is 8 again. A member that publishes no N (an older
 // version) counts as a member but not for N.
 func TestMemberMixedPartitionCounts(t *testing.T) {
+	t.Parallel()
 	var leases []runtime.Object
 	for i := range 8 {
 		leases = append(leases, partitionLease(i, "", 3))
@@ -808,6 +860,7 @@ func TestMemberMixedPartitionCounts(t *testing.T) {
 // 4 and none of the free 4..7: the gate admits a new term below the
 // effective N only.
 func TestMemberBelowItsShareTakesNothingBeyondTheEffectiveN(t *testing.T) {
+	t.Parallel()
 	member := memberLease("pod-b")
 	member.Labels[PartitionsLabel] = "4"
 	leases := []runtime.Object{member, partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3)}
@@ -815,7 +868,10 @@ func TestMemberBelowItsShareTakesNothingBeyondTheEffectiveN(t *testing.T) {
 		leases = append(leases, partitionLease(i, "", 3))
 	}
 	mt := startMember(t, 8, leases...)
-	s := mt.waitFor("pod-a to take partition 3", func(s ownership.State) bool { return len(s.Owned) == 1 })
+	// assess reads the membership before the partitions: under load, the
+	// first state that shows partition 3 owned may have read the membership
+	// before pod-a held it.
+	s := mt.waitFor("pod-a to take partition 3", func(s ownership.State) bool { return len(s.Owned) == 1 && s.Member })
 	mt.settle()
 	if s.EffectivePartitions != 4 || s.FairShareMin != 2 {
 		t.Errorf("effective N %d, fair share %d; want 4 and 2", s.EffectivePartitions, s.FairShareMin)
@@ -841,6 +897,7 @@ func TestMemberBelowItsShareTakesNothingBeyondTheEffectiveN(t *testing.T) {
 // the app can checkpoint them; one the app releases is given up at once, the
 // rest at the deadline.
 func TestMemberDrainsPartitionsBeyondTheEffectiveN(t *testing.T) {
+	t.Parallel()
 	var leases []runtime.Object
 	for i := range 4 {
 		leases = append(leases, partitionLease(i, "", 3))
@@ -890,6 +947,7 @@ func TestMemberDrainsPartitionsBeyondTheEffectiveN(t *testing.T) {
 // one, and this pod still takes them as soon as they are free: released by
 // their holder, or expired when it died.
 func TestMemberRunsElectorsForItsShareOnly(t *testing.T) {
+	t.Parallel()
 	leases := []runtime.Object{memberLease("pod-b")}
 	for i := range 8 {
 		holder := "pod-b"
@@ -949,6 +1007,7 @@ func (mt *memberTest) running() []int {
 // its elector shuts down (it would leave the Lease naming this pod, held by
 // no one, for a lease duration).
 func TestGateRefusesAStoppingElector(t *testing.T) {
+	t.Parallel()
 	mt := startMember(t, 4, memberLease("pod-b"),
 		partitionLease(0, "pod-b", 3), partitionLease(1, "pod-b", 3), partitionLease(2, "pod-b", 3), partitionLease(3, "", 3))
 	mt.waitFor("pod-a to take the free partition", func(s ownership.State) bool { return s.Members == 2 && len(s.Owned) == 1 })
@@ -977,6 +1036,7 @@ func TestGateRefusesAStoppingElector(t *testing.T) {
 // wait of a lease duration before a Lease created without a holder may be
 // taken runs for all of them from the start.
 func TestMemberCreatesEveryMissingLease(t *testing.T) {
+	t.Parallel()
 	mt := startMember(t, 8, memberLease("pod-b"))
 	err := wait.PollUntilContextTimeout(mt.ctx, 5*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
 		for i := range 8 {

@@ -15,6 +15,7 @@ import (
 // nothing (the stored checkpoint stays the current term's, the partition
 // stays owned); naming the current term, both go through.
 func TestMemberTermScopedWrites(t *testing.T) {
+	t.Parallel()
 	mt := startMember(t, 1, partitionLease(0, "", 3))
 	s := mt.waitFor("partition 0", func(s ownership.State) bool { return len(s.Owned) == 1 })
 	current := s.Owned[0].FencingToken
