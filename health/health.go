@@ -52,6 +52,10 @@ type Config struct {
 	// Client writes the candidates Lease, WatchClient watches it (the
 	// election's two clients).
 	Client, WatchClient kubernetes.Interface
+	// Revision is this pod's revision (its pod-template-hash or
+	// controller-revision-hash label), published in its entry: a release
+	// names a successor of the newest revision (Successor). "" if unknown.
+	Revision string
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -129,6 +133,7 @@ func New(cfg Config) (*Health, error) {
 		lastErr: errors.New("the app has not answered its health probe yet"),
 	}
 	h.registry = newRegistry(cfg.Namespace, cfg.CandidatesLease(), cfg.Identity, 2*cfg.LeaseDuration, cfg.Client, cfg.WatchClient, clk, h.poke)
+	h.registry.revision = cfg.Revision
 	return h, nil
 }
 
