@@ -100,11 +100,14 @@ const (
 	// ReasonAppUnhealthy: the leader stepped down because its app failed
 	// its health checks while another candidate was healthy.
 	ReasonAppUnhealthy Reason = "app-unhealthy"
+	// ReasonHandedOver: the leader, of an older revision, handed over to a
+	// ready candidate of the newest revision (a rollout).
+	ReasonHandedOver Reason = "handed-over"
 )
 
 // Reasons is the whole vocabulary, in a fixed order (metrics are
 // initialised with every reason, so that a rate over them starts at 0).
-var Reasons = []Reason{ReasonAcquired, ReasonReleased, ReasonShutdown, ReasonRenewDeadline, ReasonTakenOver, ReasonLeaseDeleted, ReasonAppUnhealthy}
+var Reasons = []Reason{ReasonAcquired, ReasonReleased, ReasonShutdown, ReasonRenewDeadline, ReasonTakenOver, ReasonLeaseDeleted, ReasonAppUnhealthy, ReasonHandedOver}
 
 // Change is one change of this pod's leadership.
 type Change struct {

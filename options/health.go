@@ -20,7 +20,15 @@ type healthOptions struct {
 	// Revision is this pod's revision: a release names a successor of the
 	// newest one.
 	Revision string
+	// HandoverAfter: a leader of an older revision hands over once a
+	// candidate of the newest has been ready this long; 0 is off.
+	HandoverAfter time.Duration
 }
+
+// maxHandoverAfter bounds --handover-to-newer-revision: a rollout's new
+// pods are ready within minutes, and a longer wait is a rollout the leader
+// outlives anyway.
+const maxHandoverAfter = 10 * time.Minute
 
 func newHealthOptions() healthOptions {
 	return healthOptions{Period: 2 * time.Second, Failures: 3, Successes: 1}
@@ -32,6 +40,7 @@ func (h *healthOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&h.Period, "app-health-period", h.Period, "With --app-health-url: time between probes; each probe times out after half of it.")
 	fs.IntVar(&h.Failures, "app-health-failures", h.Failures, "With --app-health-url: consecutive failed probes that make the app unhealthy.")
 	fs.StringVar(&h.Revision, "revision", h.Revision, "With --app-health-url: this pod's revision, published with its health; a graceful release names a successor of the newest revision (default $POD_TEMPLATE_HASH, else $CONTROLLER_REVISION_HASH: the pod's labels, through the downward API). A label value.")
+	fs.DurationVar(&h.HandoverAfter, "handover-to-newer-revision", h.HandoverAfter, "With --app-health-url and a --revision: a leader of an older revision hands over (reason handed-over) once a candidate of the newest revision has been able to take over for this long, so that a rollout moves leadership once, before the old leader's pod is deleted. 0s (default): off; up to 10m.")
 	fs.IntVar(&h.Successes, "app-health-successes", h.Successes, "With --app-health-url: consecutive successful probes that make the app healthy (it starts unhealthy).")
 }
 
@@ -44,6 +53,9 @@ func (o *Options) validateHealth() []error {
 	}
 	if msgs := validation.IsValidLabelValue(o.Health.Revision); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--revision %q is not a label value: %s", o.Health.Revision, msgs[0]))
+	}
+	if o.Health.HandoverAfter < 0 || o.Health.HandoverAfter > maxHandoverAfter {
+		errs = append(errs, fmt.Errorf("--handover-to-newer-revision %v is outside the supported range 0s..10m", o.Health.HandoverAfter))
 	}
 	if o.Health.URL != "" && o.Partitions > 0 {
 		errs = append(errs, errors.New("--app-health-url gates one election; it cannot be combined with --partitions"))
@@ -73,6 +85,7 @@ func (o *Options) healthSettings() health.Config {
 		Identity:      o.Identity,
 		LeaseDuration: o.LeaseDuration,
 		Revision:      o.Health.Revision,
+		HandoverAfter: o.Health.HandoverAfter,
 	}
 }
 

@@ -59,6 +59,8 @@ func TestHealthOptionsValidation(t *testing.T) {
 		{[]string{"--app-health-url=http://127.0.0.1:80/", "--lease-name=" + strings.Repeat("a", 250)}, "too long for health gating"},
 		{[]string{"--revision=not/a label"}, "--revision \"not/a label\" is not a label value"},
 		{[]string{"--revision=" + strings.Repeat("a", 64)}, "is not a label value"},
+		{[]string{"--handover-to-newer-revision=-1s"}, "--handover-to-newer-revision -1s is outside the supported range 0s..10m"},
+		{[]string{"--handover-to-newer-revision=11m"}, "outside the supported range 0s..10m"},
 	} {
 		args := append([]string{"--lease-name=my-app"}, tc.args...)
 		_, _, err := parse(args, plainEnv.environment())

@@ -230,6 +230,7 @@ ServiceAccount's token.
     - --app-health-period={{ include "leader-elector.seconds" .Values.healthGating.periodSeconds }}
     - --app-health-failures={{ .Values.healthGating.failures }}
     - --app-health-successes={{ .Values.healthGating.successes }}
+    - --handover-to-newer-revision={{ .Values.healthGating.handoverToNewerRevisionSeconds }}s
     {{- end }}
     {{- if eq .Values.routing.mode "endpointslice" }}
     - --service={{ include "leader-elector.routeService" . }}
