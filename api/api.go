@@ -59,6 +59,11 @@ type Leader struct {
 	// left out when there is no holder or its term published none. It is
 	// never the address of a term that has ended.
 	HolderAddress string `json:"holderAddress,omitempty"`
+	// Successor is, while IsLeader, the candidate this pod would hand the
+	// Lease over to if it released now (health gating's candidates: a
+	// healthy one of the newest revision); left out when there is none.
+	// Its changes do not change Revision.
+	Successor string `json:"successor,omitempty"`
 	// Revision grows by one on every change of Holder, IsLeader,
 	// FencingToken, LeaderSince, HolderAddress or Degraded.
 	Revision uint64 `json:"revision"`

@@ -337,10 +337,13 @@ func New(cfg Config) (*Elector, error) {
 }
 
 // Snapshot returns the current state.
-func (e *Elector) Snapshot() leadership.State { return e.tracker.Snapshot() }
+func (e *Elector) Snapshot() leadership.State { return e.withSuccessor(e.tracker.Snapshot()) }
 
 // Watch returns the current state and a channel closed at its next change.
-func (e *Elector) Watch() (leadership.State, <-chan struct{}) { return e.tracker.Watch() }
+func (e *Elector) Watch() (leadership.State, <-chan struct{}) {
+	s, changed := e.tracker.Watch()
+	return e.withSuccessor(s), changed
+}
 
 // Collectors returns the election's Prometheus collectors.
 func (e *Elector) Collectors() []prometheus.Collector { return e.metrics.collectors }

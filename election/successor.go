@@ -5,6 +5,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // SuccessorAnnotation names, on a Lease its leader has just released, the
@@ -91,6 +93,15 @@ func (t *tracker) namedSuccessor() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.haveObserved && t.observed.holder == "" && t.successor == t.identity
+}
+
+// withSuccessor fills in s.Successor for a leader: whom a release would
+// name now.
+func (e *Elector) withSuccessor(s leadership.State) leadership.State {
+	if s.IsLeader {
+		s.Successor = e.pickSuccessor(s.FencingToken)
+	}
+	return s
 }
 
 // pickSuccessor asks Config.Successor, if any, whom to hand the term of

@@ -71,6 +71,11 @@ type State struct {
 	// is wrong (an unhealthy app with no healthy candidate to take over).
 	// Set with election.Elector.SetDegraded; a change bumps the revision.
 	Degraded string
+	// Successor is, while IsLeader, the candidate this pod would name if
+	// it released now (election.SuccessorAnnotation; health gating's
+	// candidates), "" for none. It is looked up when the State is read
+	// and is not part of Revision.
+	Successor string
 }
 
 // Reason says why this pod's leadership changed. The values are a fixed
