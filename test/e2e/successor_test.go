@@ -208,3 +208,60 @@ func TestSuccessorTwoReleasesRacing(t *testing.T) {
 		t.Errorf("fencing token %d after the handover, was %d", after.FencingToken, before.FencingToken)
 	}
 }
+
+// TestSuccessorHandoverToNewerRevision: a rollout in miniature. Leader and
+// follower of revision v1 run with --handover-to-newer-revision; once a
+// candidate of v2 is ready, the leader hands over to it (reason
+// handed-over) within the configured delay, a probe period (the loop's
+// tick) and a handover; the v2 leader does not hand back, nor does
+// leadership move again.
+func TestSuccessorHandoverToNewerRevision(t *testing.T) {
+	const handoverAfter = 2 * time.Second
+	lease := leaseName(t)
+	createCandidatesLease(t, lease)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
+	start := func(i int, rev string) *candidate {
+		app := newAppHealth(t, true)
+		args := append(app.args(), "--revision="+rev, "--handover-to-newer-revision="+handoverAfter.String())
+		c := startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: args})
+		g.Add(c)
+		return c
+	}
+	old := start(0, "v1")
+	g.WaitLeader(30 * time.Second)
+	start(1, "v1")
+	waitEntries(t, g, 3, func(string) bool { return true })
+	if s, err := old.state(); err != nil || !s.IsLeader {
+		t.Fatalf("%s does not lead before the rollout: %+v %v", old.name, s, err)
+	}
+	newer := start(2, "v2")
+	// Able to take over once its entry is healthy and seen to change.
+	waitEntries(t, g, 2, func(string) bool { return true })
+	ready := time.Now()
+	bound := handoverAfter + healthPeriod + successorHandover
+	next := g.WaitLeader(bound+leaseDuration, old)
+	took := time.Since(ready)
+	t.Logf("MEASURED newer revision ready → %s leads: %v (bound %v = %v delay + %v probe period + %v handover)", next.name, took.Round(time.Millisecond), bound, handoverAfter, healthPeriod, successorHandover)
+	if next != newer {
+		t.Fatalf("%s leads, want %s, the newer revision", next.name, newer.name)
+	}
+	if took > bound {
+		t.Errorf("handed over %v after the newer candidate was ready, more than %v", took, bound)
+	}
+	if took < handoverAfter-healthPeriod {
+		t.Errorf("handed over %v after the newer candidate was ready, before the delay %v", took, handoverAfter)
+	}
+	if s, err := old.state(); err != nil || s.LastChange == nil || s.LastChange.Reason != "handed-over" {
+		t.Errorf("old leader's lastChange %+v (%v), want reason handed-over", s.LastChange, err)
+	}
+	// Leadership moved once: it stays with the new revision.
+	if err := holdsFor(2*handoverAfter+leaseDuration, 100*time.Millisecond, func() error {
+		if s, err := newer.state(); err != nil || !s.IsLeader {
+			return fmt.Errorf("%s no longer leads: %+v %v", newer.name, s, err)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
