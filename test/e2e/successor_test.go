@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/api"
@@ -132,20 +133,27 @@ func TestSuccessorStrangerIgnored(t *testing.T) {
 	g, _ := successorGroup(t, []string{"v1", "v1", "v1"}, []bool{true, true, true})
 	leases := controlPlane.AdminClient().CoordinationV1().Leases("default")
 	ctx := context.Background()
-	lease, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
+	// The leader renews every retry period: an edit based on a version it
+	// has since renewed is refused (409) and made again on the newest.
+	var sent time.Time
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity = ptr.To("")
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+		lease.Spec.RenewTime = &now
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations["leader-elector.io/successor"] = "a-stranger"
+		sent = time.Now()
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	now := metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity = ptr.To("")
-	lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
-	lease.Spec.RenewTime = &now
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
-	lease.Annotations["leader-elector.io/successor"] = "a-stranger"
-	sent := time.Now()
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A read that returns before sent + retryPeriod was served before it:
