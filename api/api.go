@@ -59,6 +59,11 @@ type Leader struct {
 	// left out when there is no holder or its term published none. It is
 	// never the address of a term that has ended.
 	HolderAddress string `json:"holderAddress,omitempty"`
+	// Successor is, while IsLeader, the candidate this pod would hand the
+	// Lease over to if it released now (health gating's candidates: a
+	// healthy one of the newest revision); left out when there is none.
+	// Its changes do not change Revision.
+	Successor string `json:"successor,omitempty"`
 	// Revision grows by one on every change of Holder, IsLeader,
 	// FencingToken, LeaderSince, HolderAddress or Degraded.
 	Revision uint64 `json:"revision"`
@@ -107,7 +112,8 @@ type Change struct {
 	// IsLeader is true when this pod became leader, false when it stopped.
 	IsLeader bool `json:"isLeader"`
 	// Reason is one of ChangeReasons: acquired, released, shutdown,
-	// renew-deadline, taken-over, lease-deleted, app-unhealthy.
+	// renew-deadline, taken-over, lease-deleted, app-unhealthy,
+	// handed-over.
 	Reason string `json:"reason"`
 	// At is when: for renew-deadline the moment the claim ran out.
 	At Time `json:"at"`
@@ -138,12 +144,15 @@ const (
 	// ChangeAppUnhealthy: the leader stepped down because its app failed
 	// its health checks while another candidate was healthy.
 	ChangeAppUnhealthy = "app-unhealthy"
+	// ChangeHandedOver: the leader, of an older revision, handed over to a
+	// ready candidate of the newest revision (a rollout).
+	ChangeHandedOver = "handed-over"
 )
 
 // ChangeReasons returns every reason of a Change, in the order the docs
 // list them (a new slice each time: the vocabulary cannot be changed).
 func ChangeReasons() []string {
-	return []string{ChangeAcquired, ChangeReleased, ChangeShutdown, ChangeRenewDeadline, ChangeTakenOver, ChangeLeaseDeleted, ChangeAppUnhealthy}
+	return []string{ChangeAcquired, ChangeReleased, ChangeShutdown, ChangeRenewDeadline, ChangeTakenOver, ChangeLeaseDeleted, ChangeAppUnhealthy, ChangeHandedOver}
 }
 
 // Partitions is the answer of GET /partitions and POST

@@ -75,6 +75,9 @@ func newElection(cfg Config, c *clients) (*workload, error) {
 			return nil, err
 		}
 		ecfg.Gate = gating.Gate()
+		// The candidates Lease is the registry a release picks its
+		// successor from (health.Health.Successor).
+		ecfg.Successor = gating.Successor
 	}
 	// The notifier is given every new state by the elector itself, so that
 	// it misses none; it is built on the elector, hence the pointer.

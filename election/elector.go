@@ -129,6 +129,10 @@ type Config struct {
 	// address sends the requests to itself. Link-local addresses are
 	// refused either way (holderaddress.Check).
 	AllowLoopbackAddress bool
+	// Successor, if set, names the candidate a graceful release hands the
+	// Lease over to (SuccessorAnnotation), written in the release's own
+	// conditional write. Nil names none: the release is a race.
+	Successor SuccessorPicker
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
@@ -269,6 +273,7 @@ func New(cfg Config) (*Elector, error) {
 		t.server = cfg.ServerClock
 	}
 	t.onState = cfg.OnState
+	t.successorWait = cfg.RetryPeriod
 	log := &transitionLog{tracker: t}
 	t.onChange = func() {
 		if cfg.OnChange != nil {
@@ -293,10 +298,11 @@ func New(cfg Config) (*Elector, error) {
 	e.cache = leasecache.New(cfg.Namespace, cfg.Name, cfg.Client, watches, e.onLeaseChange)
 	e.cache.OnKeep = func(lease *coordinationv1.Lease) {
 		t.observeObject(lease)
+		t.observeSuccessor(lease)
 		t.observeHolderAddress(lease, cfg.AllowLoopbackAddress)
 	}
 	e.cache.BeforeWrite = func(lease *coordinationv1.Lease) *coordinationv1.Lease {
-		return holderaddress.Annotate(lease, cfg.Identity, cfg.AdvertiseAddress)
+		return holderaddress.Annotate(dropSuccessor(lease, cfg.Identity), cfg.Identity, cfg.AdvertiseAddress)
 	}
 	if cfg.Group.Feed != nil {
 		if err := cfg.Group.Feed.Feed(cfg.Namespace, cfg.Name, e.cache); err != nil {
@@ -331,10 +337,13 @@ func New(cfg Config) (*Elector, error) {
 }
 
 // Snapshot returns the current state.
-func (e *Elector) Snapshot() leadership.State { return e.tracker.Snapshot() }
+func (e *Elector) Snapshot() leadership.State { return e.withSuccessor(e.tracker.Snapshot()) }
 
 // Watch returns the current state and a channel closed at its next change.
-func (e *Elector) Watch() (leadership.State, <-chan struct{}) { return e.tracker.Watch() }
+func (e *Elector) Watch() (leadership.State, <-chan struct{}) {
+	s, changed := e.tracker.Watch()
+	return e.withSuccessor(s), changed
+}
 
 // Collectors returns the election's Prometheus collectors.
 func (e *Elector) Collectors() []prometheus.Collector { return e.metrics.collectors }
@@ -472,7 +481,9 @@ func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
 // at once.
 func (e *Elector) scheduleAttempt() {
 	at, ok := e.tracker.nextAttempt()
-	at = at.Add(e.backoff.Wait())
+	if !e.tracker.namedSuccessor() {
+		at = at.Add(e.backoff.Wait())
+	}
 	if until := e.backoff.ThrottledUntil(); at.Before(until) {
 		at = until
 	}
@@ -760,6 +771,8 @@ func (e *Elector) release(ctx context.Context) error {
 		lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
 		lease.Spec.AcquireTime = &now
 		lease.Spec.RenewTime = &now
+		successor := e.pickSuccessor(token)
+		nameSuccessor(lease, successor)
 		updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
@@ -768,7 +781,7 @@ func (e *Elector) release(ctx context.Context) error {
 			return fmt.Errorf("release lease %s/%s: %w", e.cfg.Namespace, e.cfg.Name, err)
 		}
 		e.tracker.observeRelease(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&updated.Spec)))
-		logger.Info("Released lease", "fencingToken", token)
+		logger.Info("Released lease", "fencingToken", token, "successor", successor)
 		return nil
 	}
 	return fmt.Errorf("release lease %s/%s: it kept changing under us", e.cfg.Namespace, e.cfg.Name)

@@ -134,6 +134,11 @@ const notAdmittedHolder = "(not admitted by the gate)"
 // may be taken.
 const backingOffHolder = "(backing off after a lost race)"
 
+// deferringHolder is the holder client-go is shown while this candidate
+// leaves a released Lease to the successor its leader named (see
+// SuccessorAnnotation).
+const deferringHolder = "(released to the named successor)"
+
 // unknownHolder is the holder client-go is shown while a Lease without a
 // holder's history may still be claimed by whoever held it before.
 const unknownHolder = "(unknown holder of a replaced lease)"
@@ -173,6 +178,8 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 		return l.show(shown, unknownHolder)
 	case free && !holding && !l.admits():
 		return l.show(shown, notAdmittedHolder)
+	case free && !holding && l.tracker.deferring():
+		return l.show(shown, deferringHolder)
 	case free && !holding && l.backingOff():
 		return l.show(shown, backingOffHolder)
 	case rec.HolderIdentity != "" && !holding && l.tracker.holderExpired():
@@ -198,6 +205,10 @@ func (l *observingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRe
 func (l *observingLock) backingOff() bool {
 	if l.tracker.clock.Now().Before(l.backoff.ThrottledUntil()) {
 		return true
+	}
+	if l.tracker.namedSuccessor() {
+		// Handed the Lease by name: no race to stay out of.
+		return false
 	}
 	wait := l.backoff.Wait()
 	if wait == 0 {

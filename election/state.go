@@ -112,6 +112,12 @@ type tracker struct {
 	// degraded is what setDegraded last set.
 	degraded string
 
+	// successor is the candidate named on the Lease version last taken in
+	// (SuccessorAnnotation), "" for none; successorWait is how long every
+	// other candidate leaves a released Lease to it (one retry period).
+	successor     string
+	successorWait time.Duration
+
 	// stopCause is why this pod stops leading, set by the method that
 	// makes it stop (while it still led) just before it publishes; empty
 	// when the claim ran out by time.
@@ -380,6 +386,7 @@ func (t *tracker) observeAbsentLocked() {
 	// reads the same on every NotFound and its wait is not restarted.
 	t.observeLocked(now, record{transitions: t.observed.transitions})
 	t.created = time.Time{}
+	t.successor = ""
 	t.holding = false
 	t.publishLocked(now)
 }
@@ -414,7 +421,7 @@ func (t *tracker) mayAcquire() bool {
 		return now.Sub(t.observedAt) >= t.leaseDuration
 	}
 	if t.observed.holder == "" {
-		return true
+		return !t.deferringLocked(now)
 	}
 	if t.ownTermCurrentLocked() {
 		return true
@@ -451,7 +458,8 @@ func (t *tracker) contendedLocked(now time.Time) bool {
 func (t *tracker) takeable() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.haveObserved && !t.holding && t.claiming && !t.contendedLocked(t.clock.Now())
+	now := t.clock.Now()
+	return t.haveObserved && !t.holding && t.claiming && !t.contendedLocked(now) && !t.deferringLocked(now)
 }
 
 // holderUnknown reports whether the Lease, as last observed, has no holder's
@@ -494,6 +502,9 @@ func (t *tracker) nextAttempt() (at time.Time, ok bool) {
 		return t.observedAt.Add(t.leaseDuration), true
 	}
 	if t.observed.holder == "" {
+		if t.deferringLocked(t.clock.Now()) {
+			return t.observedAt.Add(t.successorWait), true
+		}
 		return t.observedAt, true
 	}
 	return t.observedAt.Add(t.observedDurationLocked()), true

@@ -52,6 +52,16 @@ type Config struct {
 	// Client writes the candidates Lease, WatchClient watches it (the
 	// election's two clients).
 	Client, WatchClient kubernetes.Interface
+	// Revision is this pod's revision (its pod-template-hash or
+	// controller-revision-hash label), published in its entry: a release
+	// names a successor of the newest revision (Successor). "" if unknown.
+	Revision string
+	// HandoverAfter, if positive, makes a leader of an older revision hand
+	// over (reason handed-over) once a candidate of the newest revision
+	// has been able to take over for this long: a rollout then moves
+	// leadership once, to a new pod, before the old leader's pod is
+	// deleted. 0 is off.
+	HandoverAfter time.Duration
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -89,6 +99,9 @@ type Health struct {
 	publish chan struct{}
 	// steppingDown is set while a step-down is on its way.
 	steppingDown atomic.Bool
+	// newerSince is when the loop first saw a candidate of a newer
+	// revision ready, zero if it does not (handoverDue; the loop's alone).
+	newerSince time.Time
 
 	mu sync.Mutex
 	th thresholds
@@ -129,6 +142,7 @@ func New(cfg Config) (*Health, error) {
 		lastErr: errors.New("the app has not answered its health probe yet"),
 	}
 	h.registry = newRegistry(cfg.Namespace, cfg.CandidatesLease(), cfg.Identity, 2*cfg.LeaseDuration, cfg.Client, cfg.WatchClient, clk, h.poke)
+	h.registry.revision = cfg.Revision
 	return h, nil
 }
 
@@ -219,15 +233,13 @@ func (h *Health) Run(ctx context.Context, el Elector) error {
 			el.SetDegraded(degraded)
 			h.metrics.setDegraded(degraded != "")
 		}
+		if !d.stepDown && h.handoverDue(el.Snapshot().IsLeader) && h.steppingDown.CompareAndSwap(false, true) {
+			logger.Info("Handing over to a candidate of the newest revision", "successor", h.Successor(el.Snapshot().FencingToken))
+			wg.Go(func() { h.stepDown(ctx, el, leadership.ReasonHandedOver) })
+		}
 		if d.stepDown && h.steppingDown.CompareAndSwap(false, true) {
 			logger.Info("Stepping down: the app is unhealthy and another candidate is healthy", "healthyCandidates", h.registry.healthyOthers())
-			wg.Go(func() {
-				defer h.steppingDown.Store(false)
-				if _, err := el.StepDown(ctx, leadership.ReasonAppUnhealthy); err != nil && !errors.Is(err, leadership.ErrNotLeader) && ctx.Err() == nil {
-					logger.Error(err, "Could not step down")
-				}
-				h.poke()
-			})
+			wg.Go(func() { h.stepDown(ctx, el, leadership.ReasonAppUnhealthy) })
 		}
 		select {
 		case <-ctx.Done():
@@ -239,6 +251,15 @@ func (h *Health) Run(ctx context.Context, el Elector) error {
 			probeNow = false
 		}
 	}
+}
+
+// stepDown makes the leader step down for reason; steppingDown was set.
+func (h *Health) stepDown(ctx context.Context, el Elector, reason leadership.Reason) {
+	defer h.steppingDown.Store(false)
+	if _, err := el.StepDown(ctx, reason); err != nil && !errors.Is(err, leadership.ErrNotLeader) && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Could not step down", "reason", reason)
+	}
+	h.poke()
 }
 
 // probeOnce asks the app and records the result.

@@ -42,6 +42,14 @@ type entry struct {
 	Healthy bool  `json:"healthy"`
 	OK      bool  `json:"ok"`
 	Seq     int64 `json:"seq"`
+	// Revision is the candidate's pod revision (its pod-template-hash or
+	// controller-revision-hash label, or --revision), "" if unknown.
+	// RevisionOrder orders revisions by their arrival: a writer whose
+	// entry is new or changes revision takes one more than the highest
+	// in the annotation, and keeps it after (hashes have no order; the
+	// revision a rollout brings is the last to arrive).
+	Revision      string `json:"revision,omitempty"`
+	RevisionOrder int64  `json:"revisionOrder,omitempty"`
 }
 
 // seen is what this process knows of one entry: its last value and when
@@ -71,10 +79,12 @@ func (s *seen) idleSince() time.Time {
 // entry is fresh while it has changed within staleAfter of now.
 type registry struct {
 	namespace, name, identity string
-	staleAfter                time.Duration
-	requests, watches         kubernetes.Interface
-	clock                     clock.PassiveClock
-	onChange                  func()
+	// revision is this candidate's pod revision (entry.Revision).
+	revision          string
+	staleAfter        time.Duration
+	requests, watches kubernetes.Interface
+	clock             clock.PassiveClock
+	onChange          func()
 
 	mu sync.Mutex
 	// loaded is set once the first version of the Lease was read.
@@ -217,6 +227,7 @@ func (r *registry) publish(ctx context.Context, e entry, remove bool) error {
 			r.mu.Lock()
 			r.seq = max(r.seq, m[r.identity].Seq) + 1
 			e.Seq = r.seq
+			e.Revision, e.RevisionOrder = r.revision, revisionOrder(m, r.identity, r.revision)
 			m[r.identity] = e
 			r.mu.Unlock()
 		}

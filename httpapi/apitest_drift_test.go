@@ -126,7 +126,7 @@ func (d driftElection) ReleaseTerm(_ context.Context, token int64) (leadership.S
 		return s, fmt.Errorf("%w (current %d, given %d)", leadership.ErrOtherTerm, s.FencingToken, token)
 	}
 	return d.set(func(s *leadership.State) {
-		s.Holder, s.IsLeader, s.LeaderSince, s.ValidUntil, s.Deadline = "", false, time.Time{}, time.Time{}, time.Time{}
+		s.Holder, s.IsLeader, s.LeaderSince, s.ValidUntil, s.Deadline, s.Successor = "", false, time.Time{}, time.Time{}, time.Time{}, ""
 		s.LastChange = leadership.Change{Reason: leadership.ReasonReleased, At: driftNow, FencingToken: s.FencingToken}
 		s.LastLost = s.LastChange
 	}), nil
@@ -149,21 +149,25 @@ func TestApitestSpeaksTheLeaderAPI(t *testing.T) {
 		return leadership.Change{Reason: r, At: driftNow, FencingToken: 7}
 	}
 	for _, st := range []step{
-		{"lead", func() { s.Lead(7, 10*time.Second) }, func(e *leadership.State) {
+		// A leader shows its successor; a follower none (apitest keeps it
+		// for the next term, the sidecar looks it up for the leader only).
+		{"lead", func() { s.SetSuccessor("my-app-2"); s.Lead(7, 10*time.Second) }, func(e *leadership.State) {
 			e.Holder, e.IsLeader, e.FencingToken, e.RenewTime, e.LeaderSince = "my-app-0", true, 7, driftNow, driftNow
+			e.Successor = "my-app-2"
 			e.ValidUntil = driftNow.Add(10 * time.Second)
 			e.Deadline = e.ValidUntil
 			e.LastChange = leadership.Change{Leader: true, Reason: leadership.ReasonAcquired, At: driftNow, FencingToken: 7}
 		}, 1},
 		{"degraded", func() { s.SetDegraded(`app <unhealthy> & "slow"`) }, func(e *leadership.State) { e.Degraded = `app <unhealthy> & "slow"` }, 1},
 		{"renew-deadline", func() { s.Lose(api.ChangeRenewDeadline) }, func(e *leadership.State) {
-			e.IsLeader, e.LeaderSince, e.ValidUntil, e.Deadline = false, time.Time{}, time.Time{}, time.Time{}
+			e.IsLeader, e.LeaderSince, e.ValidUntil, e.Deadline, e.Successor = false, time.Time{}, time.Time{}, time.Time{}, ""
 			e.LastChange, e.LastLost = lost(leadership.ReasonRenewDeadline), lost(leadership.ReasonRenewDeadline)
 		}, 2},
 		{"another holder", func() { s.SetHolder("my-app-1", 8) }, func(e *leadership.State) { e.Holder, e.FencingToken = "my-app-1", 8 }, 1},
 		{"no holder", func() { s.SetHolder("", 8) }, func(e *leadership.State) { e.Holder = "" }, 1},
 		{"lead again", func() { s.Lead(9, 10*time.Second) }, func(e *leadership.State) {
 			e.Holder, e.IsLeader, e.FencingToken, e.LeaderSince = "my-app-0", true, 9, driftNow
+			e.Successor = "my-app-2"
 			e.ValidUntil = driftNow.Add(10 * time.Second)
 			e.Deadline = e.ValidUntil
 			e.LastChange = leadership.Change{Leader: true, Reason: leadership.ReasonAcquired, At: driftNow, FencingToken: 9}

@@ -28,6 +28,7 @@ func leaderJSON(s leadership.State) api.Leader {
 		LeaderSince:          api.Time{Time: s.LeaderSince},
 		ValidUntil:           api.Time{Time: s.ValidUntil},
 		HolderAddress:        s.HolderAddress,
+		Successor:            s.Successor,
 		Revision:             s.Revision,
 		LastChange:           changeJSON(s.LastChange),
 		Degraded:             s.Degraded != "",

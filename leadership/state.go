@@ -71,6 +71,11 @@ type State struct {
 	// is wrong (an unhealthy app with no healthy candidate to take over).
 	// Set with election.Elector.SetDegraded; a change bumps the revision.
 	Degraded string
+	// Successor is, while IsLeader, the candidate this pod would name if
+	// it released now (election.SuccessorAnnotation; health gating's
+	// candidates), "" for none. It is looked up when the State is read
+	// and is not part of Revision.
+	Successor string
 }
 
 // Reason says why this pod's leadership changed. The values are a fixed
@@ -100,11 +105,14 @@ const (
 	// ReasonAppUnhealthy: the leader stepped down because its app failed
 	// its health checks while another candidate was healthy.
 	ReasonAppUnhealthy Reason = "app-unhealthy"
+	// ReasonHandedOver: the leader, of an older revision, handed over to a
+	// ready candidate of the newest revision (a rollout).
+	ReasonHandedOver Reason = "handed-over"
 )
 
 // Reasons is the whole vocabulary, in a fixed order (metrics are
 // initialised with every reason, so that a rate over them starts at 0).
-var Reasons = []Reason{ReasonAcquired, ReasonReleased, ReasonShutdown, ReasonRenewDeadline, ReasonTakenOver, ReasonLeaseDeleted, ReasonAppUnhealthy}
+var Reasons = []Reason{ReasonAcquired, ReasonReleased, ReasonShutdown, ReasonRenewDeadline, ReasonTakenOver, ReasonLeaseDeleted, ReasonAppUnhealthy, ReasonHandedOver}
 
 // Change is one change of this pod's leadership.
 type Change struct {

@@ -2,7 +2,10 @@ package options
 
 import (
 	"errors"
+	"fmt"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/spf13/pflag"
 
@@ -14,7 +17,18 @@ type healthOptions struct {
 	URL                 string
 	Period              time.Duration
 	Failures, Successes int
+	// Revision is this pod's revision: a release names a successor of the
+	// newest one.
+	Revision string
+	// HandoverAfter: a leader of an older revision hands over once a
+	// candidate of the newest has been ready this long; 0 is off.
+	HandoverAfter time.Duration
 }
+
+// maxHandoverAfter bounds --handover-to-newer-revision: a rollout's new
+// pods are ready within minutes, and a longer wait is a rollout the leader
+// outlives anyway.
+const maxHandoverAfter = 10 * time.Minute
 
 func newHealthOptions() healthOptions {
 	return healthOptions{Period: 2 * time.Second, Failures: 3, Successes: 1}
@@ -25,6 +39,8 @@ func (h *healthOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&h.URL, "app-health-url", h.URL, "Health-gated candidacy: the app's health endpoint, http://127.0.0.1:PORT/PATH (a loopback address; GET, 2xx is healthy). While the app is unhealthy this pod does not campaign and /readyz fails; a leader whose app turns unhealthy steps down when another candidate is healthy (needs the <lease-name>-candidates Lease). Empty (default): off.")
 	fs.DurationVar(&h.Period, "app-health-period", h.Period, "With --app-health-url: time between probes; each probe times out after half of it.")
 	fs.IntVar(&h.Failures, "app-health-failures", h.Failures, "With --app-health-url: consecutive failed probes that make the app unhealthy.")
+	fs.StringVar(&h.Revision, "revision", h.Revision, "With --app-health-url: this pod's revision, published with its health; a graceful release names a successor of the newest revision (default $POD_TEMPLATE_HASH, else $CONTROLLER_REVISION_HASH: the pod's labels, through the downward API). A label value.")
+	fs.DurationVar(&h.HandoverAfter, "handover-to-newer-revision", h.HandoverAfter, "With --app-health-url and a --revision: a leader of an older revision hands over (reason handed-over) once a candidate of the newest revision has been able to take over for this long, so that a rollout moves leadership once, before the old leader's pod is deleted. 0s (default): off; up to 10m.")
 	fs.IntVar(&h.Successes, "app-health-successes", h.Successes, "With --app-health-url: consecutive successful probes that make the app healthy (it starts unhealthy).")
 }
 
@@ -34,6 +50,12 @@ func (o *Options) validateHealth() []error {
 	var errs []error
 	if err := o.healthSettings().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if msgs := validation.IsValidLabelValue(o.Health.Revision); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--revision %q is not a label value: %s", o.Health.Revision, msgs[0]))
+	}
+	if o.Health.HandoverAfter < 0 || o.Health.HandoverAfter > maxHandoverAfter {
+		errs = append(errs, fmt.Errorf("--handover-to-newer-revision %v is outside the supported range 0s..10m", o.Health.HandoverAfter))
 	}
 	if o.Health.URL != "" && o.Partitions > 0 {
 		errs = append(errs, errors.New("--app-health-url gates one election; it cannot be combined with --partitions"))
@@ -62,5 +84,18 @@ func (o *Options) healthSettings() health.Config {
 		Lease:         o.LeaseName,
 		Identity:      o.Identity,
 		LeaseDuration: o.LeaseDuration,
+		Revision:      o.Health.Revision,
+		HandoverAfter: o.Health.HandoverAfter,
+	}
+}
+
+// complete takes the revision, if not given, from the pod's labels that
+// the chart passes through the downward API: pod-template-hash
+// (Deployment) or controller-revision-hash (StatefulSet, DaemonSet).
+func (h *healthOptions) complete(env Environment) {
+	for _, name := range []string{"POD_TEMPLATE_HASH", "CONTROLLER_REVISION_HASH"} {
+		if v, ok := env.lookupEnv(name); ok && v != "" && h.Revision == "" {
+			h.Revision = v
+		}
 	}
 }

@@ -57,6 +57,10 @@ func TestHealthOptionsValidation(t *testing.T) {
 		{[]string{"--app-health-failures=0"}, "--app-health-failures must be within 1..100, got 0"},
 		{[]string{"--app-health-successes=101"}, "--app-health-successes must be within 1..100, got 101"},
 		{[]string{"--app-health-url=http://127.0.0.1:80/", "--lease-name=" + strings.Repeat("a", 250)}, "too long for health gating"},
+		{[]string{"--revision=not/a label"}, "--revision \"not/a label\" is not a label value"},
+		{[]string{"--revision=" + strings.Repeat("a", 64)}, "is not a label value"},
+		{[]string{"--handover-to-newer-revision=-1s"}, "--handover-to-newer-revision -1s is outside the supported range 0s..10m"},
+		{[]string{"--handover-to-newer-revision=11m"}, "outside the supported range 0s..10m"},
 	} {
 		args := append([]string{"--lease-name=my-app"}, tc.args...)
 		_, _, err := parse(args, plainEnv.environment())
@@ -66,6 +70,32 @@ func TestHealthOptionsValidation(t *testing.T) {
 		}
 		if n := errorCount(err); n != 1 {
 			t.Errorf("%v: %d errors, want 1: %v", tc.args, n, err)
+		}
+	}
+}
+
+// TestRevisionFromPodLabels: --revision wins; without it the pod's
+// pod-template-hash, else its controller-revision-hash (the chart passes
+// both through the downward API; one of them is empty).
+func TestRevisionFromPodLabels(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		vars map[string]string
+		want string
+	}{
+		{nil, nil, ""},
+		{nil, map[string]string{"POD_TEMPLATE_HASH": "5d8f7c9b4", "CONTROLLER_REVISION_HASH": ""}, "5d8f7c9b4"},
+		{nil, map[string]string{"POD_TEMPLATE_HASH": "", "CONTROLLER_REVISION_HASH": "web-6b7f"}, "web-6b7f"},
+		{[]string{"--revision=v2"}, map[string]string{"POD_TEMPLATE_HASH": "5d8f7c9b4"}, "v2"},
+	} {
+		env := fakeEnv{vars: tc.vars, hostname: "pod-a"}
+		args := append([]string{"--lease-name=my-app", "--app-health-url=http://127.0.0.1:8081/"}, tc.args...)
+		o, _, err := parse(args, env.environment())
+		if err != nil {
+			t.Fatalf("%v %v: %v", tc.args, tc.vars, err)
+		}
+		if got := o.AppConfig("test", "").Health.Revision; got != tc.want {
+			t.Errorf("%v %v: revision %q, want %q", tc.args, tc.vars, got, tc.want)
 		}
 	}
 }

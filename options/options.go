@@ -244,6 +244,7 @@ func (o *Options) complete(env Environment) {
 	}
 	o.Routing.complete(env)
 	o.Advertise.complete(env)
+	o.Health.complete(env)
 }
 
 // resolveAliases copies each alias that was set, and not yet copied, into

@@ -15,6 +15,7 @@ type leaderState struct {
 	renewTime               time.Time
 	leaderSince, validUntil time.Time
 	degraded                string
+	successor               string
 	revision                uint64
 	lastChange              *api.Change
 	// lost is the end of this pod's last term; lostSeq counts them, so
@@ -143,6 +144,15 @@ func (s *Sidecar) SetDegraded(reason string) {
 	}
 }
 
+// SetSuccessor sets the candidate this pod would hand over to if it
+// released now ("" none): GET /leader shows it as successor while this
+// pod leads. Like the sidecar's, it is no change of revision.
+func (s *Sidecar) SetSuccessor(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leader.successor = name
+}
+
 // Leader returns the state GET /leader answers now (without validForMs).
 func (s *Sidecar) Leader() api.Leader {
 	s.mu.Lock()
@@ -154,7 +164,7 @@ func (s *Sidecar) Leader() api.Leader {
 // Called with mu held.
 func (s *Sidecar) leaderJSON() api.Leader {
 	l := s.leader
-	return api.Leader{
+	out := api.Leader{
 		Lease:                api.Lease{Namespace: s.cfg.Namespace, Name: s.cfg.Name},
 		Identity:             s.cfg.Identity,
 		Holder:               l.holder,
@@ -169,6 +179,10 @@ func (s *Sidecar) leaderJSON() api.Leader {
 		Degraded:             l.degraded != "",
 		DegradedReason:       l.degraded,
 	}
+	if l.isLeader {
+		out.Successor = l.successor
+	}
+	return out
 }
 
 // answer is the state as an answer writes it: with validForMs while this

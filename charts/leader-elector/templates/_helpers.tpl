@@ -230,6 +230,7 @@ ServiceAccount's token.
     - --app-health-period={{ include "leader-elector.seconds" .Values.healthGating.periodSeconds }}
     - --app-health-failures={{ .Values.healthGating.failures }}
     - --app-health-successes={{ .Values.healthGating.successes }}
+    - --handover-to-newer-revision={{ .Values.healthGating.handoverToNewerRevisionSeconds }}s
     {{- end }}
     {{- if eq .Values.routing.mode "endpointslice" }}
     - --service={{ include "leader-elector.routeService" . }}
@@ -252,6 +253,19 @@ ServiceAccount's token.
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
+    {{- if .Values.healthGating.enabled }}
+    # The pod's revision (--revision): a release names a successor of the
+    # newest. A Deployment's pods carry the first label, a StatefulSet's
+    # the second; the missing one is empty.
+    - name: POD_TEMPLATE_HASH
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['pod-template-hash']
+    - name: CONTROLLER_REVISION_HASH
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['controller-revision-hash']
+    {{- end }}
     {{- if or (eq .Values.routing.mode "endpointslice") (gt (int .Values.election.advertisePort) 0) }}
     # The endpoint the leader publishes, and the host of its advertised
     # address.

@@ -1,0 +1,159 @@
+package election
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+)
+
+// startCandidates runs a leader (testIdentity, naming whoever successor
+// returns) and followers on one fake API server, and waits until every
+// follower has seen the leader's term.
+func startCandidates(t *testing.T, ctx context.Context, client *fake.Clientset, successor SuccessorPicker, followers ...string) (*Elector, map[string]*Elector) {
+	t.Helper()
+	cfg := fastConfig(client)
+	cfg.Successor = successor
+	leader, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runElector(t, ctx, leader)
+	waitFor(t, ctx, "the first pod to lead", func() bool { return leader.Snapshot().IsLeader })
+	out := map[string]*Elector{}
+	for _, id := range followers {
+		cfg := fastConfig(client)
+		cfg.Identity = id
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatalf("New(%s): %v", id, err)
+		}
+		runElector(t, ctx, e)
+		waitFor(t, ctx, id+" to follow", func() bool { return e.Snapshot().Holder == testIdentity })
+		out[id] = e
+	}
+	return leader, out
+}
+
+// writesBy counts the Lease updates, from the index'th action on, that
+// write holder into the Lease (attempts included, refused or not).
+func writesBy(client *fake.Clientset, from int, holder string) int {
+	n := 0
+	for _, a := range client.Actions()[from:] {
+		u, ok := a.(k8stesting.UpdateAction)
+		if !ok {
+			continue
+		}
+		if l, ok := u.GetObject().(*coordinationv1.Lease); ok && ptr.Deref(l.Spec.HolderIdentity, "") == holder {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReleaseHandsOverToNamedSuccessor: the release names the successor
+// in its own write; the successor takes the Lease and no other candidate
+// even tries (a race would show as their writes), and the successor's
+// write removes the name.
+func TestReleaseHandsOverToNamedSuccessor(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, electorVerbs)
+	others := []string{"pod-b", "pod-c", "pod-d", "pod-e"}
+	leader, followers := startCandidates(t, ctx, client, func(int64) string { return "pod-d" }, others...)
+	_, token := leaseHolder(t, client)
+
+	from := len(client.Actions())
+	if _, err := leader.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	waitFor(t, ctx, "pod-d to lead", func() bool { return followers["pod-d"].Snapshot().IsLeader })
+	// Past the others' deferral: had they raced, their writes are in.
+	time.Sleep(fastConfig(client).RetryPeriod + schedulingSlack)
+
+	lease := getLease(t, client)
+	if holder := ptr.Deref(lease.Spec.HolderIdentity, ""); holder != "pod-d" {
+		t.Fatalf("holder %q, want pod-d", holder)
+	}
+	if got := ptr.Deref(lease.Spec.LeaseTransitions, 0); int64(got) <= int64(token) {
+		t.Errorf("token %d after handover, want above %d", got, token)
+	}
+	if v, ok := lease.Annotations[SuccessorAnnotation]; ok {
+		t.Errorf("successor annotation %q left on the successor's term", v)
+	}
+	for _, id := range []string{"pod-b", "pod-c", "pod-e"} {
+		if n := writesBy(client, from, id); n != 0 {
+			t.Errorf("%s wrote the Lease %d times after a release to pod-d", id, n)
+		}
+	}
+	if n := writesBy(client, from, ""); n != 1 {
+		t.Errorf("%d release writes, want 1 (naming the successor in it)", n)
+	}
+}
+
+// TestReleaseToGoneSuccessor: the named successor never takes the Lease
+// (gone, or a stranger named by hand); another candidate takes it one
+// retry period after the release, not before.
+func TestReleaseToGoneSuccessor(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, electorVerbs)
+	leader, followers := startCandidates(t, ctx, client, func(int64) string { return "pod-gone" }, "pod-b")
+	retry := fastConfig(client).RetryPeriod
+
+	released := time.Now()
+	if _, err := leader.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := getLease(t, client).Annotations[SuccessorAnnotation]; got != "pod-gone" {
+		t.Fatalf("released Lease names %q, want pod-gone", got)
+	}
+	waitFor(t, ctx, "pod-b to lead", func() bool { return followers["pod-b"].Snapshot().IsLeader })
+	took := time.Since(released)
+	if took < retry {
+		t.Errorf("pod-b took the Lease %v after the release, before the successor's retry period %v", took, retry)
+	}
+	if took > retry+schedulingSlack {
+		t.Errorf("pod-b took the Lease %v after the release, want within a retry period %v + slack %v", took, retry, schedulingSlack)
+	}
+}
+
+// TestPickSuccessorNeverSelf: a picker that names the releasing pod
+// itself names no one.
+func TestPickSuccessorNeverSelf(t *testing.T) {
+	cfg := testConfig(fake.NewClientset())
+	cfg.Successor = func(int64) string { return testIdentity }
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if got := e.pickSuccessor(3); got != "" {
+		t.Errorf("pickSuccessor = %q, want none", got)
+	}
+}
+
+// TestDropSuccessor: only this candidate's own acquisition drops the name.
+func TestDropSuccessor(t *testing.T) {
+	named := newLease("", 4, time.Now())
+	nameSuccessor(named, "pod-b")
+	if got := dropSuccessor(named, "pod-b"); got.Annotations[SuccessorAnnotation] != "pod-b" {
+		t.Error("a release naming pod-b lost the name")
+	}
+	taken := named.DeepCopy()
+	taken.Spec.HolderIdentity = ptr.To("pod-b")
+	if got := dropSuccessor(taken, "pod-b"); got.Annotations[SuccessorAnnotation] != "" {
+		t.Error("pod-b's acquisition kept the name")
+	}
+	if taken.Annotations[SuccessorAnnotation] != "pod-b" {
+		t.Error("dropSuccessor changed its argument")
+	}
+	nameSuccessor(named, "")
+	if _, ok := named.Annotations[SuccessorAnnotation]; ok {
+		t.Error("naming none left the annotation")
+	}
+}

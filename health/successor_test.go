@@ -1,0 +1,74 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// TestPickSuccessorNewestRevision: only candidates of the revision that
+// arrived last are named, whatever their hash rank; among them the pick is
+// the same for every reader and moves with the term.
+func TestPickSuccessorNewestRevision(t *testing.T) {
+	candidates := map[string]entry{
+		"old-1": {Revision: "aaa", RevisionOrder: 1},
+		"old-2": {Revision: "aaa", RevisionOrder: 2},
+		// An old pod that restarted after the rollout began: a new order,
+		// an old revision.
+		"old-3": {Revision: "aaa", RevisionOrder: 9},
+		"new-1": {Revision: "zzz", RevisionOrder: 5},
+		"new-2": {Revision: "zzz", RevisionOrder: 6},
+		"new-3": {Revision: "zzz", RevisionOrder: 7},
+	}
+	picked := map[string]bool{}
+	for token := range int64(64) {
+		got := pickSuccessor(candidates, token)
+		if candidates[got].Revision != "zzz" {
+			t.Fatalf("token %d: picked %q of revision %q, want the newest revision zzz", token, got, candidates[got].Revision)
+		}
+		if again := pickSuccessor(candidates, token); again != got {
+			t.Fatalf("token %d: picked %q, then %q", token, got, again)
+		}
+		picked[got] = true
+	}
+	if len(picked) != 3 {
+		t.Errorf("over 64 terms the pick fell on %v, want each of the 3 new pods at times", picked)
+	}
+	if got := pickSuccessor(nil, 1); got != "" {
+		t.Errorf("no candidate: picked %q", got)
+	}
+}
+
+// TestRevisionOrder: an entry keeps its order while its revision stays, a
+// new or changed revision goes above every entry, an unknown one has none.
+func TestRevisionOrder(t *testing.T) {
+	m := map[string]entry{"a": {Revision: "r1", RevisionOrder: 3}, "b": {Revision: "r2", RevisionOrder: 4}}
+	for _, tc := range []struct {
+		id, rev string
+		want    int64
+	}{
+		{"a", "r1", 3}, {"a", "r2", 5}, {"c", "r2", 5}, {"c", "", 0},
+	} {
+		if got := revisionOrder(m, tc.id, tc.rev); got != tc.want {
+			t.Errorf("revisionOrder(%s, %q) = %d, want %d", tc.id, tc.rev, got, tc.want)
+		}
+	}
+}
+
+// TestSuccessorOnlyHealthy: Successor names a fresh candidate whose app
+// is healthy and whose last probe passed, never an unhealthy one, an entry
+// not seen to change (maybe a dead pod's), or itself.
+func TestSuccessorOnlyHealthy(t *testing.T) {
+	h := &Health{registry: newRegistry("ns", "app-candidates", "self", 10*time.Second, nil, nil, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil)}
+	h.registry.observe(candidatesLease(`{"dead":{"healthy":true,"ok":true,"seq":1},"sick":{"healthy":false,"ok":false,"seq":1},"well":{"healthy":true,"ok":true,"seq":1},"self":{"healthy":true,"ok":true,"seq":1}}`))
+	if got := h.Successor(1); got != "" {
+		t.Fatalf("Successor = %q before any entry was seen to change, want none", got)
+	}
+	h.registry.observe(candidatesLease(`{"dead":{"healthy":true,"ok":true,"seq":1},"sick":{"healthy":false,"ok":false,"seq":2},"well":{"healthy":true,"ok":true,"seq":2},"self":{"healthy":true,"ok":true,"seq":2}}`))
+	for token := range int64(16) {
+		if got := h.Successor(token); got != "well" {
+			t.Fatalf("Successor(%d) = %q, want well", token, got)
+		}
+	}
+}

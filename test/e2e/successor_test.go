@@ -1,0 +1,275 @@
+//go:build integration
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/api"
+)
+
+// successorHandover bounds one handover after a candidate decides to take
+// the Lease: client-go's new round and its write, a few round trips to the
+// API server, and the test's poll (as in TestHealthStepDown).
+const successorHandover = 2 * retryPeriod
+
+// successorGroup starts health-gated candidates one after another (so the
+// first leads, and revisions arrive in the order given), each with the
+// revision and app health given, and waits until every candidate's entry
+// says so and has been seen to change by the others.
+func successorGroup(t *testing.T, revisions []string, healthy []bool) (*group, []*appHealth) {
+	t.Helper()
+	lease := leaseName(t)
+	createCandidatesLease(t, lease)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
+	apps := make([]*appHealth, len(revisions))
+	for i, rev := range revisions {
+		apps[i] = newAppHealth(t, healthy[i])
+		args := append(apps[i].args(), "--revision="+rev)
+		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: args}))
+		if i == 0 {
+			g.WaitLeader(30 * time.Second)
+		}
+	}
+	byName := map[string]bool{}
+	for i, c := range g.Members() {
+		byName[c.name] = healthy[i]
+	}
+	// Entries start unhealthy (seq 1), turn healthy (2) and are refreshed
+	// (3): by then every candidate has seen every other one change.
+	waitEntries(t, g, 3, func(name string) bool { return byName[name] })
+	return g, apps
+}
+
+var successorLogged = regexp.MustCompile(`"Released lease".*successor="([^"]*)"`)
+
+// namedSuccessor is the successor c's last release named, from its log.
+func namedSuccessor(t *testing.T, c *candidate) string {
+	t.Helper()
+	var name string
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		m := successorLogged.FindAllStringSubmatch(c.log(), -1)
+		if len(m) == 0 {
+			return false, nil
+		}
+		name = m[len(m)-1][1]
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%s logged no release", c.name)
+	}
+	return name
+}
+
+// TestSuccessorHealthyNewestNamed: a release names the healthy candidate of
+// the newest revision, never one of an older revision nor an unhealthy
+// one, and it takes over within one handover, not a retry period later.
+func TestSuccessorHealthyNewestNamed(t *testing.T) {
+	g, _ := successorGroup(t, []string{"v1", "v1", "v2", "v2"}, []bool{true, true, true, false})
+	members := g.Members()
+	leader, want := members[0], members[2]
+	if s, err := leader.state(); err != nil || !s.IsLeader {
+		t.Fatalf("%s does not lead: %+v %v", leader.name, s, err)
+	}
+	start := time.Now()
+	leader.release(t)
+	next := g.WaitLeader(retryPeriod+successorHandover, leader)
+	took := time.Since(start)
+	t.Logf("MEASURED release to the named successor %s: %v", next.name, took.Round(time.Millisecond))
+	if got := namedSuccessor(t, leader); got != want.name {
+		t.Errorf("release named %q, want %s (healthy, newest revision); %s is unhealthy, %s of the old revision", got, want.name, members[3].name, members[1].name)
+	}
+	if next != want {
+		t.Errorf("%s leads, want the named successor %s", next.name, want.name)
+	}
+	if took >= retryPeriod {
+		t.Errorf("the successor led %v after the release, not before the others' retry period %v", took, retryPeriod)
+	}
+}
+
+// TestSuccessorGoneNextTakesOver: the named successor is dead (killed after
+// its last entry, which is still fresh): another candidate takes over one
+// retry period plus one handover after the release.
+func TestSuccessorGoneNextTakesOver(t *testing.T) {
+	g, _ := successorGroup(t, []string{"v1", "v1", "v2"}, []bool{true, true, true})
+	members := g.Members()
+	leader, other, doomed := members[0], members[1], members[2]
+	doomed.signal(syscall.SIGKILL)
+	if _, err := doomed.waitExit(5 * time.Second); err == nil {
+		t.Log(doomed.name, "killed")
+	}
+	start := time.Now()
+	leader.release(t)
+	next := g.WaitLeader(retryPeriod+successorHandover+5*time.Second, leader, doomed)
+	took := time.Since(start)
+	t.Logf("MEASURED release to a dead successor → %s leads: %v (bound %v = retry period + %v handover)", next.name, took.Round(time.Millisecond), retryPeriod+successorHandover, successorHandover)
+	if got := namedSuccessor(t, leader); got != doomed.name {
+		t.Fatalf("release named %q, want %s (newest revision, entry still fresh)", got, doomed.name)
+	}
+	if next != other {
+		t.Errorf("%s leads, want %s", next.name, other.name)
+	}
+	if took > retryPeriod+successorHandover {
+		t.Errorf("took %v, more than a retry period and a handover (%v)", took, retryPeriod+successorHandover)
+	}
+}
+
+// TestSuccessorStrangerIgnored: a release written by hand naming a pod that
+// is no candidate: for one retry period from the write nobody takes the
+// Lease, then a candidate does, within one handover.
+func TestSuccessorStrangerIgnored(t *testing.T) {
+	g, _ := successorGroup(t, []string{"v1", "v1", "v1"}, []bool{true, true, true})
+	leases := controlPlane.AdminClient().CoordinationV1().Leases("default")
+	ctx := context.Background()
+	// The leader renews every retry period: an edit based on a version it
+	// has since renewed is refused (409) and made again on the newest.
+	var sent time.Time
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity = ptr.To("")
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+		lease.Spec.RenewTime = &now
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations["leader-elector.io/successor"] = "a-stranger"
+		sent = time.Now()
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A read that returns before sent + retryPeriod was served before it:
+	// every candidate saw the write no earlier than it was sent.
+	for {
+		l, err := leases.Get(ctx, g.lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(sent) >= retryPeriod {
+			break
+		}
+		if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" {
+			t.Fatalf("%s took the Lease %v after a release naming a stranger, within the retry period %v", h, time.Since(sent), retryPeriod)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	next := g.WaitLeader(successorHandover + 5*time.Second)
+	took := time.Since(sent)
+	t.Logf("MEASURED release naming a stranger → %s leads: %v", next.name, took.Round(time.Millisecond))
+	if took > retryPeriod+successorHandover {
+		t.Errorf("took %v, more than a retry period and a handover (%v)", took, retryPeriod+successorHandover)
+	}
+	if l, err := leases.Get(ctx, g.lease, metav1.GetOptions{}); err == nil {
+		if v, ok := l.Annotations["leader-elector.io/successor"]; ok {
+			t.Errorf("the new holder's write left the successor annotation %q", v)
+		}
+	}
+}
+
+// TestSuccessorTwoReleasesRacing: two POST /release at once on the leader:
+// one releases (naming the successor), the other finds no leader
+// ("released": false); the successor leads, under the monitor (no
+// overlap, no token going back).
+func TestSuccessorTwoReleasesRacing(t *testing.T) {
+	g, _ := successorGroup(t, []string{"v1", "v1", "v1"}, []bool{true, true, true})
+	leader := g.Members()[0]
+	before, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	answers := make([]api.Release, 2)
+	for i := range answers {
+		wg.Go(func() { answers[i] = leader.release(t) })
+	}
+	wg.Wait()
+	if answers[0].Released == answers[1].Released {
+		t.Errorf("released %v and %v by two releases at once, want exactly one", answers[0].Released, answers[1].Released)
+	}
+	next := g.WaitLeader(retryPeriod+successorHandover, leader)
+	if want := namedSuccessor(t, leader); next.name != want {
+		t.Errorf("%s leads, want the named successor %q", next.name, want)
+	}
+	after, err := next.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.FencingToken <= before.FencingToken {
+		t.Errorf("fencing token %d after the handover, was %d", after.FencingToken, before.FencingToken)
+	}
+}
+
+// TestSuccessorHandoverToNewerRevision: a rollout in miniature. Leader and
+// follower of revision v1 run with --handover-to-newer-revision; once a
+// candidate of v2 is ready, the leader hands over to it (reason
+// handed-over) within the configured delay, a probe period (the loop's
+// tick) and a handover; the v2 leader does not hand back, nor does
+// leadership move again.
+func TestSuccessorHandoverToNewerRevision(t *testing.T) {
+	const handoverAfter = 2 * time.Second
+	lease := leaseName(t)
+	createCandidatesLease(t, lease)
+	g := groupOf(t, lease)
+	g.monitor = startMonitor(t, g.Members)
+	start := func(i int, rev string) *candidate {
+		app := newAppHealth(t, true)
+		args := append(app.args(), "--revision="+rev, "--handover-to-newer-revision="+handoverAfter.String())
+		c := startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: args})
+		g.Add(c)
+		return c
+	}
+	old := start(0, "v1")
+	g.WaitLeader(30 * time.Second)
+	start(1, "v1")
+	waitEntries(t, g, 3, func(string) bool { return true })
+	if s, err := old.state(); err != nil || !s.IsLeader {
+		t.Fatalf("%s does not lead before the rollout: %+v %v", old.name, s, err)
+	}
+	newer := start(2, "v2")
+	// Able to take over once its entry is healthy and seen to change.
+	waitEntries(t, g, 2, func(string) bool { return true })
+	ready := time.Now()
+	bound := handoverAfter + healthPeriod + successorHandover
+	next := g.WaitLeader(bound+leaseDuration, old)
+	took := time.Since(ready)
+	t.Logf("MEASURED newer revision ready → %s leads: %v (bound %v = %v delay + %v probe period + %v handover)", next.name, took.Round(time.Millisecond), bound, handoverAfter, healthPeriod, successorHandover)
+	if next != newer {
+		t.Fatalf("%s leads, want %s, the newer revision", next.name, newer.name)
+	}
+	if took > bound {
+		t.Errorf("handed over %v after the newer candidate was ready, more than %v", took, bound)
+	}
+	if took < handoverAfter-healthPeriod {
+		t.Errorf("handed over %v after the newer candidate was ready, before the delay %v", took, handoverAfter)
+	}
+	if s, err := old.state(); err != nil || s.LastChange == nil || s.LastChange.Reason != "handed-over" {
+		t.Errorf("old leader's lastChange %+v (%v), want reason handed-over", s.LastChange, err)
+	}
+	// Leadership moved once: it stays with the new revision.
+	if err := holdsFor(2*handoverAfter+leaseDuration, 100*time.Millisecond, func() error {
+		if s, err := newer.state(); err != nil || !s.IsLeader {
+			return fmt.Errorf("%s no longer leads: %+v %v", newer.name, s, err)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
