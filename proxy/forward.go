@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -48,12 +50,20 @@ func (p *Proxy) serveClient(ctx context.Context, c net.Conn) {
 	p.pipe(f)
 }
 
-// connect connects c's upstream on the current route, retrying on each
-// change of route until deadline. A failure on a route is retried only on
-// the next one: the same leader refusing again would only load it.
+// Retries of a route that refused: the leader's own view of its new term
+// can lag a follower's (the follower may see the Lease's new version
+// before the leader has its write's answer), and an app may be starting.
+const (
+	retryFirst = 10 * time.Millisecond
+	retryMax   = 500 * time.Millisecond
+)
+
+// connect connects c's upstream on the current route until deadline,
+// retrying at once on a change of route, else with a backoff.
 func (p *Proxy) connect(ctx context.Context, c net.Conn, deadline time.Time) (*forwarded, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	backoff := wait.Backoff{Duration: retryFirst, Factor: 2, Cap: retryMax, Steps: math.MaxInt32}
 	for {
 		r, changed := p.routes.get()
 		up, err := p.dial(ctx, r)
@@ -66,11 +76,18 @@ func (p *Proxy) connect(ctx context.Context, c net.Conn, deadline time.Time) (*f
 			_ = up.Close()
 			continue
 		}
-		if r.kind != routeNone && ctx.Err() == nil {
-			p.failures.log(err, r)
+		var retry <-chan time.Time
+		if r.kind != routeNone {
+			if ctx.Err() == nil {
+				p.failures.log(err, r)
+			}
+			timer := time.NewTimer(backoff.Step())
+			retry = timer.C
+			defer timer.Stop() // at most a few dozen: the backoff reaches retryMax at once
 		}
 		select {
 		case <-changed:
+		case <-retry:
 		case <-ctx.Done():
 			return nil, err
 		}
@@ -162,9 +179,11 @@ func (p *Proxy) pipe(f *forwarded) {
 			f.close()
 		}
 	}
+	// One direction in this goroutine: a goroutine's stack is most of an
+	// open connection's memory.
 	wg.Add(2)
 	go copyHalf(f.upstream, f.client, directionToUpstream)
-	go copyHalf(f.client, f.upstream, directionToClient)
+	copyHalf(f.client, f.upstream, directionToClient)
 	wg.Wait()
 	p.routes.remove(f)
 	f.close()
@@ -187,6 +206,6 @@ func (l *failureLog) log(err error, r route) {
 		if r.kind == routeRemote {
 			to = "the leader " + r.holder
 		}
-		l.logger.Error(err, "Proxy could not connect a client; it is retried on the next change of leader until the wait ends, then closed (logged at most once per interval)", "to", to, "fencingToken", r.token, "interval", failureLogInterval)
+		l.logger.Error(err, "Proxy could not connect a client; it is retried until the wait ends, then closed (logged at most once per interval)", "to", to, "fencingToken", r.token, "interval", failureLogInterval)
 	})
 }
