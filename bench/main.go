@@ -81,6 +81,10 @@ type options struct {
 	Partitions       int
 	PartitionMembers int
 	PartitionRounds  int
+	// ProxyBench runs the proxy benchmark instead (bench/proxy.go), with
+	// Proxy's counts; it needs no control plane.
+	ProxyBench bool
+	Proxy      proxyOptions
 	// KeepWorkDir keeps logs, kubeconfigs and the audit log after a
 	// successful run too (a failed run always keeps them).
 	KeepWorkDir bool
@@ -103,6 +107,8 @@ func defaultOptions() *options {
 
 		PartitionMembers: 8,
 		PartitionRounds:  3,
+
+		Proxy: proxyOptions{Samples: 20000, NewConnSamples: 2000, Conns: 1000, Bytes: 1 << 30},
 	}
 }
 
@@ -125,6 +131,11 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
 	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")
 	fs.IntVar(&o.PartitionRounds, "partition-rounds", o.PartitionRounds, "joins and crashes measured in the partition benchmark")
+	fs.BoolVar(&o.ProxyBench, "proxy", o.ProxyBench, "run the forwarding proxy's benchmark instead: added latency, throughput and memory against a direct loopback connection")
+	fs.IntVar(&o.Proxy.Samples, "proxy-samples", o.Proxy.Samples, "with --proxy: round trips timed on one keep-alive connection")
+	fs.IntVar(&o.Proxy.NewConnSamples, "proxy-new-conn-samples", o.Proxy.NewConnSamples, "with --proxy: new connections timed")
+	fs.IntVar(&o.Proxy.Conns, "proxy-conns", o.Proxy.Conns, "with --proxy: connections held open for the memory figure")
+	fs.Int64Var(&o.Proxy.Bytes, "proxy-bytes", o.Proxy.Bytes, "with --proxy: bytes sent for the throughput figure")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }
 
@@ -151,12 +162,18 @@ func (o *options) validate() error {
 	if o.Partitions < 0 || o.Partitions > 1024 || (o.Partitions > 0 && (o.PartitionMembers < 2 || o.PartitionRounds < 1)) {
 		errs = append(errs, errors.New("--partitions must be within 0..1024, and with partitions --partition-members at least 2 and --partition-rounds at least 1"))
 	}
+	if o.Proxy.Samples < 100 || o.Proxy.NewConnSamples < 100 || o.Proxy.Conns < 1 || o.Proxy.Conns > 60000 || o.Proxy.Bytes < 1<<20 {
+		errs = append(errs, errors.New("--proxy-samples and --proxy-new-conn-samples must be at least 100, --proxy-conns within 1..60000, --proxy-bytes at least 1 MiB"))
+	}
 	return errors.Join(errs...)
 }
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == sseReaderCommand {
 		os.Exit(runSSEReaders(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == proxyCommand {
+		os.Exit(runProxyUnderTest(os.Args[2:]))
 	}
 	opts := defaultOptions()
 	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
@@ -176,6 +193,9 @@ func main() {
 	runBench := run
 	if opts.Partitions > 0 {
 		runBench = runPartitions
+	}
+	if opts.ProxyBench {
+		runBench = runProxy
 	}
 	if err := runBench(ctx, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
