@@ -154,7 +154,7 @@ bench-proxy: ## the forwarding proxy against a direct loopback connection: added
 	$(GO) run ./bench --proxy --output bench-proxy.out
 
 bench-proxy-smoke: ## the proxy benchmark with small counts, to prove it still works (seconds)
-	$(GO) run ./bench --proxy --proxy-samples=500 --proxy-new-conn-samples=200 --proxy-bytes=67108864 --proxy-conns=100
+	$(GO) run ./bench --proxy --proxy-samples=500 --proxy-new-conn-samples=200 --proxy-bytes=67108864 --proxy-conns=100 --proxy-idle-clients=1100
 
 bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)
 	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \

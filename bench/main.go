@@ -108,7 +108,7 @@ func defaultOptions() *options {
 		PartitionMembers: 8,
 		PartitionRounds:  3,
 
-		Proxy: proxyOptions{Samples: 20000, NewConnSamples: 2000, Conns: 1000, Bytes: 1 << 30},
+		Proxy: proxyOptions{Samples: 20000, NewConnSamples: 2000, Conns: 1000, IdleClients: 10000, Bytes: 1 << 30},
 	}
 }
 
@@ -135,6 +135,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Proxy.Samples, "proxy-samples", o.Proxy.Samples, "with --proxy: round trips timed on one keep-alive connection")
 	fs.IntVar(&o.Proxy.NewConnSamples, "proxy-new-conn-samples", o.Proxy.NewConnSamples, "with --proxy: new connections timed")
 	fs.IntVar(&o.Proxy.Conns, "proxy-conns", o.Proxy.Conns, "with --proxy: connections held open for the memory figure")
+	fs.IntVar(&o.Proxy.IdleClients, "proxy-idle-clients", o.Proxy.IdleClients, "with --proxy: idle clients opened against a proxy with the default connection cap")
 	fs.Int64Var(&o.Proxy.Bytes, "proxy-bytes", o.Proxy.Bytes, "with --proxy: bytes sent for the throughput figure")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }
@@ -162,8 +163,8 @@ func (o *options) validate() error {
 	if o.Partitions < 0 || o.Partitions > 1024 || (o.Partitions > 0 && (o.PartitionMembers < 2 || o.PartitionRounds < 1)) {
 		errs = append(errs, errors.New("--partitions must be within 0..1024, and with partitions --partition-members at least 2 and --partition-rounds at least 1"))
 	}
-	if o.Proxy.Samples < 100 || o.Proxy.NewConnSamples < 100 || o.Proxy.Conns < 1 || o.Proxy.Conns > 60000 || o.Proxy.Bytes < 1<<20 {
-		errs = append(errs, errors.New("--proxy-samples and --proxy-new-conn-samples must be at least 100, --proxy-conns within 1..60000, --proxy-bytes at least 1 MiB"))
+	if o.Proxy.Samples < 100 || o.Proxy.NewConnSamples < 100 || o.Proxy.Conns < 1 || o.Proxy.Conns > 60000 || o.Proxy.IdleClients < 1 || o.Proxy.IdleClients > 60000 || o.Proxy.Bytes < 1<<20 {
+		errs = append(errs, errors.New("--proxy-samples and --proxy-new-conn-samples must be at least 100, --proxy-conns and --proxy-idle-clients within 1..60000, --proxy-bytes at least 1 MiB"))
 	}
 	return errors.Join(errs...)
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -60,8 +61,13 @@ func interleaved(direct, proxied string, n int, run func(addr string, n int) ([]
 const proxyMessage = 64
 
 func runProxyUnderTest(args []string) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: bench proxy-under-test UPSTREAM")
+	if len(args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: bench proxy-under-test UPSTREAM MAX-CONNECTIONS")
+		return 2
+	}
+	maxConns, err := strconv.Atoi(args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	peer, err := net.Listen("tcp", "127.0.0.1:0")
@@ -74,7 +80,7 @@ func runProxyUnderTest(args []string) int {
 	source := leadershiptest.NewSource(leadership.State{Identity: "bench", Holder: "bench", IsLeader: true, FencingToken: 1})
 	p, err := proxy.Listen(proxy.Config{
 		Address: "127.0.0.1:0", PeerAddress: peerAddr, Upstream: args[0],
-		Wait: 10 * time.Second, MaxConnections: proxy.MaxConnectionsLimit,
+		Wait: 10 * time.Second, MaxConnections: maxConns,
 		Leadership: source, Resolver: noResolver{},
 	})
 	if err != nil {
@@ -102,6 +108,8 @@ func (noResolver) Resolve(context.Context, string, int64) (string, error) {
 // proxyOptions are the proxy benchmark's counts.
 type proxyOptions struct {
 	Samples, NewConnSamples, Conns int
+	// IdleClients connect to a proxy with the default cap and send nothing.
+	IdleClients int
 	Bytes                          int64
 }
 
@@ -114,7 +122,7 @@ func runProxy(ctx context.Context, opts *options) error {
 		return err
 	}
 	defer upstream.Close()
-	proxyAddr, stop, pid, err := startProxyUnderTest(ctx, upstream.Addr().String())
+	proxyAddr, stop, pid, err := startProxyUnderTest(ctx, upstream.Addr().String(), proxy.MaxConnectionsLimit)
 	if err != nil {
 		return err
 	}
@@ -159,6 +167,11 @@ func runProxy(ctx context.Context, opts *options) error {
 	}
 	rows = append(rows, fmt.Sprintf("| proxy process VmRSS (anonymous), %d connections open | idle: %.1f MiB (%.1f) | %.1f MiB (%.1f) | +%.1f MiB (+%.1f anonymous) |",
 		opts.Proxy.Conns, inMiB(before.rss), inMiB(before.anon), inMiB(after.rss), inMiB(after.anon), inMiB(after.rss)-inMiB(before.rss), inMiB(after.anon)-inMiB(before.anon)))
+	row, err := idleClientsOverTheCap(ctx, upstream.Addr().String(), opts.Proxy.IdleClients)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, row)
 	table := "| loopback, " + fmt.Sprint(opts.Proxy.Samples) + " samples | direct | through the proxy | proxy's cost |\n|---|---|---|---|\n" + strings.Join(rows, "\n") + "\n"
 	fmt.Print(table)
 	if opts.Output != "" {
@@ -185,12 +198,12 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 // startProxyUnderTest starts the proxy in a process of its own.
-func startProxyUnderTest(ctx context.Context, upstream string) (addr string, stop func(), pid int, err error) {
+func startProxyUnderTest(ctx context.Context, upstream string, maxConns int) (addr string, stop func(), pid int, err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", nil, 0, err
 	}
-	cmd := exec.CommandContext(ctx, self, proxyCommand, upstream)
+	cmd := exec.CommandContext(ctx, self, proxyCommand, upstream, strconv.Itoa(maxConns))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -377,4 +390,51 @@ func memoryWithConns(pid int, addr string, n int) (before, after memory, err err
 	time.Sleep(time.Second)
 	after, err = residentMemory(pid)
 	return before, after, err
+}
+
+// idleCap is the default --proxy-max-connections, which the idle clients
+// run against.
+const idleCap = 1024
+
+// idleClientsOverTheCap opens n idle connections (they send nothing) to a
+// proxy capped at idleCap, and reports how many it closed at once and its
+// memory before and after.
+func idleClientsOverTheCap(ctx context.Context, upstream string, n int) (string, error) {
+	addr, stop, pid, err := startProxyUnderTest(ctx, upstream, idleCap)
+	if err != nil {
+		return "", err
+	}
+	defer stop()
+	before, err := residentMemory(pid)
+	if err != nil {
+		return "", err
+	}
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return "", fmt.Errorf("idle client %d of %d: %w", len(conns)+1, n, err)
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second)
+	after, err := residentMemory(pid)
+	if err != nil {
+		return "", err
+	}
+	closed := 0
+	var b [1]byte
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := c.Read(b[:]); err != nil && !os.IsTimeout(err) {
+			closed++
+		}
+	}
+	return fmt.Sprintf("| %d idle clients, cap %d: VmRSS (anonymous) | before: %.1f MiB (%.1f) | with them: %.1f MiB (%.1f); %d closed at once | +%.1f MiB |",
+		n, idleCap, inMiB(before.rss), inMiB(before.anon), inMiB(after.rss), inMiB(after.anon), closed, inMiB(after.rss)-inMiB(before.rss)), nil
 }
