@@ -110,7 +110,7 @@ type proxyOptions struct {
 	Samples, NewConnSamples, Conns int
 	// IdleClients connect to a proxy with the default cap and send nothing.
 	IdleClients int
-	Bytes                          int64
+	Bytes       int64
 }
 
 // runProxy measures the proxy against a direct connection to the same

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,33 +141,7 @@ func createProxyPods(t *testing.T, sa string, ipOf map[string]string) {
 func TestProxyForwardsToTheLeaderAcrossHandovers(t *testing.T) {
 	lease := leaseName(t)
 	versions := watchLeaseVersions(t, lease)
-	ports, err := harness.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ipOf := map[string]string{}
-	var names []string
-	for i := range 3 {
-		name := fmt.Sprintf("%s-%d", lease, i)
-		names = append(names, name)
-		ipOf[name] = fmt.Sprintf("127.0.0.%d", i+2)
-	}
-	createProxyPods(t, lease, ipOf)
-
-	g := groupOf(t, lease)
-	proxyAddr := map[string]string{}
-	for _, name := range names {
-		app := startProxyEchoApp(t)
-		proxyAddr[name] = net.JoinHostPort(ipOf[name], strconv.Itoa(ports[0]))
-		c := startCandidate(t, name, candidateOptions{lease: lease, extraArgs: []string{
-			"--proxy-address=" + proxyAddr[name],
-			"--proxy-peer-address=" + net.JoinHostPort(ipOf[name], strconv.Itoa(ports[1])),
-			"--proxy-upstream=" + app.addr,
-			"--proxy-drain=" + proxyDrain.String(),
-		}})
-		app.sidecar.Store(c)
-		g.Add(c)
-	}
+	g, names, proxyAddr := startProxyGroup(t, lease)
 	leader := g.WaitLeader(30 * time.Second)
 
 	// Clients: a new connection per request, to a candidate in turn.
@@ -240,6 +215,113 @@ func TestProxyForwardsToTheLeaderAcrossHandovers(t *testing.T) {
 		if viaCount[name] == 0 {
 			t.Errorf("no answer through %s's proxy", name)
 		}
+	}
+}
+
+// startProxyGroup starts three candidates on lease, each with its pod (an
+// API object with the candidate's loopback IP as its pod IP), its echo
+// app, and its proxy on its IP; it returns them and their proxies'
+// addresses.
+func startProxyGroup(t *testing.T, lease string) (g *group, names []string, proxyAddr map[string]string) {
+	t.Helper()
+	ports, err := harness.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ipOf := map[string]string{}
+	for i := range 3 {
+		name := fmt.Sprintf("%s-%d", lease, i)
+		names = append(names, name)
+		ipOf[name] = fmt.Sprintf("127.0.0.%d", i+2)
+	}
+	createProxyPods(t, lease, ipOf)
+	g = groupOf(t, lease)
+	proxyAddr = map[string]string{}
+	for _, name := range names {
+		app := startProxyEchoApp(t)
+		proxyAddr[name] = net.JoinHostPort(ipOf[name], strconv.Itoa(ports[0]))
+		c := startCandidate(t, name, candidateOptions{lease: lease, extraArgs: []string{
+			"--proxy-address=" + proxyAddr[name],
+			"--proxy-peer-address=" + net.JoinHostPort(ipOf[name], strconv.Itoa(ports[1])),
+			"--proxy-upstream=" + app.addr,
+			"--proxy-drain=" + proxyDrain.String(),
+		}})
+		app.sidecar.Store(c)
+		g.Add(c)
+	}
+	return g, names, proxyAddr
+}
+
+// TestProxyCrashFailover: the leader is killed (SIGKILL) while clients ask
+// through the two other candidates' proxies, a new connection for each
+// request. Only requests between the crash and the takeover fail: those
+// in flight to the killed leader, and those that waited --proxy-wait (the
+// renew deadline) without a leader; none that ended before the kill or
+// began after the takeover was seen. Every answer comes from a leader.
+func TestProxyCrashFailover(t *testing.T) {
+	lease := leaseName(t)
+	g, names, proxyAddr := startProxyGroup(t, lease)
+	leader := g.WaitLeader(30 * time.Second)
+	var via []string
+	for _, name := range names {
+		if name != leader.name {
+			via = append(via, name)
+		}
+	}
+	type result struct {
+		start, end time.Time
+		answer     proxyAnswer
+		err        error
+	}
+	var (
+		mu      sync.Mutex
+		results []result
+		stop    atomic.Bool
+		clients sync.WaitGroup
+	)
+	const requestSlack = 2 * time.Second
+	for k := range 2 {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for i := k; !stop.Load(); i++ {
+				start := time.Now()
+				a, err := proxyRequest(proxyAddr[via[i%len(via)]], renewDeadline+requestSlack)
+				mu.Lock()
+				results = append(results, result{start: start, end: time.Now(), answer: a, err: err})
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	killed := time.Now()
+	leader.signal(syscall.SIGKILL)
+	next := g.WaitLeader(leaseDuration+5*time.Second, leader)
+	tookOver := time.Now()
+	time.Sleep(time.Second)
+	stop.Store(true)
+	clients.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	failed, answered := 0, 0
+	for _, r := range results {
+		if r.err == nil {
+			answered++
+			if !r.answer.isLeader {
+				t.Errorf("a request at %s was answered by %s (token %d), which did not lead then", stamp(r.start), r.answer.pod, r.answer.token)
+			}
+			continue
+		}
+		failed++
+		if r.end.Before(killed) || !r.start.Before(tookOver) {
+			t.Errorf("a request from %s to %s failed (the kill at %s, the takeover seen at %s): %v", stamp(r.start), stamp(r.end), stamp(killed), stamp(tookOver), r.err)
+		}
+	}
+	t.Logf("%d answered, %d failed; leader %s killed at %s, %s took over %s later", answered, failed, leader.name, stamp(killed), next.name, tookOver.Sub(killed).Round(time.Millisecond))
+	if answered == 0 {
+		t.Fatal("no request was answered")
 	}
 }
 
