@@ -20,7 +20,8 @@ type term struct {
 // three pods, each change reaching the pods' views in a random order (so
 // that views disagree for a moment: a follower may point at a pod that no
 // longer leads, two followers at each other), while clients keep
-// connecting to random pods and asking. Over the run:
+// connecting to random pods and asking, some on a new connection each
+// time, some on one connection for as long as it lasts. Over the run:
 //   - an app is connected to only during its pod's term (never after it);
 //   - every connection to an app is closed within schedulingSlack of the
 //     end of the term it was made in;
@@ -75,6 +76,40 @@ func TestLeadershipMovesWhileConnectionsInFlight(t *testing.T) {
 					wrong = append(wrong, got)
 					mu.Unlock()
 				}
+			}
+		}()
+	}
+
+	// Keep-alive clients: each holds a connection and asks on it until the
+	// proxy closes it, then connects again; their connections outlive
+	// terms unless the proxies close them.
+	for range 3 {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for !done.Load() {
+				conn, err := net.Dial("tcp", c.pods[names[rand.IntN(len(names))]].proxy.Addr().String())
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				r := bufioReader(conn)
+				for !done.Load() {
+					from := time.Now()
+					got, err := ask(conn, r, testWait+schedulingSlack)
+					if err != nil {
+						failures.Add(1)
+						break
+					}
+					answers.Add(1)
+					if !ledDuring(got, from, time.Now()) {
+						mu.Lock()
+						wrong = append(wrong, got)
+						mu.Unlock()
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				_ = conn.Close()
 			}
 		}()
 	}
