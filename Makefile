@@ -145,10 +145,16 @@ fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 3000x executi
 # real control plane. `make bench` is the full run whose table docs/performance.md
 # shows (about 15 minutes); `make bench-smoke` is a short run with small
 # counts and timings that only proves the benchmark still works (CI).
-.PHONY: bench bench-smoke
+.PHONY: bench bench-smoke bench-proxy bench-proxy-smoke
 
 bench: tools ## benchmarks, full run at the default timings (~15 min); the table also goes to bench.out
 	$(GO) run ./bench --output bench.out
+
+bench-proxy: ## the forwarding proxy against a direct loopback connection: added latency, throughput, memory of 1,000 open connections (no control plane; ~1 min)
+	$(GO) run ./bench --proxy --output bench-proxy.out
+
+bench-proxy-smoke: ## the proxy benchmark with small counts, to prove it still works (seconds)
+	$(GO) run ./bench --proxy --proxy-samples=500 --proxy-new-conn-samples=200 --proxy-bytes=67108864 --proxy-conns=100 --proxy-idle-clients=1100
 
 bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)
 	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \

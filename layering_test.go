@@ -56,6 +56,8 @@ var layers = []struct {
 		forbid: ours("app", "options", "httpapi", "notify", "routing", "health", "status", "supervisor")},
 	{pkg: "httpapi", why: "answers the app over a view of the state (leadership, ownership); sends nothing, links no Kubernetes client, parses no flags",
 		forbid: append(ours("app", "options", "notify", "routing", "health", "status", "supervisor", "election", "partition"), "k8s.io/client-go/")},
+	{pkg: "proxy", why: "forwards connections by the leadership it reads; knows no elector, mode or the binary",
+		forbid: ours("app", "options", "httpapi", "notify", "routing", "partition", "health", "status", "supervisor", "election")},
 	{pkg: "notify", why: "the outbound notifier; not the composition", forbid: ours("app", "options", "status", "supervisor")},
 	{pkg: "app", why: "the composition parses nothing", forbid: ours("options", "status", "supervisor")},
 	{pkg: "options", why: "builds Configs and runs nothing of the subcommands", forbid: ours("status", "supervisor")},

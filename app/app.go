@@ -19,6 +19,7 @@ import (
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/notify"
 	"github.com/leader-elector/leader-elector/partition"
+	"github.com/leader-elector/leader-elector/proxy"
 	"github.com/leader-elector/leader-elector/routing"
 )
 
@@ -72,6 +73,9 @@ type Config struct {
 	// Notify POSTs each change of the leader election's state to the app
 	// (URL empty: not at all).
 	Notify notify.Options
+	// Proxy, when set, forwards TCP clients to the leader's app (leader
+	// election only); its Leadership and Resolver are filled in by Run.
+	Proxy *proxy.Config
 }
 
 // partitionMode reports whether the pod is a partition group member.
@@ -100,7 +104,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := checkLeaderLabel(ctx, cfg.Routing, c.routing); err != nil {
 		return err
 	}
-	servers, err := listen(ctx, cfg, w, metrics)
+	servers, err := listen(ctx, cfg, w, c, metrics)
 	if err != nil {
 		return err
 	}
@@ -111,6 +115,7 @@ func Run(ctx context.Context, cfg Config) error {
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	servers.serve(stop)
+	stopProxy := startProxy(ctx, servers.proxy)
 
 	// The router withdraws this pod when runCtx ends, while the elector
 	// releases the Lease; either order is safe (the writes are fenced).
@@ -127,6 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// releases the Lease; the servers keep answering (not leader, not ready)
 	// until it has done so.
 	electionErr := w.run(runCtx)
+	stopProxy()
 	<-routingDone
 	stopNotifier()
 	c.flushEvents(ctx)
@@ -160,5 +166,7 @@ func logStart(logger klog.Logger, cfg Config, s *servers) {
 		"events", cfg.Events && !cfg.partitionMode(),
 		"appHealthURL", cfg.Health.URL,
 		"onChangeURL", cfg.Notify.URL,
+		"proxyAddress", s.proxyAddr(),
+		"proxyPeerAddress", s.proxyPeerAddr(),
 	)
 }

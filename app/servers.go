@@ -7,17 +7,19 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/proxy"
 )
 
-// servers are the application API (localhost by default) and the probe
-// server (/readyz, /healthz, /metrics).
+// servers are the application API (localhost by default), the probe
+// server (/readyz, /healthz and /metrics) and, if on, the forwarding proxy.
 type servers struct {
 	api, probes *httpapi.Server
+	proxy       *proxy.Proxy
 }
 
-// listen opens both listeners, so that an address in use fails the start
+// listen opens every listener, so that an address in use fails the start
 // before anything else runs.
-func listen(ctx context.Context, cfg Config, w *workload, m *metrics) (*servers, error) {
+func listen(ctx context.Context, cfg Config, w *workload, c *clients, m *metrics) (*servers, error) {
 	api, err := httpapi.Listen(ctx, cfg.HTTPAddress, w.api)
 	if err != nil {
 		return nil, fmt.Errorf("application API: %w", err)
@@ -27,7 +29,31 @@ func listen(ctx context.Context, cfg Config, w *workload, m *metrics) (*servers,
 		_ = api.Shutdown(context.Background())
 		return nil, fmt.Errorf("probe server: %w", err)
 	}
-	return &servers{api: api, probes: probes}, nil
+	s := &servers{api: api, probes: probes}
+	if s.proxy, err = listenProxy(cfg, w, c); err == nil && s.proxy != nil {
+		err = m.registerOwn(s.proxy.Collectors())
+	}
+	if err != nil {
+		_ = api.Shutdown(context.Background())
+		_ = probes.Shutdown(context.Background())
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	return s, nil
+}
+
+// proxyAddr and proxyPeerAddr are the proxy's addresses, "" when it is off.
+func (s *servers) proxyAddr() string {
+	if s.proxy == nil {
+		return ""
+	}
+	return s.proxy.Addr().String()
+}
+
+func (s *servers) proxyPeerAddr() string {
+	if s.proxy == nil {
+		return ""
+	}
+	return s.proxy.PeerAddr().String()
 }
 
 // serve serves both in the background; the first that fails calls stop.

@@ -91,6 +91,10 @@ type options struct {
 	// another, timed from the first one's start to the full and fair
 	// assignment (it replaces the start measure).
 	PartitionBurst int
+	// ProxyBench runs the proxy benchmark instead (bench/proxy.go), with
+	// Proxy's counts; it needs no control plane.
+	ProxyBench bool
+	Proxy      proxyOptions
 	// KeepWorkDir keeps logs, kubeconfigs and the audit log after a
 	// successful run too (a failed run always keeps them).
 	KeepWorkDir bool
@@ -113,6 +117,8 @@ func defaultOptions() *options {
 
 		PartitionMembers: 8,
 		PartitionRounds:  3,
+
+		Proxy: proxyOptions{Samples: 20000, NewConnSamples: 2000, Conns: 1000, IdleClients: 10000, Bytes: 1 << 30},
 	}
 }
 
@@ -137,6 +143,12 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.PartitionRounds, "partition-rounds", o.PartitionRounds, "joins and crashes measured in the partition benchmark")
 	fs.DurationVar(&o.PartitionDrainTimeout, "partition-drain-timeout", o.PartitionDrainTimeout, "every member's --drain-timeout (the members never release a draining partition themselves)")
 	fs.IntVar(&o.PartitionBurst, "partition-burst", o.PartitionBurst, "first measure a burst join: one member owns every partition, then this many start one after another (0: off)")
+	fs.BoolVar(&o.ProxyBench, "proxy", o.ProxyBench, "run the forwarding proxy's benchmark instead: added latency, throughput and memory against a direct loopback connection")
+	fs.IntVar(&o.Proxy.Samples, "proxy-samples", o.Proxy.Samples, "with --proxy: round trips timed on one keep-alive connection")
+	fs.IntVar(&o.Proxy.NewConnSamples, "proxy-new-conn-samples", o.Proxy.NewConnSamples, "with --proxy: new connections timed")
+	fs.IntVar(&o.Proxy.Conns, "proxy-conns", o.Proxy.Conns, "with --proxy: connections held open for the memory figure")
+	fs.IntVar(&o.Proxy.IdleClients, "proxy-idle-clients", o.Proxy.IdleClients, "with --proxy: idle clients opened against a proxy with the default connection cap")
+	fs.Int64Var(&o.Proxy.Bytes, "proxy-bytes", o.Proxy.Bytes, "with --proxy: bytes sent for the throughput figure")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }
 
@@ -169,12 +181,18 @@ func (o *options) validate() error {
 	if o.PartitionBurst < 0 || (o.Partitions > 0 && o.PartitionBurst > o.PartitionMembers-2) {
 		errs = append(errs, fmt.Errorf("--partition-burst must be within 0..--partition-members - 2 (one member is there first, and one joins in each round), got %d", o.PartitionBurst))
 	}
+	if o.Proxy.Samples < 100 || o.Proxy.NewConnSamples < 100 || o.Proxy.Conns < 1 || o.Proxy.Conns > 60000 || o.Proxy.IdleClients < 1 || o.Proxy.IdleClients > 60000 || o.Proxy.Bytes < 1<<20 {
+		errs = append(errs, errors.New("--proxy-samples and --proxy-new-conn-samples must be at least 100, --proxy-conns and --proxy-idle-clients within 1..60000, --proxy-bytes at least 1 MiB"))
+	}
 	return errors.Join(errs...)
 }
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == sseReaderCommand {
 		os.Exit(runSSEReaders(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == proxyCommand {
+		os.Exit(runProxyUnderTest(os.Args[2:]))
 	}
 	opts := defaultOptions()
 	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
@@ -194,6 +212,9 @@ func main() {
 	runBench := run
 	if opts.Partitions > 0 {
 		runBench = runPartitions
+	}
+	if opts.ProxyBench {
+		runBench = runProxy
 	}
 	if err := runBench(ctx, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)

@@ -31,6 +31,7 @@ func (o *Options) AppConfig(version, revision string) app.Config {
 		Routing:      o.routingConfig(),
 		Health:       o.healthConfig(),
 		Notify:       o.notifyConfig(),
+		Proxy:        o.Proxy.config(),
 	}
 	if o.Partitions > 0 {
 		cfg.Partition = o.partitionConfig()

@@ -30,6 +30,7 @@ func FuzzParseOptions(f *testing.F) {
 		{"--lease-name=my-app\x00--http-address=localhost:8080\x00--probe-address=127.0.0.1:8080", ""},
 		{"--lease-name=my-app\x00--probe-address=:-0", ""},
 		{"--lease-name=my-app\x00--kube-api-qps=NaN", ""},
+		{"--lease-name=my-app\x00--proxy-address=:8080\x00--proxy-upstream=[::1]:0\x00--proxy-peer-address=localhost:4040", "LEADER_ELECTOR_PROXY_WAIT=-1s"},
 		{"", "LEADER_ELECTOR_LEASE_NAME=my-app\nLEADER_ELECTOR_LEASE_DURATON=60s"},
 		{"", "LEADER_ELECTOR_LEASE_NAME=my-app\nLEADER_ELECTOR_DEMO_SERVICE_HOST=10.0.0.1\nPOD_NAME=pod-a\nPOD_IP=10.0.0.7"},
 		{"--election=my-app\x00--id=pod-a\x00--http=:4041", "LEADER_ELECTOR_ELECTION=other"},

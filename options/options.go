@@ -66,6 +66,8 @@ type Options struct {
 	Campaign          campaignOptions
 	// Notify configures --on-change-url.
 	Notify notifyOptions
+	// Proxy configures the forwarding proxy (--proxy-address).
+	Proxy proxyOptions
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -123,6 +125,7 @@ func newOptions() *Options {
 		Health:            newHealthOptions(),
 		Campaign:          newCampaignOptions(),
 		Notify:            newNotifyOptions(),
+		Proxy:             newProxyOptions(),
 	}
 }
 
@@ -152,6 +155,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, fmt.Sprintf("Partition mode: spread this many partition Leases (<lease-name>-p<i>, 1..%d) fairly across the pods of the group --lease-name; 0 (default) is leader election.", partition.MaxPartitions))
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, fmt.Sprintf("Partition mode: how long a partition this pod is to hand over (it owns more than its fair share) is shown as draining for the app to finish, checkpoint and release it, before the pod releases it anyway (0s..%v; 0: at once). Only with --partitions.", partition.MaxDrainTimeout))
 	o.Notify.addFlags(fs)
+	o.Proxy.addFlags(fs)
 
 	fs.StringVar(&o.election, "election", "", "Deprecated: use --lease-name.")
 	fs.StringVar(&o.electionNamespace, "election-namespace", "", "Deprecated: use --lease-namespace.")
@@ -350,6 +354,7 @@ func (o *Options) Validate() error {
 	}
 	errs = append(errs, o.Advertise.validate(o.Partitions)...)
 	errs = append(errs, o.Notify.validate()...)
+	errs = append(errs, o.Proxy.validate(o.HTTPAddress, o.ProbeAddress, o.Partitions)...)
 	return errors.Join(errs...)
 }
 
@@ -441,6 +446,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	o.complete(env)
 	o.completeCampaign(fs)
 	o.drainTimeoutGiven = fs.Changed("drain-timeout")
+	o.Proxy.complete(fs, o.RenewDeadline)
 	if err := o.Validate(); err != nil {
 		return nil, fs, err
 	}

@@ -64,6 +64,9 @@ func TestBadFlags(t *testing.T) {
 		{"unresolvable http address", []string{"--lease-name=a", "--http-address=example.invalid:80"}, nil, "host names are not resolved"},
 		{"negative zero port", []string{"--lease-name=a", "--probe-address=:-0"}, nil, `invalid port "-0"`},
 		{"overlapping listen addresses", []string{"--lease-name=a", "--http-address=localhost:8080", "--probe-address=127.0.0.1:8080"}, nil, "would listen on the same port"},
+		{"proxy on the probe port", []string{"--lease-name=a", "--proxy-address=:8080", "--proxy-upstream=127.0.0.1:5432"}, nil, `--proxy-address ":8080" and --probe-address ":8080" would listen on the same port`},
+		{"proxy peer port on the API's", []string{"--lease-name=a", "--proxy-address=:7000", "--proxy-upstream=127.0.0.1:5432", "--proxy-peer-address=localhost:4040"}, nil, `--proxy-peer-address "localhost:4040" and --http-address "127.0.0.1:4040" would listen on the same port`},
+		{"proxy upstream off the pod", []string{"--lease-name=a", "--proxy-address=:7000", "--proxy-upstream=10.0.0.5:5432"}, nil, "must be a loopback IP address"},
 		{"misspelt variable", []string{"--lease-name=a"}, []string{"LEADER_ELECTOR_LEASE_DURATON=60s"}, "unknown environment variable LEADER_ELECTOR_LEASE_DURATON (did you mean LEADER_ELECTOR_LEASE_DURATION?)"},
 		{"terminal escape in an argument", []string{"--lease-name=a", "stray\r\x1b[2J"}, nil, `unexpected arguments: stray\r\x1b[2J`},
 	}

@@ -205,7 +205,7 @@ ServiceAccount's token.
     - --lease-duration={{ include "leader-elector.seconds" .Values.election.leaseDurationSeconds }}
     - --renew-deadline={{ include "leader-elector.seconds" .Values.election.renewDeadlineSeconds }}
     - --retry-period={{ include "leader-elector.seconds" .Values.election.retryPeriodSeconds }}
-    - --readiness={{ .Values.election.readiness }}
+    - --readiness={{ (include "leader-elector.readiness" .) }}
     {{- if not .Values.election.candidate }}
     - --candidate=false
     {{- else if ne .Values.election.campaign "auto" }}
@@ -240,6 +240,12 @@ ServiceAccount's token.
     {{- end }}
     {{- if gt (int .Values.election.advertisePort) 0 }}
     - --advertise-port={{ .Values.election.advertisePort }}
+    {{- end }}
+    {{- if .Values.proxy.enabled }}
+    - --proxy-address=:{{ .Values.proxy.port }}
+    - --proxy-peer-address=:{{ .Values.proxy.peerPort }}
+    - --proxy-upstream=127.0.0.1:{{ .Values.proxy.upstreamPort }}
+    - --proxy-drain={{ include "leader-elector.seconds" .Values.proxy.drainSeconds }}
     {{- end }}
     {{- with .Values.sidecar.extraArgs }}
     {{- toYaml . | nindent 4 }}
@@ -287,6 +293,12 @@ ServiceAccount's token.
   ports:
     - name: elector-probes
       containerPort: {{ .Values.sidecar.probePort }}
+    {{- if .Values.proxy.enabled }}
+    - name: elector-proxy
+      containerPort: {{ .Values.proxy.port }}
+    - name: elector-peer
+      containerPort: {{ .Values.proxy.peerPort }}
+    {{- end }}
   readinessProbe:
     httpGet:
       path: /readyz
@@ -420,8 +432,22 @@ available never ends; maxUnavailable 100% replaces all pods at once and the
 new ones take over when the old leader releases. With readiness candidate a
 normal one-by-one rolling update works.
 */}}
+{{/*
+The readiness mode: election.readiness, else candidate with the proxy on
+(every pod forwards to the leader) and leader without.
+*/}}
+{{- define "leader-elector.readiness" -}}
+{{- if .Values.election.readiness -}}
+{{- .Values.election.readiness -}}
+{{- else if .Values.proxy.enabled -}}
+candidate
+{{- else -}}
+leader
+{{- end -}}
+{{- end }}
+
 {{- define "leader-elector.strategy" -}}
-{{- if eq .Values.election.readiness "leader" -}}
+{{- if eq (include "leader-elector.readiness" .) "leader" -}}
 type: RollingUpdate
 rollingUpdate:
   maxSurge: 0
@@ -501,6 +527,18 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if and (gt (int .Values.partitions.count) 0) (gt (len (include "leader-elector.leaseName" .)) 63) }}
 {{- fail (printf "partitions.count needs a lease name of at most 63 characters (it is a label value), got %q" (include "leader-elector.leaseName" .)) }}
 {{- end }}
+{{- if and .Values.proxy.enabled (gt (int .Values.partitions.count) 0) }}
+{{- fail "proxy forwards to the one leader; it cannot be combined with partitions.count" }}
+{{- end }}
+{{- if and .Values.proxy.enabled (or (lt (int .Values.proxy.upstreamPort) 1) (gt (int .Values.proxy.upstreamPort) 65535)) }}
+{{- fail (printf "proxy.enabled needs proxy.upstreamPort, the app's port on 127.0.0.1 (1..65535), got %v" .Values.proxy.upstreamPort) }}
+{{- end }}
+{{- if and .Values.proxy.enabled (has (int .Values.proxy.port) (list (int .Values.proxy.peerPort) (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort))) }}
+{{- fail (printf "proxy.port %v overlaps proxy.peerPort, sidecar.httpPort or sidecar.probePort: each needs its own port" .Values.proxy.port) }}
+{{- end }}
+{{- if and .Values.proxy.enabled (has (int .Values.proxy.peerPort) (list (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort))) }}
+{{- fail (printf "proxy.peerPort %v overlaps sidecar.httpPort or sidecar.probePort: each needs its own port" .Values.proxy.peerPort) }}
+{{- end }}
 {{- if and .Values.healthGating.enabled (gt (int .Values.partitions.count) 0) }}
 {{- fail "healthGating gates one election; it cannot be combined with partitions.count" }}
 {{- end }}
@@ -523,7 +561,7 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if ne .Values.election.campaign "auto" }}
 {{- fail "election.campaign=manual campaigns when asked, and election.candidate=false never does; give one of them" }}
 {{- end }}
-{{- if eq .Values.election.readiness "leader" }}
+{{- if eq (include "leader-elector.readiness" .) "leader" }}
 {{- fail "election.readiness=leader would never pass with election.candidate=false (an observer never leads): set election.readiness=candidate" }}
 {{- end }}
 {{- if ne .Values.routing.mode "none" }}
@@ -545,7 +583,7 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if eq (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort) }}
 {{- fail "sidecar.httpPort and sidecar.probePort must differ" }}
 {{- end }}
-{{- if and (ne .Values.routing.mode "none") (eq .Values.election.readiness "leader") }}
+{{- if and (ne .Values.routing.mode "none") (eq (include "leader-elector.readiness" .) "leader") }}
 {{- fail (printf "routing.mode=%s keeps every pod Ready as a candidate and routes by its own writes: set election.readiness=candidate" .Values.routing.mode) }}
 {{- end }}
 {{- if and (eq .Values.routing.mode "label") (gt (len (include "leader-elector.leaseName" .)) 63) }}

@@ -1,0 +1,246 @@
+// Package proxy is an L4 (TCP) forwarder that follows the leader: clients
+// connect to any candidate's proxy; the leader forwards them to its own app,
+// a follower to the leader's peer port, which forwards only to the leader's
+// own app and only while that pod leads. So a connection takes at most one
+// hop between sidecars and can never loop. When this pod stops leading, the
+// connections it forwarded to its app are closed (after an optional drain);
+// a follower closes those it forwarded to a leader that is no longer the
+// leader, so that clients reconnect to the new one.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/leader-elector/leader-elector/leadership"
+)
+
+// Bounds of the configuration, which options check.
+const (
+	// MaxConnectionsLimit is the largest --proxy-max-connections.
+	MaxConnectionsLimit = 65536
+	// MaxDrain is the longest --proxy-drain: connections of a term that
+	// ended overlap with the next term's for that long.
+	MaxDrain = time.Minute
+	// MaxWait is the longest --proxy-wait: a client waits no longer for a
+	// leader than a few lease durations take.
+	MaxWait = 5 * time.Minute
+)
+
+// Leadership is what the proxy reads of the election.
+type Leadership interface {
+	// Watch returns the current state and a channel closed at its next
+	// change; IsLeader is time-bounded, and a claim that runs out is a
+	// change.
+	Watch() (leadership.State, <-chan struct{})
+}
+
+// Resolver finds the address of the holder's pod from a source that the
+// holder cannot write itself (see PodAddresses).
+type Resolver interface {
+	// Resolve returns the host (an IP address) of the pod named holder,
+	// which leads in the term token.
+	Resolve(ctx context.Context, holder string, token int64) (string, error)
+}
+
+// Config configures a Proxy.
+type Config struct {
+	// Address is where clients connect (the pod IP, any port).
+	Address string
+	// PeerAddress is where followers' proxies connect; its port is the one
+	// this proxy dials on the leader's pod. It accepts only while this pod
+	// leads, and forwards only to Upstream.
+	PeerAddress string
+	// Upstream is the app's loopback host:port.
+	Upstream string
+	// Wait bounds how long a new connection waits for a leader that can be
+	// reached (none known, or its proxy or app refusing), then it is closed.
+	Wait time.Duration
+	// Drain is how long connections of a term that ended stay open before
+	// they are closed (0: at once).
+	Drain time.Duration
+	// MaxConnections caps the open connections of each listener; a
+	// connection over the cap is closed at once.
+	MaxConnections int
+	Leadership     Leadership
+	Resolver       Resolver
+	// Dialer dials the upstream and the leader's peer port; nil: a
+	// net.Dialer.
+	Dialer interface {
+		DialContext(ctx context.Context, network, address string) (net.Conn, error)
+	}
+}
+
+// Validate checks what New needs.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Wait <= 0 || c.Wait > MaxWait {
+		errs = append(errs, fmt.Errorf("the wait for a leader must be within (0s, %v], got %v", MaxWait, c.Wait))
+	}
+	if c.Drain < 0 || c.Drain > MaxDrain {
+		errs = append(errs, fmt.Errorf("the drain must be within 0s..%v, got %v", MaxDrain, c.Drain))
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > MaxConnectionsLimit {
+		errs = append(errs, fmt.Errorf("the connection cap must be within 1..%d, got %d", MaxConnectionsLimit, c.MaxConnections))
+	}
+	if err := CheckUpstream(c.Upstream); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := peerPort(c.PeerAddress); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Leadership == nil || c.Resolver == nil {
+		errs = append(errs, errors.New("the proxy needs the leadership and a resolver"))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckUpstream refuses an upstream that is not a loopback IP and a port:
+// the leader forwards to its own app, never across the network.
+func CheckUpstream(upstream string) error {
+	host, port, err := net.SplitHostPort(upstream)
+	if err != nil {
+		return fmt.Errorf("upstream %q is not host:port: %w", upstream, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("upstream %q must be a loopback IP address (the app in this pod), e.g. 127.0.0.1:%s", upstream, port)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("upstream %q: the port must be within 1..65535", upstream)
+	}
+	return nil
+}
+
+// peerPort is the port of the peer address, which followers dial.
+func peerPort(addr string) (string, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("peer address %q is not host:port: %w", addr, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("peer address %q: the port must be within 1..65535 (followers dial it)", addr)
+	}
+	return port, nil
+}
+
+// Proxy forwards connections to the leader's app.
+type Proxy struct {
+	cfg      Config
+	peerPort string
+	dialer   interface {
+		DialContext(ctx context.Context, network, address string) (net.Conn, error)
+	}
+	public, peer net.Listener
+	routes       *routes
+	metrics      *Metrics
+	failures     failureLog
+	wg           sync.WaitGroup
+}
+
+// Listen validates cfg and opens both listeners, so that an address in use
+// fails the start.
+func Listen(cfg Config) (*Proxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	port, _ := peerPort(cfg.PeerAddress)
+	public, err := net.Listen("tcp", cfg.Address)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	peer, err := net.Listen("tcp", cfg.PeerAddress)
+	if err != nil {
+		_ = public.Close()
+		return nil, fmt.Errorf("proxy peer port: %w", err)
+	}
+	p := &Proxy{cfg: cfg, peerPort: port, dialer: cfg.Dialer, public: public, peer: peer, metrics: newMetrics()}
+	if p.dialer == nil {
+		p.dialer = &net.Dialer{}
+	}
+	p.routes = newRoutes(cfg.Drain, p.metrics)
+	p.failures.sometimes.Interval = failureLogInterval
+	p.failures.logger = klog.Background()
+	return p, nil
+}
+
+// Addr is the clients' listener's address; PeerAddr the peer port's.
+func (p *Proxy) Addr() net.Addr     { return p.public.Addr() }
+func (p *Proxy) PeerAddr() net.Addr { return p.peer.Addr() }
+
+// Run follows the election and serves both listeners until ctx ends, then
+// closes the listeners and every connection, and returns once all are
+// closed.
+func (p *Proxy) Run(ctx context.Context) {
+	logger := klog.FromContext(ctx).WithName("proxy")
+	ctx = klog.NewContext(ctx, logger)
+	p.failures.logger = logger
+	followDone := make(chan struct{})
+	go func() {
+		defer close(followDone)
+		p.follow(ctx)
+	}()
+	var serving sync.WaitGroup
+	serving.Add(2)
+	go func() { defer serving.Done(); p.acceptLoop(ctx, p.public, p.serveClient) }()
+	go func() { defer serving.Done(); p.acceptLoop(ctx, p.peer, p.servePeer) }()
+	<-ctx.Done()
+	_ = p.public.Close()
+	_ = p.peer.Close()
+	serving.Wait()
+	<-followDone
+	p.routes.closeAll()
+	p.wg.Wait()
+}
+
+// follow keeps the current route in step with the election, and resolves
+// a new remote leader's address ahead of the first connection to it.
+func (p *Proxy) follow(ctx context.Context) {
+	for {
+		s, changed := p.cfg.Leadership.Watch()
+		r := routeOf(s)
+		if p.routes.set(r) && r.kind == routeRemote {
+			go func() { _, _ = p.cfg.Resolver.Resolve(ctx, r.holder, r.token) }()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// acceptLoop accepts on l until it is closed, holding each listener to
+// the connection cap.
+func (p *Proxy) acceptLoop(ctx context.Context, l net.Listener, serve func(context.Context, net.Conn)) {
+	limit := make(chan struct{}, p.cfg.MaxConnections)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		select {
+		case limit <- struct{}{}:
+		default:
+			p.metrics.refused.WithLabelValues(refusedCap).Inc()
+			_ = c.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			defer func() { <-limit }()
+			serve(ctx, c)
+		}()
+	}
+}
