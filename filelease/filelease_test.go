@@ -34,6 +34,8 @@ func start(t *testing.T, path string) kubernetes.Interface {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(stop)
+	// No client-side rate limit: the tests race requests.
+	cfg.QPS = -1
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -266,5 +268,45 @@ func replaceByDirectory(t *testing.T, path string) {
 	}
 	if err := os.Mkdir(path, 0o700); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Racing updates of one version from two processes' stores: in every
+// round exactly one wins and the other is refused as a conflict, also
+// when the loser's write is retried on the winner's newer state.
+func TestRacingUpdatesExactlyOneWins(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.json")
+	clients := []kubernetes.Interface{start(t, path), start(t, path)}
+	ctx := context.Background()
+	if _, err := clients[0].CoordinationV1().Leases(namespace).Create(ctx, lease("l", "", 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 50
+	for round := range rounds {
+		base, err := clients[0].CoordinationV1().Leases(namespace).Get(ctx, "l", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, len(clients))
+		for i, c := range clients {
+			go func() {
+				l := base.DeepCopy()
+				l.Spec.HolderIdentity = ptr.To(string(rune('a' + i)))
+				_, err := c.CoordinationV1().Leases(namespace).Update(ctx, l, metav1.UpdateOptions{})
+				errs <- err
+			}()
+		}
+		won := 0
+		for range clients {
+			switch err := <-errs; {
+			case err == nil:
+				won++
+			case !apierrors.IsConflict(err):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: %d updates of one version won, want exactly 1", round, won)
+		}
 	}
 }

@@ -75,7 +75,7 @@ func (s *Server) version(w http.ResponseWriter, _ *http.Request) {
 // refresh reads the store and hands its state to the watches.
 func (s *Server) refresh(ctx context.Context) (state, error) {
 	ticket := s.hub.ticket()
-	st, err := s.store.read(ctx)
+	st, _, err := s.store.read(ctx)
 	s.report(err)
 	if err != nil {
 		return state{}, err
@@ -167,12 +167,14 @@ func selection(r *http.Request) (func(*coordinationv1.Lease) bool, error) {
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	lease, ok := readLease(w, r, "")
+	body, ok := readLease(w, r, "")
 	if !ok {
 		return
 	}
-	k := key(lease.Namespace, lease.Name)
+	k := key(body.Namespace, body.Name)
 	written, err := s.write(r.Context(), func(next *state, hw highWater) error {
+		// A copy: change runs again if another write came first.
+		lease := body.DeepCopy()
 		if _, exists := next.leases[k]; exists {
 			return apierrors.NewAlreadyExists(leaseResource, lease.Name)
 		}
@@ -205,12 +207,15 @@ func (s *Server) creationTime(highestToken int32) time.Time {
 }
 
 func (s *Server) update(w http.ResponseWriter, r *http.Request) {
-	lease, ok := readLease(w, r, r.PathValue("name"))
+	body, ok := readLease(w, r, r.PathValue("name"))
 	if !ok {
 		return
 	}
-	k := key(lease.Namespace, lease.Name)
+	k := key(body.Namespace, body.Name)
 	written, err := s.write(r.Context(), func(next *state, _ highWater) error {
+		// A copy: change runs again, on the newer state, if another write
+		// came first, and must compare the request's resourceVersion.
+		lease := body.DeepCopy()
 		stored, exists := next.leases[k]
 		switch {
 		case !exists:

@@ -77,40 +77,42 @@ func newStore(path string) *store {
 	return &store{path: path, lockPath: path + ".lock", highWaterPath: path + ".hwm"}
 }
 
-// read returns the current state; a missing records file is an empty
-// store that continues at the high-water mark. It reads without the lock,
-// unless what it read may be a write half done (the mark written, the
-// records not yet): it then reads again under a shared lock, which no
-// write holds.
-func (s *store) read(ctx context.Context) (state, error) {
-	st, missing, err := s.readUnlocked()
+// read returns the current state and the high-water mark; a missing
+// records file is an empty store one version above the mark. It reads
+// without the lock, unless what it read may be a write half done (the mark
+// renamed into place, the records not yet): it then reads again under a
+// shared lock, which no write holds.
+func (s *store) read(ctx context.Context) (state, highWater, error) {
+	st, hw, missing, err := s.readUnlocked()
 	if err == nil && !missing {
-		return st, nil
+		return st, hw, nil
 	}
 	if err != nil && !errors.Is(err, ErrWentBack) {
-		return state{}, err
+		return state{}, hw, err
 	}
 	unlock, lerr := s.lock(ctx, unix.LOCK_SH)
 	if lerr != nil {
-		return state{}, lerr
+		return state{}, hw, lerr
 	}
 	defer unlock()
-	st, _, err = s.readUnlocked()
-	return st, err
+	st, hw, _, err = s.readUnlocked()
+	return st, hw, err
 }
 
-func (s *store) readUnlocked() (st state, missing bool, err error) {
-	hw, err := s.readHighWater()
-	if err != nil {
-		return state{}, false, err
+func (s *store) readUnlocked() (st state, hw highWater, missing bool, err error) {
+	if hw, err = s.readHighWater(); err != nil {
+		return state{}, hw, false, err
 	}
-	return s.readRecords(hw)
+	st, missing, err = s.readRecords(hw)
+	return st, hw, missing, err
 }
 
 func (s *store) readRecords(hw highWater) (st state, missing bool, err error) {
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return state{resourceVersion: hw.ResourceVersion, leases: map[string]*coordinationv1.Lease{}}, true, nil
+		// One version above the mark: a deletion of the file is a change,
+		// which the watches deliver, the same in every process.
+		return state{resourceVersion: hw.ResourceVersion + 1, leases: map[string]*coordinationv1.Lease{}}, true, nil
 	}
 	if err != nil {
 		return state{}, false, fmt.Errorf("read the lease file: %w", err)
@@ -176,52 +178,86 @@ func (s *store) readHighWater() (highWater, error) {
 	return hw, nil
 }
 
-// update applies change to the current state under the lock and writes
-// the result: first the high-water mark, then the records, each by an
-// atomic rename of a synced temporary file, so that the mark is never
-// below the records. change returns an error to write nothing.
+// update applies change to the current state and writes the result:
+// the high-water mark, then the records, each renamed over its file from
+// a synced temporary file, so that the mark is never below the records.
+// change returns an error to write nothing; it runs again, on the newer
+// state, when another write came first. The files are written and
+// synced before the lock is taken, which is then held only to check that
+// no other write came in between (else all starts again) and to rename
+// them: a process frozen (SIGSTOP) while it holds the lock stalls every
+// other write, so the lock is held for two renames, not for the syncs.
 func (s *store) update(ctx context.Context, change func(next *state, written highWater) error) (state, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	unlock, err := s.lock(ctx, unix.LOCK_EX)
-	if err != nil {
-		return state{}, err
-	}
-	defer unlock()
-	hw, err := s.readHighWater()
-	if err != nil {
-		return state{}, err
-	}
-	st, _, err := s.readRecords(hw)
-	if err != nil {
-		return state{}, err
-	}
-	next := state{resourceVersion: st.resourceVersion + 1, leases: maps.Clone(st.leases)}
-	if err := change(&next, hw); err != nil {
-		return state{}, err
-	}
-	if s.beforeWrite != nil {
-		if err := s.beforeWrite(); err != nil {
-			return state{}, fmt.Errorf("write the lease file: %w", err)
+	for {
+		st, hw, err := s.read(ctx)
+		if err != nil {
+			return state{}, err
+		}
+		next := state{resourceVersion: st.resourceVersion + 1, leases: maps.Clone(st.leases)}
+		if err := change(&next, hw); err != nil {
+			return state{}, err
+		}
+		if s.beforeWrite != nil {
+			if err := s.beforeWrite(); err != nil {
+				return state{}, fmt.Errorf("write the lease file: %w", err)
+			}
+		}
+		committed, err := s.writeNext(ctx, st.resourceVersion, next, hw)
+		if err != nil {
+			return state{}, err
+		}
+		if committed {
+			return next, syncDir(filepath.Dir(s.path))
+		}
+		if ctx.Err() != nil {
+			return state{}, ctx.Err()
 		}
 	}
+}
+
+// writeNext writes next and the mark raised to it, if the store is still
+// at basedOn; committed false: another write came first.
+func (s *store) writeNext(ctx context.Context, basedOn int64, next state, hw highWater) (committed bool, err error) {
 	hw.ResourceVersion = next.resourceVersion
+	hw.Tokens = maps.Clone(hw.Tokens)
 	for k, l := range next.leases {
 		if l.Spec.LeaseTransitions != nil {
 			hw.Tokens[k] = max(hw.Tokens[k], *l.Spec.LeaseTransitions)
 		}
 	}
-	if err := writeAtomically(s.highWaterPath, hw); err != nil {
-		return state{}, err
-	}
 	r := records{Format: fileFormat, ResourceVersion: next.resourceVersion, Leases: make([]coordinationv1.Lease, 0, len(next.leases))}
 	for _, k := range sortedKeys(next.leases) {
 		r.Leases = append(r.Leases, *next.leases[k])
 	}
-	if err := writeAtomically(s.path, r); err != nil {
-		return state{}, err
+	hwTmp, err := writeTemp(s.highWaterPath, hw)
+	if err != nil {
+		return false, err
 	}
-	return next, nil
+	defer os.Remove(hwTmp)
+	recordsTmp, err := writeTemp(s.path, r)
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(recordsTmp)
+
+	unlock, err := s.lock(ctx, unix.LOCK_EX)
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	current, _, _, err := s.readUnlocked()
+	if err != nil || current.resourceVersion != basedOn {
+		return false, err
+	}
+	if err := os.Rename(hwTmp, s.highWaterPath); err != nil {
+		return false, fmt.Errorf("replace %s: %w", s.highWaterPath, err)
+	}
+	if err := os.Rename(recordsTmp, s.path); err != nil {
+		return false, fmt.Errorf("replace %s: %w", s.path, err)
+	}
+	return true, nil
 }
 
 // lockPoll is how often lock tries a lock another process holds.
@@ -257,35 +293,35 @@ func (s *store) lock(ctx context.Context, how int) (unlock func(), err error) {
 	return nil, fmt.Errorf("lock %s: %w", s.lockPath, err)
 }
 
-// writeAtomically writes v as JSON to a temporary file in path's
-// directory, syncs it, renames it over path and syncs the directory: a
-// reader sees the old file or the new one, never a part, also after a
-// crash of the machine.
-func writeAtomically(path string, v any) error {
+// writeTemp writes v as JSON to a synced temporary file in path's
+// directory, to be renamed over path: a reader sees the old file or the
+// new one, never a part, also after a crash of the machine (with
+// syncDir once renamed).
+func writeTemp(path string, v any) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
+		return "", fmt.Errorf("encode %s: %w", path, err)
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync %s: %w", path, err)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
+	return tmp.Name(), nil
+}
+
+// syncDir makes the renames in dir durable.
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
