@@ -14,13 +14,13 @@
 // (sendInitialEvents), and a Date header on every answer (the server's
 // clock, see package serverclock).
 //
-// The file: PATH holds every Lease and the store's resourceVersion (JSON).
-// Each write takes an exclusive flock of PATH.lock, reads PATH, writes the
-// next state to a temporary file, syncs it and renames it over PATH; a
-// reader needs no lock. PATH.hwm, written the same way just before, keeps
-// the highest resourceVersion and fencing token ever written: a PATH
-// deleted starts again above them, a PATH replaced by an older copy or
-// truncated is refused with one clear error until it is deleted. flock is
+// The file: PATH holds every Lease and the store's resourceVersion (JSON);
+// PATH.hwm the highest resourceVersion and fencing token ever written: a
+// PATH deleted starts again above them, a PATH replaced by an older copy
+// or truncated is refused with one clear error until it is deleted. A
+// write syncs both as temporary files, then holds an exclusive flock of
+// PATH.lock only to check that no other write came first and to rename
+// them into place (see store.update); a reader needs no lock. flock is
 // local to one machine: the store is for candidates on a single host only.
 //
 // Other processes' writes are seen through inotify on PATH's directory,

@@ -310,3 +310,31 @@ func TestRacingUpdatesExactlyOneWins(t *testing.T) {
 		}
 	}
 }
+
+// The lease file deleted by hand is a deletion the watches of every
+// process deliver, within eventSlack.
+func TestWatchSeesFileDeleted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.json")
+	writer, watcher := start(t, path), start(t, path)
+	ctx := context.Background()
+	created, err := writer.CoordinationV1().Leases(namespace).Create(ctx, lease("l", "a", 1), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watcher.CoordinationV1().Leases(namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: created.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if l := ev.Object.(*coordinationv1.Lease); ev.Type != watch.Deleted || l.Name != "l" || rvOf(l) <= rvOf(created) {
+			t.Fatalf("event %s of %s at %s, want l deleted after %s", ev.Type, l.Name, l.ResourceVersion, created.ResourceVersion)
+		}
+	case <-time.After(eventSlack):
+		t.Fatalf("no deletion within %v", eventSlack)
+	}
+}

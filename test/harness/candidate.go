@@ -44,7 +44,7 @@ type CandidateOptions struct {
 	// LeaseFile, when set, is the local lease store the candidate elects
 	// through (--lease-store=file:) instead of Kubeconfig's API server.
 	LeaseFile string
-	Timings          Timings
+	Timings   Timings
 	// APIPort and ProbePort are where its servers listen on loopback;
 	// free ports if zero.
 	APIPort, ProbePort int
