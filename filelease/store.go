@@ -1,6 +1,7 @@
 package filelease
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,9 @@ var ErrWentBack = errors.New("went back")
 type state struct {
 	resourceVersion int64
 	leases          map[string]*coordinationv1.Lease
+	// raw is the records file as read (nil: missing), which a write
+	// compares under the lock (see store.writeNext).
+	raw []byte
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -121,7 +125,7 @@ func (s *store) readRecords(hw highWater) (st state, missing bool, err error) {
 	if err := json.Unmarshal(b, &r); err != nil || r.Format != fileFormat {
 		return state{}, false, fmt.Errorf("the lease file %s is %w (%s); stop its sidecars and delete it to start over: fencing tokens stay above those written (%s)", s.path, ErrCorrupt, describeBad(err, r.Format), s.highWaterPath)
 	}
-	st = state{resourceVersion: r.ResourceVersion, leases: make(map[string]*coordinationv1.Lease, len(r.Leases))}
+	st = state{resourceVersion: r.ResourceVersion, leases: make(map[string]*coordinationv1.Lease, len(r.Leases)), raw: b}
 	for i := range r.Leases {
 		l := &r.Leases[i]
 		st.leases[key(l.Namespace, l.Name)] = l
@@ -204,7 +208,7 @@ func (s *store) update(ctx context.Context, change func(next *state, written hig
 				return state{}, fmt.Errorf("write the lease file: %w", err)
 			}
 		}
-		committed, err := s.writeNext(ctx, st.resourceVersion, next, hw)
+		committed, err := s.writeNext(ctx, st.raw, next, hw)
 		if err != nil {
 			return state{}, err
 		}
@@ -217,9 +221,13 @@ func (s *store) update(ctx context.Context, change func(next *state, written hig
 	}
 }
 
-// writeNext writes next and the mark raised to it, if the store is still
-// at basedOn; committed false: another write came first.
-func (s *store) writeNext(ctx context.Context, basedOn int64, next state, hw highWater) (committed bool, err error) {
+// writeNext writes next and the mark raised to it, if the records file is
+// still basedOn, byte for byte (every write changes its resourceVersion);
+// committed false: another write came first. Under the lock it only reads
+// one small file and renames two: a process frozen there (SIGSTOP) stalls
+// every other write until it resumes or dies, so the lock is held for as
+// short as can be; flock offers no way to break it safely.
+func (s *store) writeNext(ctx context.Context, basedOn []byte, next state, hw highWater) (committed bool, err error) {
 	hw.ResourceVersion = next.resourceVersion
 	hw.Tokens = maps.Clone(hw.Tokens)
 	for k, l := range next.leases {
@@ -247,9 +255,22 @@ func (s *store) writeNext(ctx context.Context, basedOn int64, next state, hw hig
 		return false, err
 	}
 	defer unlock()
-	current, _, _, err := s.readUnlocked()
-	if err != nil || current.resourceVersion != basedOn {
-		return false, err
+	current, err := os.ReadFile(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// Still missing; but a write may have come and the file been
+		// deleted again: the mark says (a missing file is one version
+		// above it, next one more).
+		if basedOn != nil {
+			return false, nil
+		}
+		if now, err := s.readHighWater(); err != nil || now.ResourceVersion+2 != next.resourceVersion {
+			return false, err
+		}
+	case err != nil:
+		return false, fmt.Errorf("read the lease file: %w", err)
+	case basedOn == nil || !bytes.Equal(current, basedOn):
+		return false, nil
 	}
 	if err := os.Rename(hwTmp, s.highWaterPath); err != nil {
 		return false, fmt.Errorf("replace %s: %w", s.highWaterPath, err)
