@@ -95,8 +95,7 @@ func concerns(buf []byte, names map[string]bool) bool {
 		if end > len(buf) {
 			return false
 		}
-		name := string(trimNUL(buf[unix.SizeofInotifyEvent:end]))
-		if names[name] {
+		if names[string(trimNUL(buf[unix.SizeofInotifyEvent:end]))] {
 			return true
 		}
 		buf = buf[end:]

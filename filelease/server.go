@@ -12,7 +12,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -306,7 +305,7 @@ func readLease(w http.ResponseWriter, r *http.Request, name string) (*coordinati
 	case lease.Name == "":
 		problems = append(problems, "metadata.name is required (generateName is not supported)")
 	}
-	problems = append(problems, path.IsValidPathSegmentName(lease.Name)...)
+	// A DNS-1123 subdomain is also a valid path segment (no "/", "%", "..").
 	problems = append(problems, validation.IsDNS1123Subdomain(lease.Name)...)
 	if d := lease.Spec.LeaseDurationSeconds; d != nil && *d <= 0 {
 		problems = append(problems, "spec.leaseDurationSeconds must be greater than 0")
