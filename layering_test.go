@@ -44,6 +44,8 @@ var layers = []struct {
 	{pkg: "internal/racebackoff", why: "a back-off policy: the standard library and a clock", forbid: stdOnly, allow: []string{"k8s.io/utils/clock"}},
 	{pkg: "leasecache", why: "the elector's Lease client knows no elector, mode or the binary",
 		forbid: ours("election", "app", "options", "httpapi", "notify", "routing", "partition", "health", "status", "supervisor")},
+	{pkg: "filelease", why: "serves the Lease API from a file; knows no elector, mode or the binary",
+		forbid: ours("election", "leasecache", "app", "options", "httpapi", "notify", "routing", "partition", "health", "status", "supervisor")},
 	{pkg: "leaseevents", why: "records the Lease's Events; knows no elector, mode or the binary",
 		forbid: ours("election", "app", "options", "httpapi", "notify", "routing", "partition", "health", "status", "supervisor")},
 	{pkg: "election", why: "the elector on one Lease knows nothing of HTTP, routing, partitions or the binary",

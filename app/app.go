@@ -94,6 +94,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// Last: the local lease store serves the release at shutdown.
+	defer c.close()
 	w, err := newWorkload(cfg, c)
 	if err != nil {
 		return err
@@ -163,7 +165,8 @@ func logStart(logger klog.Logger, cfg Config, s *servers) {
 		"readiness", cfg.Readiness,
 		"releaseOnShutdown", e.ReleaseOnShutdown,
 		"partitions", cfg.Partition.Partitions,
-		"events", cfg.Events && !cfg.partitionMode(),
+		"events", cfg.Events && !cfg.partitionMode() && cfg.Client.LeaseFile == "",
+		"leaseFile", cfg.Client.LeaseFile,
 		"appHealthURL", cfg.Health.URL,
 		"onChangeURL", cfg.Notify.URL,
 		"proxyAddress", s.proxyAddr(),

@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/filelease"
 	"github.com/leader-elector/leader-elector/leaseevents"
 	"github.com/leader-elector/leader-elector/serverclock"
 )
@@ -22,6 +23,10 @@ type ClientConfig struct {
 	// QPS and Burst replace client-go's default rate limits when not zero.
 	QPS   float32
 	Burst int
+	// LeaseFile, when set, is the local lease store (--lease-store=file:):
+	// the Lease API is served in-process from this file (package filelease)
+	// instead of the API server.
+	LeaseFile string
 }
 
 // clients are every API client of the sidecar, built in this one place.
@@ -36,20 +41,22 @@ type clients struct {
 	events *leaseevents.Recorder
 	// routing sends the routing writes and the startup checks.
 	routing kubernetes.Interface
+	// close stops the local lease store, if any, once the Lease is released.
+	close func()
 }
 
 // newClients builds the clients cfg needs.
 func newClients(ctx context.Context, cfg Config) (*clients, error) {
-	restConfig, err := restConfig(cfg.Client)
+	c := &clients{serverClock: serverclock.New(nil), close: func() {}}
+	restConfig, err := c.restConfig(ctx, cfg.Client)
 	if err != nil {
 		return nil, err
 	}
 	renewDeadline := cfg.Election.RenewDeadline
-	c := &clients{serverClock: serverclock.New(nil)}
 	if c.requests, c.watches, err = election.NewClientsets(restConfig, renewDeadline, c.serverClock); err != nil {
 		return nil, err
 	}
-	if cfg.Events && !cfg.partitionMode() {
+	if cfg.Events && !cfg.partitionMode() && cfg.Client.LeaseFile == "" {
 		events, err := sideClient(restConfig, "leader-elector-events", 0)
 		if err != nil {
 			return nil, err
@@ -74,6 +81,20 @@ func (c *clients) flushEvents(ctx context.Context) {
 	if err := c.events.Close(flushCtx); err != nil {
 		klog.FromContext(ctx).Error(err, "Failed to record the last Events")
 	}
+}
+
+// restConfig starts the local lease store and reaches it, or is the API
+// server's configuration.
+func (c *clients) restConfig(ctx context.Context, cc ClientConfig) (*rest.Config, error) {
+	if cc.LeaseFile == "" {
+		return restConfig(cc)
+	}
+	cfg, stop, err := filelease.Start(ctx, cc.LeaseFile)
+	if err != nil {
+		return nil, err
+	}
+	c.close = stop
+	return cfg, nil
 }
 
 // restConfig loads the kubeconfig given, or the in-cluster configuration.

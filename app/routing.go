@@ -83,6 +83,10 @@ func reportStartup(ctx context.Context, cfg Config, client kubernetes.Interface)
 		"apiOutageSurvivedUpTo", e.RenewDeadline,
 		"route", cfg.Routing.Mode,
 	)
+	if cfg.Client.LeaseFile != "" {
+		// No API server, no Deployment: nothing more to report.
+		return
+	}
 	// In the background: a slow answer must not delay the election.
 	go reportServerVersion(ctx, client.Discovery())
 	if cfg.Readiness != httpapi.ReadyWhenLeader {

@@ -21,7 +21,7 @@ func (o *Options) AppConfig(version, revision string) app.Config {
 		LogFormat:    o.LogFormat,
 		Verbosity:    o.Verbosity,
 		LogNotices:   o.LogNotices,
-		Client:       app.ClientConfig{Kubeconfig: o.Kubeconfig, QPS: qps, Burst: burst},
+		Client:       app.ClientConfig{Kubeconfig: o.Kubeconfig, QPS: qps, Burst: burst, LeaseFile: o.leaseFile()},
 		HTTPAddress:  o.HTTPAddress,
 		ProbeAddress: o.ProbeAddress,
 		Readiness:    httpapi.Readiness(o.Readiness),

@@ -68,6 +68,11 @@ type Options struct {
 	Notify notifyOptions
 	// Proxy configures the forwarding proxy (--proxy-address).
 	Proxy proxyOptions
+	// LeaseStore is --lease-store: "kubernetes" or "file:PATH".
+	LeaseStore string
+	// kubernetesOnlyGiven lists the Kubernetes-only flags given, which
+	// the file lease store refuses.
+	kubernetesOnlyGiven []string
 
 	// Aliases of the retired k8s.gcr.io/leader-elector image.
 	election          string
@@ -131,6 +136,7 @@ func newOptions() *Options {
 
 // AddFlags registers the flags on fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.addLeaseStoreFlag(fs)
 	fs.StringVar(&o.LeaseName, "lease-name", o.LeaseName, "Name of the coordination.k8s.io/v1 Lease to elect a leader on (required; a DNS-1123 subdomain).")
 	fs.StringVar(&o.LeaseNamespace, "lease-namespace", o.LeaseNamespace, "Namespace of the Lease (default $POD_NAMESPACE, else the service account's namespace, else \"default\").")
 	fs.StringVar(&o.Identity, "identity", o.Identity, "This candidate's holder identity (default $POD_NAME, else the hostname).")
@@ -345,6 +351,7 @@ func (o *Options) Validate() error {
 	if o.KubeAPIBurst < 0 {
 		errs = append(errs, fmt.Errorf("--kube-api-burst must not be negative, got %d", o.KubeAPIBurst))
 	}
+	errs = append(errs, o.validateLeaseStore()...)
 	errs = append(errs, o.validatePartitions()...)
 	errs = append(errs, o.validateHealth()...)
 	errs = append(errs, o.validateCampaign()...)
@@ -443,6 +450,7 @@ func parse(args []string, env Environment) (*Options, *pflag.FlagSet, error) {
 	if err := o.applyContrib(fs); err != nil {
 		return nil, fs, err
 	}
+	o.noteGivenFlags(fs)
 	o.complete(env)
 	o.completeCampaign(fs)
 	o.drainTimeoutGiven = fs.Changed("drain-timeout")

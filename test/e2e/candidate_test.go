@@ -93,8 +93,11 @@ type candidateOptions struct {
 	lease      string
 	namespace  string
 	kubeconfig string
-	extraArgs  []string
-	env        []string
+	// leaseFile: elect through this file (--lease-store=file:), not the
+	// control plane.
+	leaseFile string
+	extraArgs []string
+	env       []string
 	// bareArgs: pass only extraArgs (and env); the test configures
 	// everything itself, on the ports it gives.
 	bareArgs bool
@@ -111,7 +114,7 @@ type candidateOptions struct {
 // its API answers. The process is killed when the test ends.
 func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 	t.Helper()
-	if o.kubeconfig == "" {
+	if o.kubeconfig == "" && o.leaseFile == "" {
 		o.kubeconfig = controlPlane.AdminKubeconfig()
 	}
 	ho := harness.CandidateOptions{
@@ -120,6 +123,7 @@ func startCandidate(t testing.TB, name string, o candidateOptions) *candidate {
 		Lease:       o.lease,
 		Namespace:   o.namespace,
 		Kubeconfig:  o.kubeconfig,
+		LeaseFile:   o.leaseFile,
 		Timings:     e2eTimings,
 		Args:        append([]string{"-v=2"}, o.extraArgs...),
 		Bare:        o.bareArgs,

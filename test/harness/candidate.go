@@ -41,7 +41,10 @@ type CandidateOptions struct {
 	// Lease and Namespace name the Lease; Namespace is "default" if empty.
 	Lease, Namespace string
 	Kubeconfig       string
-	Timings          Timings
+	// LeaseFile, when set, is the local lease store the candidate elects
+	// through (--lease-store=file:) instead of Kubeconfig's API server.
+	LeaseFile string
+	Timings   Timings
 	// APIPort and ProbePort are where its servers listen on loopback;
 	// free ports if zero.
 	APIPort, ProbePort int
@@ -175,7 +178,11 @@ func commandLine(o CandidateOptions) []string {
 		"--lease-name=" + o.Lease,
 		"--lease-namespace=" + namespace,
 		"--identity=" + o.Name,
-		"--kubeconfig=" + o.Kubeconfig,
+	}
+	if o.LeaseFile != "" {
+		args = append(args, "--lease-store=file:"+o.LeaseFile)
+	} else {
+		args = append(args, "--kubeconfig="+o.Kubeconfig)
 	}
 	args = append(args, o.Timings.Flags()...)
 	args = append(args, fmt.Sprintf("--http-address=127.0.0.1:%d", o.APIPort))
