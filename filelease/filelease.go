@@ -72,11 +72,19 @@ func (s *Server) serve(ctx context.Context) (*rest.Config, func(), error) {
 	// The server outlives ctx: at shutdown the elector releases the Lease
 	// after ctx has ended; stop ends it.
 	followCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	go s.follow(followCtx)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		s.follow(followCtx)
+	}()
 	go func() { _ = srv.Serve(l) }()
+	// stop returns once nothing of the store touches its directory any
+	// more: a read in flight takes the lock file, and a caller may remove
+	// the directory next (a test's TempDir does).
 	stop := func() {
 		cancel()
 		_ = srv.Close()
+		<-followed
 	}
 	cfg := &rest.Config{
 		Host: "http://" + pipeAddr{}.String(),
