@@ -21,6 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
@@ -354,6 +355,19 @@ func (sh *shell) kubectl(args []string) {
 		}
 		for _, ns := range objs.OfKind("Namespace") {
 			sh.elect(ns.GetName())
+		}
+		// The user's overlay must replace the example's placeholder image
+		// (under the reserved .invalid domain, which cannot be pulled): an
+		// overlay whose images entry names the wrong image changes
+		// nothing, which only a kubelet would show.
+		for _, d := range objs.OfKind("Deployment") {
+			containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "initContainers")
+			more, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+			for _, c := range append(containers, more...) {
+				if image, _ := c.(map[string]any)["image"].(string); strings.Contains(image, ".invalid/") {
+					t.Errorf("kubectl %s: Deployment %s still runs the placeholder image %s", strings.Join(args, " "), d.GetName(), image)
+				}
+			}
 		}
 	case verb == "get lease":
 		name := rest[2]
