@@ -105,6 +105,10 @@ flake-hunt: ## run TEST=<name> N times (default 10) under CPU load (LOAD busy lo
 demo: ## local demo: control plane + three candidates, graceful handover and crash failover (HOLD=1 keeps it running; with KUBECONFIG set, on that cluster instead)
 	$(GO) run ./test/demo $(if $(HOLD),-hold)
 
+.PHONY: demo-local
+demo-local: ## the demo's script on a lease file (--lease-store=file:): no control plane to build, only Go; HOLD=1 as for make demo
+	$(GO) run ./test/demo -local $(if $(HOLD),-hold)
+
 clean: ## remove build outputs (the tool cache stays)
 	rm -rf bin e2e.out e2e-smoke.out flake-hunt
 

@@ -1,12 +1,15 @@
 // Command demo shows leader-elector at work on a local control plane (etcd
-// and kube-apiserver built from source and started on loopback), or on an
-// existing cluster when KUBECONFIG (or -kubeconfig) names one: three
-// candidates race for one Lease, the leader is stopped gracefully, then
-// killed, and the demo prints who leads at every step. With -hold it keeps
-// running until Ctrl-C so you can kill candidates yourself (their PIDs are
-// printed). On an existing cluster the candidates run here, as processes,
-// with that kubeconfig's credentials, in a namespace of their own that the
-// demo creates and deletes.
+// and kube-apiserver built from source and started on loopback), on an
+// existing cluster when KUBECONFIG (or -kubeconfig) names one, or, with
+// -local, on a lease file (--lease-store=file:) with no control plane at
+// all: three candidates race for one Lease, each with a supervised child
+// (leader-elector run) that runs only while its candidate leads; the app's
+// event stream sees its term end on a release, the leader is then stopped
+// gracefully, then killed, and the demo prints who leads at every step.
+// With -hold it keeps running until Ctrl-C so you can kill candidates
+// yourself (their PIDs are printed). On an existing cluster the candidates
+// run here, as processes, with that kubeconfig's credentials, in a
+// namespace of their own that the demo creates and deletes.
 //
 // It is a demo and a smoke test, not part of what ships.
 package main
@@ -55,26 +58,31 @@ var timings = harness.Timings{LeaseDuration: leaseDuration, RenewDeadline: renew
 func main() {
 	hold := flag.Bool("hold", false, "keep running after the scripted handovers, until Ctrl-C")
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "run on the cluster of this kubeconfig (default $KUBECONFIG) instead of building and starting a local control plane")
+	local := flag.Bool("local", false, "elect through a lease file (--lease-store=file:) instead of a Kubernetes Lease: no control plane, no cluster")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "demo: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	if err := run(*hold, *kubeconfig); err != nil {
+	if *local {
+		*kubeconfig = "" // a KUBECONFIG in the environment does not matter here
+	}
+	if err := run(*hold, *local, *kubeconfig); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-// target is the cluster the demo runs on.
+// target is the cluster the demo runs on, or the lease file.
 type target struct {
-	client     kubernetes.Interface
-	kubeconfig string // for the candidates
-	namespace  string // of the Lease
+	client     kubernetes.Interface // nil on a lease file
+	kubeconfig string               // for the candidates
+	leaseFile  string               // instead of a kubeconfig, with -local
+	namespace  string               // of the Lease
 	host       string
 }
 
-func run(hold bool, kubeconfig string) error {
+func run(hold, local bool, kubeconfig string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
@@ -90,7 +98,7 @@ func run(hold bool, kubeconfig string) error {
 	}); err != nil {
 		return fmt.Errorf("build leader-elector: %w", err)
 	}
-	tg, cleanup, err := chooseTarget(ctx, kubeconfig, work)
+	tg, cleanup, err := chooseTarget(ctx, kubeconfig, local, work)
 	if err != nil {
 		return err
 	}
@@ -101,12 +109,23 @@ func run(hold bool, kubeconfig string) error {
 	if err := startCandidates(ctx, &g, binary, tg, work); err != nil {
 		return err
 	}
-	last, err := handOver(ctx, &g, tg)
+	children, err := superviseAll(g.Members(), binary, work)
+	defer children.stop()
 	if err != nil {
 		return err
 	}
+	last, err := handOver(ctx, &g, tg, children)
+	if err != nil {
+		return err
+	}
+	// The children's last lines come before what follows.
+	children.stop()
 	if !hold {
-		say("Done. Run with HOLD=1 (make demo HOLD=1) to keep the candidates running and kill them yourself.")
+		target := "make demo"
+		if local {
+			target = "make demo-local"
+		}
+		say("Done. Run with HOLD=1 (%s HOLD=1) to keep the candidates running and kill them yourself.", target)
 		return nil
 	}
 	var held harness.Group[*harness.Candidate]
@@ -140,17 +159,26 @@ func restartStopped(ctx context.Context, g, held *harness.Group[*harness.Candida
 // showAccess prints how to reach the held candidates: the kubeconfig, each
 // API, and commands to try.
 func showAccess(g *harness.Group[*harness.Candidate], tg target, binary string) {
-	say("All three candidates run again. The kubeconfig: %s (Lease %s/%s)", tg.kubeconfig, tg.namespace, leaseName)
+	if tg.leaseFile != "" {
+		say("All three candidates run again. The lease file: %s", tg.leaseFile)
+	} else {
+		say("All three candidates run again. The kubeconfig: %s (Lease %s/%s)", tg.kubeconfig, tg.namespace, leaseName)
+	}
 	for _, c := range g.Members() {
 		say("%s (pid %d): curl -s %s/leader   or   LEADER_ELECTOR_URL=%s %s status", c.Name(), c.Pid(), c.APIURL(), c.APIURL(), binary)
 	}
 	say("Try: kill -STOP <pid> (a frozen leader), kill -9 <pid>, curl -s -X POST <url>/release, curl -sN <url>/events")
 }
 
-// chooseTarget is the cluster of kubeconfig if one is named, or else a
-// local control plane built and started in work. cleanup undoes what it
-// set up.
-func chooseTarget(ctx context.Context, kubeconfig, work string) (tg target, cleanup func(), err error) {
+// chooseTarget is a lease file in work with local, the cluster of
+// kubeconfig if one is named, or else a local control plane built and
+// started in work. cleanup undoes what it set up.
+func chooseTarget(ctx context.Context, kubeconfig string, local bool, work string) (tg target, cleanup func(), err error) {
+	if local {
+		tg = target{leaseFile: filepath.Join(work, "lease.json"), namespace: "default"}
+		say("No control plane: the candidates elect through the lease file %s (--lease-store=file:, one machine only); timings: lease %v, renew deadline %v, retry %v", tg.leaseFile, leaseDuration, renewDeadline, retryPeriod)
+		return tg, func() {}, nil
+	}
 	if kubeconfig != "" {
 		tg, cleanup, err = existingCluster(ctx, kubeconfig, work)
 		if err != nil {
@@ -196,6 +224,7 @@ func startCandidate(ctx context.Context, name, binary string, tg target, work st
 		Lease:      leaseName,
 		Namespace:  tg.namespace,
 		Kubeconfig: tg.kubeconfig,
+		LeaseFile:  tg.leaseFile,
 		Timings:    timings,
 		LogPath:    filepath.Join(work, name+".log"),
 		HTTPClient: &http.Client{Timeout: 2 * time.Second},
@@ -210,7 +239,7 @@ func startCandidate(ctx context.Context, name, binary string, tg target, work st
 // handOver is the demo's script: the first election, a graceful handover
 // (SIGTERM to the leader), a crash failover (SIGKILL to the next), and the
 // Events the sidecars recorded. It returns the last leader.
-func handOver(ctx context.Context, g *harness.Group[*harness.Candidate], tg target) (*harness.Candidate, error) {
+func handOver(ctx context.Context, g *harness.Group[*harness.Candidate], tg target, children *supervisors) (*harness.Candidate, error) {
 	say("The Lease is new, with no holder's history: the first leader takes it a lease duration (%v) after the candidates first see it, since a holder of an earlier Lease could still claim it", leaseDuration)
 	leader, err := g.WaitLeader(ctx, 30*time.Second)
 	if err != nil {
@@ -218,6 +247,13 @@ func handOver(ctx context.Context, g *harness.Group[*harness.Candidate], tg targ
 	}
 	show(ctx, g)
 	say("The fencing token counts from the seconds since 2026-01-01 at the Lease's creation, so a re-created Lease never goes back")
+	if err := children.waitStarted(ctx, leader.Name()); err != nil {
+		return nil, err
+	}
+
+	if leader, err = releaseWatched(ctx, g, children, leader); err != nil {
+		return nil, err
+	}
 
 	say("Graceful handover: SIGTERM to the leader %s", leader.Name())
 	sent := time.Now()
@@ -234,6 +270,9 @@ func handOver(ctx context.Context, g *harness.Group[*harness.Candidate], tg targ
 	}
 	say("%s exited with code %d; %s leads %v after the SIGTERM", leader.Name(), code, next.Name(), time.Since(sent).Round(time.Millisecond))
 	show(ctx, g)
+	if err := children.waitStarted(ctx, next.Name()); err != nil {
+		return nil, err
+	}
 
 	say("Crash: SIGKILL to the leader %s; the others wait for the Lease to expire (%v)", next.Name(), leaseDuration)
 	killed := time.Now()
@@ -246,6 +285,14 @@ func handOver(ctx context.Context, g *harness.Group[*harness.Candidate], tg targ
 	}
 	say("%s leads %v after the SIGKILL", third.Name(), time.Since(killed).Round(time.Millisecond))
 	show(ctx, g)
+	if err := children.waitStarted(ctx, third.Name()); err != nil {
+		return nil, err
+	}
+	say("%s's supervisor saw no renewal from its killed sidecar: it stopped its child --stop-grace before the claim it knew ran out, so before %s could lead", next.Name(), third.Name())
+	if tg.client == nil {
+		say("The lease file keeps no Kubernetes Events; each candidate's log is beside it in %s", filepath.Dir(tg.leaseFile))
+		return third, nil
+	}
 	return third, showEvents(ctx, tg, third.Name())
 }
 
