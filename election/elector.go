@@ -782,6 +782,9 @@ func (e *Elector) release(ctx context.Context) error {
 		}
 		e.tracker.observeRelease(recordOf(resourcelock.LeaseSpecToLeaderElectionRecord(&updated.Spec)))
 		logger.Info("Released lease", "fencingToken", token, "successor", successor)
+		if successor != "" {
+			e.lock.RecordHandover(token, successor)
+		}
 		return nil
 	}
 	return fmt.Errorf("release lease %s/%s: it kept changing under us", e.cfg.Namespace, e.cfg.Name)

@@ -479,6 +479,18 @@ func (l *observingLock) RecordEvent(s string) {
 	l.inner.RecordEvent(fmt.Sprintf("%s (reason %s, fencing token %d)", s, reason, l.ownToken))
 }
 
+// RecordHandover records, after a release that named a successor, who it
+// is: client-go's "stopped leading" is recorded when the renewal loop ends,
+// before the release picks the successor, so that Event cannot say.
+func (l *observingLock) RecordHandover(token int64, successor string) {
+	if !l.wroteOnce {
+		return
+	}
+	l.using.Lock()
+	defer l.using.Unlock()
+	l.inner.RecordEvent(fmt.Sprintf("handed over to %s, the successor it named (fencing token %d)", successor, token))
+}
+
 // rebase makes lease, which this process has just written itself (a fenced
 // annotation, see Elector.Annotate), the object client-go's LeaseLock
 // builds its next write on. LeaseLock keeps the object it last read or

@@ -658,12 +658,24 @@ func TestLockDelegates(t *testing.T) {
 }
 
 // capturedEvents records what client-go's LeaseLock hands its recorder.
-type capturedEvents struct{ messages, objects []string }
+type capturedEvents struct {
+	mu                sync.Mutex // a running elector records from its own goroutines
+	messages, objects []string
+}
 
 func (c *capturedEvents) Eventf(obj runtime.Object, eventType, reason, message string, args ...interface{}) {
 	lease := obj.(*coordinationv1.Lease)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.messages = append(c.messages, eventType+" "+reason+" "+fmt.Sprintf(message, args...))
 	c.objects = append(c.objects, lease.Namespace+"/"+lease.Name)
+}
+
+// recorded returns the messages so far.
+func (c *capturedEvents) recorded() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.messages)
 }
 
 // client-go's "became leader" carries the token this process wrote — here

@@ -2,6 +2,9 @@ package election
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,5 +158,50 @@ func TestDropSuccessor(t *testing.T) {
 	nameSuccessor(named, "")
 	if _, ok := named.Annotations[SuccessorAnnotation]; ok {
 		t.Error("naming none left the annotation")
+	}
+}
+
+// TestReleaseRecordsTheSuccessor: a release that names a successor records
+// an Event that says whom, after client-go's "stopped leading" (recorded
+// before the successor is picked); a release that names none records no
+// such Event.
+func TestReleaseRecordsTheSuccessor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, successor string }{{"named", "pod-b"}, {"none", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			client := newFakeClient(t, electorVerbs)
+			events := &capturedEvents{}
+			cfg := fastConfig(client)
+			cfg.Events = events
+			cfg.Successor = func(int64) string { return tc.successor }
+			leader, err := New(cfg)
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			runElector(t, ctx, leader)
+			waitFor(t, ctx, "the pod to lead", func() bool { return leader.Snapshot().IsLeader })
+			_, token := leaseHolder(t, client)
+			if _, err := leader.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			handover := fmt.Sprintf("Normal LeaderElection %s handed over to pod-b, the successor it named (fencing token %d)", testIdentity, token)
+			if tc.successor == "" {
+				waitFor(t, ctx, `"stopped leading"`, func() bool {
+					return slices.ContainsFunc(events.recorded(), func(m string) bool { return strings.Contains(m, "stopped leading") })
+				})
+				if got := events.recorded(); slices.ContainsFunc(got, func(m string) bool { return strings.Contains(m, "handed over") }) {
+					t.Errorf("a release without a successor recorded %v", got)
+				}
+				return
+			}
+			waitFor(t, ctx, "the handover Event", func() bool { return slices.Contains(events.recorded(), handover) })
+			got := events.recorded()
+			stopped := slices.IndexFunc(got, func(m string) bool { return strings.Contains(m, "stopped leading") })
+			if stopped < 0 || stopped > slices.Index(got, handover) {
+				t.Errorf("Events %q: want \"stopped leading\" before the handover", got)
+			}
+		})
 	}
 }
