@@ -5,7 +5,6 @@ package deploy
 import (
 	"encoding/json"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -19,18 +18,24 @@ import (
 func TestDashboardMatchesTheAlerts(t *testing.T) {
 	alerts := alertExprs(t)
 	panels := panelExprs(t)
-	const unowned = "Partitions without an owner"
-	got, ok := panels[unowned]
-	if !ok {
-		t.Fatalf("no dashboard panel %q", unowned)
-	}
-	// The alert's expression, then 0 for a group with every partition
-	// owned (the alert's is empty then, and an empty panel reads as "no
-	// data").
-	filters := regexp.MustCompile(`\{lease_namespace=~"\$lease_namespace", lease=~"\$lease"\}`)
-	a, p := squash(alerts["LeaderElectorPartitionsUnowned"]), squash(filters.ReplaceAllString(got, ""))
-	if want := "(" + a + ")or"; !strings.HasPrefix(p, want) {
-		t.Errorf("panel %q shows\n%s\nwant it to start with alert LeaderElectorPartitionsUnowned's\n%s", unowned, p, want)
+	// Each panel's first query is the alert's expression, then 0 for the
+	// series the alert's is empty for (an empty panel reads as "no data").
+	for panel, alert := range map[string]string{
+		"Partitions without an owner": "LeaderElectorPartitionsUnowned",
+		"Proxy refusals":              "LeaderElectorProxyRefusing",
+	} {
+		got, ok := panels[panel]
+		if !ok {
+			t.Errorf("no dashboard panel %q", panel)
+			continue
+		}
+		a, p := squash(alerts[alert]), squash(withoutFilters(got))
+		if a == "" {
+			t.Errorf("no alert %s", alert)
+		}
+		if want := "(" + a + ")or"; !strings.HasPrefix(p, want) {
+			t.Errorf("panel %q shows\n%s\nwant it to start with alert %s's\n%s", panel, p, alert, want)
+		}
 	}
 	const own = "and on (instance) leader_elector_build_info"
 	for where, expr := range panels {
@@ -43,6 +48,13 @@ func TestDashboardMatchesTheAlerts(t *testing.T) {
 			t.Errorf("alert %s reads client-go's metrics of every program (want %q)", name, own)
 		}
 	}
+}
+
+// withoutFilters drops the dashboard's variable filters from a query.
+func withoutFilters(expr string) string {
+	const filters = `lease_namespace=~"$lease_namespace", lease=~"$lease"`
+	expr = strings.ReplaceAll(expr, "{"+filters+"}", "")
+	return strings.ReplaceAll(expr, filters+", ", "")
 }
 
 // squash drops white space, which PromQL ignores.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/api"
@@ -202,8 +203,8 @@ func TestFileStoreSupervisor(t *testing.T) {
 	m.check(t)
 }
 
-// TestFileStoreBadFile: a lease file truncated, or replaced by an older
-// copy, is refused with one clear error: the leader steps down by its renew
+// TestFileStoreBadFile: a lease file truncated, replaced by an older copy
+// or made unreadable is refused with one clear error: the leader steps down by its renew
 // deadline and no one leads until the file is deleted; then a new term
 // starts with a higher token. The monitor sees no token going back.
 func TestFileStoreBadFile(t *testing.T) {
@@ -217,6 +218,16 @@ func TestFileStoreBadFile(t *testing.T) {
 			writeLeaseFile(t, path, b[:len(b)/2])
 		}},
 		{"replaced by an older copy", "went back", func(older []byte) { writeLeaseFile(t, path, older) }},
+		// Root reads a file whatever its mode: a directory in its place is
+		// a file no one can read.
+		{"made unreadable", "is a directory", func([]byte) {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	} {
 		leader := g.WaitLeader(3 * leaseDuration)
 		older, err := os.ReadFile(path)
@@ -254,5 +265,53 @@ func writeLeaseFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFileStoreFullDisk: the disk under the lease file fills up, simulated
+// by a file size limit of 0 on every candidate (RLIMIT_FSIZE: each write of
+// the store's temporary files then fails, with EFBIG where a full disk
+// gives ENOSPC, on the same path). The leader's renewals fail: it steps
+// down by its renew deadline and no one leads; once there is room again a
+// new term starts with a higher token. The monitor sees no overlap and no
+// token going back.
+func TestFileStoreFullDisk(t *testing.T) {
+	g, _ := newFileGroup(t, 2)
+	leader := g.WaitLeader(3 * leaseDuration)
+	before, err := leader.state()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setFileSizeLimit := func(limit uint64) {
+		t.Helper()
+		for _, c := range g.Members() {
+			// Only the soft limit: lowering and raising it back needs no
+			// privilege.
+			var old unix.Rlimit
+			if err := unix.Prlimit(c.h.Pid(), unix.RLIMIT_FSIZE, nil, &old); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Prlimit(c.h.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: min(limit, old.Max), Max: old.Max}, nil); err != nil {
+				t.Fatalf("%s: set its file size limit: %v", c.name, err)
+			}
+		}
+	}
+	t.Cleanup(func() { setFileSizeLimit(unix.RLIM_INFINITY) })
+	setFileSizeLimit(0)
+	full := time.Now()
+	bound := renewDeadline + retryPeriod + fileStoreSlack
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, bound, true, func(context.Context) (bool, error) {
+		s, err := leader.state()
+		return err == nil && !s.IsLeader, nil
+	}); err != nil {
+		t.Fatalf("%s still leads %v after the disk filled up (bound %v)", leader.name, time.Since(full), bound)
+	}
+	t.Logf("MEASURED file store, disk full: %s stepped down %v after it filled up", leader.name, time.Since(full).Round(time.Millisecond))
+	noLeaderFor(t, leaseDuration, g.Members()...)
+
+	setFileSizeLimit(unix.RLIM_INFINITY)
+	next := g.WaitLeader(3*leaseDuration + fileStoreSlack)
+	if s, _ := next.state(); s.FencingToken <= before.FencingToken {
+		t.Errorf("token %d after the disk had room again, was %d", s.FencingToken, before.FencingToken)
 	}
 }

@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,6 +134,33 @@ func TestPrometheusAlertsOnFaults(t *testing.T) {
 	})
 
 	// Last: it freezes the shared API server.
+	t.Run("LeaderElectorProxyRefusing", func(t *testing.T) {
+		// A leader whose proxy forwards a client's connection every 100 ms
+		// to its app; then the app stops listening: each connection waits
+		// --proxy-wait for it and is closed unforwarded (unreachable).
+		lease := leaseName(t)
+		app := startLineServer(t)
+		ports, err := harness.FreePorts(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxyAddr := fmt.Sprintf("127.0.0.1:%d", ports[2])
+		c := startCandidate(t, lease+"-0", candidateOptions{lease: lease, ports: ports[:2], extraArgs: []string{
+			"--proxy-address=" + proxyAddr,
+			fmt.Sprintf("--proxy-peer-address=127.0.0.1:%d", ports[3]),
+			"--proxy-upstream=" + app.Addr().String(),
+			"--proxy-wait=500ms",
+		}})
+		waitLeading(t, c, giveUp)
+		clientEvery(t, 100*time.Millisecond, func() { _ = askOneLine(proxyAddr, 2*time.Second) })
+		prom := startPrometheus(t, []string{metricsTarget(t, c)}, testRules(t, map[string]time.Duration{"LeaderElectorProxyRefusing": faultFor}))
+		waitQuery(t, prom, `sum(leader_elector_proxy_connections_forwarded_total{to="local"}) > bool 0`, "1", giveUp)
+		alerts := watchAlertsWith(t, prom, "alertname", "LeaderElectorProxyRefusing")
+		proveAlert(t, prom, alerts, "LeaderElectorProxyRefusing", faultFor, healthy, faultFor+giveUp, "the app stopped listening", func() {
+			_ = app.Close()
+		})
+	})
+
 	t.Run("LeaderElectorRenewalStale", func(t *testing.T) {
 		// A leader renewing; then the API server freezes (SIGSTOP: its
 		// connections hang), so that no candidate writes the Lease. A
@@ -232,4 +262,77 @@ func metricsTargets(t *testing.T, cs []*candidate) []string {
 		targets = append(targets, metricsTarget(t, c))
 	}
 	return targets
+}
+
+// startLineServer listens on loopback and answers each line of each
+// connection with "ok": an app behind the proxy. Closing it makes the app
+// stop listening.
+func startLineServer(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				r := bufio.NewReader(conn)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					if _, err := fmt.Fprintln(conn, "ok"); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l
+}
+
+// askOneLine connects to addr, sends a line and reads one back, within
+// timeout.
+func askOneLine(addr string, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintln(conn, "hello"); err != nil {
+		return err
+	}
+	_, err = bufio.NewReader(conn).ReadString('\n')
+	return err
+}
+
+// clientEvery calls ask every interval, each call in a goroutine of its
+// own, until the test ends.
+func clientEvery(t *testing.T, interval time.Duration, ask func()) {
+	t.Helper()
+	stop := make(chan struct{})
+	var running sync.WaitGroup
+	t.Cleanup(func() { close(stop); running.Wait() })
+	running.Add(1)
+	go func() {
+		defer running.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			running.Add(1)
+			go func() { defer running.Done(); ask() }()
+		}
+	}()
 }

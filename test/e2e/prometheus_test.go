@@ -443,7 +443,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	rules := testRules(t, map[string]time.Duration{"LeaderElectorNoLeader": noLeaderFor, "LeaderElectorMultipleLeaders": multipleFor})
 
 	lease := leaseName(t)
-	ports, err := harness.FreePorts(10)
+	ports, err := harness.FreePorts(14)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,10 +460,14 @@ func TestPrometheusAlerts(t *testing.T) {
 		start(i)
 		targets = append(targets, net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[2*i+1])))
 	}
-	// Only for the names check: partition mode and routing register metrics of their own.
+	// Only for the names check and the dashboard's panels: partition mode,
+	// routing and the proxy register metrics of their own.
 	startCandidate(t, lease+"-partitioned", candidateOptions{lease: lease + "-p", ports: ports[6:8], extraArgs: []string{"--partitions=2"}, startedPath: "/partitions"})
 	startCandidate(t, lease+"-routed", candidateOptions{lease: lease + "-r", ports: ports[8:10], extraArgs: []string{"--route=endpointslice", "--service=" + lease + "-r", "--pod-ip=10.0.0.1"}})
-	targets = append(targets, net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[7])), net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[9])))
+	startCandidate(t, lease+"-proxied", candidateOptions{lease: lease + "-x", ports: ports[10:12], extraArgs: []string{
+		fmt.Sprintf("--proxy-address=127.0.0.1:%d", ports[12]), fmt.Sprintf("--proxy-peer-address=127.0.0.1:%d", ports[13]), "--proxy-upstream=" + startLineServer(t).Addr().String(),
+	}})
+	targets = append(targets, net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[7])), net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[9])), net.JoinHostPort("127.0.0.1", fmt.Sprint(ports[11])))
 
 	prom := startPrometheus(t, targets, rules)
 	alerts := watchAlerts(t, prom, lease)
@@ -476,9 +480,9 @@ func TestPrometheusAlerts(t *testing.T) {
 	var exposed []string
 	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, giveUp, true, func(context.Context) (bool, error) {
 		exposed, err = prom.metricNames()
-		return err == nil && slices.Contains(exposed, "leader_elector_partition_configured") && slices.Contains(exposed, "leader_elector_route_writes_total"), nil
+		return err == nil && slices.Contains(exposed, "leader_elector_partition_configured") && slices.Contains(exposed, "leader_elector_route_writes_total") && slices.Contains(exposed, "leader_elector_proxy_connections_accepted_total"), nil
 	}); err != nil {
-		t.Fatalf("Prometheus has not scraped the partition-mode and routing metrics: %v (names %v)", err, exposed)
+		t.Fatalf("Prometheus has not scraped the partition-mode, routing and proxy metrics: %v (names %v)", err, exposed)
 	}
 	checkQueryNames(t, exposed)
 
