@@ -33,6 +33,7 @@ import (
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/test/invariant"
+	"github.com/leader-elector/leader-elector/internal/textline"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -1139,7 +1140,9 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		}
 		for _, f := range r.faults {
 			if f.err != nil {
-				fmt.Fprintf(&b, "- not injected: %s on %s: %v\n", f.kind, orAll(f.target), f.err)
+				// One line each, whatever a tool printed (the report is read
+				// as a list).
+				fmt.Fprintf(&b, "- not injected: %s on %s: %s\n", f.kind, orAll(f.target), textline.OneLine(f.err))
 			}
 		}
 	}
