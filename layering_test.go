@@ -42,6 +42,8 @@ var layers = []struct {
 		forbid: append(stdOnly, kubernetes...), allow: []string{"k8s.io/utils/clock"}},
 	{pkg: "internal/quietlog", why: "a logr sink: logr only", forbid: stdOnly, allow: []string{"github.com/go-logr/logr"}},
 	{pkg: "internal/racebackoff", why: "a back-off policy: the standard library and a clock", forbid: stdOnly, allow: []string{"k8s.io/utils/clock"}},
+	{pkg: "leasetimings", why: "the timing rules: none of ours, so every entry point can apply them",
+		forbid: ours("election", "partition", "leasecache", "app", "options", "httpapi", "notify", "routing", "health", "status", "supervisor")},
 	{pkg: "leasecache", why: "the elector's Lease client knows no elector, mode or the binary",
 		forbid: ours("election", "app", "options", "httpapi", "notify", "routing", "partition", "health", "status", "supervisor")},
 	{pkg: "filelease", why: "serves the Lease API from a file; knows no elector, mode or the binary",

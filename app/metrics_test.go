@@ -19,6 +19,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/serverclock"
 )
 
@@ -174,7 +175,7 @@ func TestBuildInfoScraped(t *testing.T) {
 		Revision: "0123abc",
 		Election: election.Config{LeaseSpec: election.LeaseSpec{
 			Namespace: "my-ns", Name: "my-lease", Identity: "pod-a",
-			Timings: election.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
+			Timings: leasetimings.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
 		}},
 		Readiness: httpapi.ReadyWhenLeader,
 	}

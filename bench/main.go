@@ -43,7 +43,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/partition"
 )
 
@@ -155,8 +155,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 // validate checks every option on its own and reports all problems.
 func (o *options) validate() error {
 	var errs []error
-	timings := election.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
-	errs = append(errs, timings.Check(election.FlagTimingNames)...)
+	timings := leasetimings.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
+	errs = append(errs, timings.Check(leasetimings.FlagTimingNames)...)
 	if o.PollInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--poll-interval must be positive, got %v", o.PollInterval))
 	}

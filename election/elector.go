@@ -29,6 +29,7 @@ import (
 	"github.com/leader-elector/leader-elector/internal/racebackoff"
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leasecache"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/serverclock"
 )
 
@@ -61,15 +62,15 @@ type LeaseSpec struct {
 	// RetryPeriod is how often candidates and the leader try the Lease.
 	//
 	// The sidecar's defaults are 15s, 10s and 2s (package options); the
-	// rules of the three are Timings.Check.
-	Timings
+	// rules of the three are leasetimings.Timings.Check.
+	leasetimings.Timings
 	// ReleaseOnShutdown clears the Lease's holder when Run's context ends, so
 	// that a standby takes over at once instead of after the lease duration.
 	ReleaseOnShutdown bool
 }
 
 // Validate checks that the Lease and the identity are given, and the
-// timings' rules (Timings.Check).
+// timings' rules (leasetimings.Timings.Check).
 func (s LeaseSpec) Validate() error {
 	var errs []error
 	if s.Namespace == "" || s.Name == "" {
@@ -78,7 +79,7 @@ func (s LeaseSpec) Validate() error {
 	if s.Identity == "" {
 		errs = append(errs, errors.New("identity must not be empty"))
 	}
-	errs = append(errs, s.Check(ConfigTimingNames)...)
+	errs = append(errs, s.Check(leasetimings.ConfigTimingNames)...)
 	return errors.Join(errs...)
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/leasecache"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 // slowAPIServer serves one Lease like kube-apiserver with a Role of get and
@@ -96,7 +97,7 @@ func TestElectorTakesReleasedLeaseAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, err := New(Config{LeaseSpec: LeaseSpec{Namespace: "default", Name: "my-app", Identity: "pod-b",
-		Timings: Timings{LeaseDuration: leaseDuration, RenewDeadline: 3 * time.Second, RetryPeriod: retryPeriod}}, Client: client})
+		Timings: leasetimings.Timings{LeaseDuration: leaseDuration, RenewDeadline: 3 * time.Second, RetryPeriod: retryPeriod}}, Client: client})
 	if err != nil {
 		t.Fatal(err)
 	}

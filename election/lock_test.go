@@ -24,6 +24,7 @@ import (
 	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leasecache"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 var (
@@ -727,7 +728,7 @@ func testConfig(client *fake.Clientset) Config {
 			Namespace:         testNamespace,
 			Name:              testName,
 			Identity:          testIdentity,
-			Timings:           Timings{LeaseDuration: 15 * time.Second, RenewDeadline: testRenewDeadline, RetryPeriod: 2 * time.Second},
+			Timings:           leasetimings.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: testRenewDeadline, RetryPeriod: 2 * time.Second},
 			ReleaseOnShutdown: true,
 		},
 		Client: client,

@@ -4,6 +4,7 @@ import (
 	"github.com/leader-elector/leader-elector/app"
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/routing"
 )
@@ -40,8 +41,8 @@ func (o *Options) AppConfig(version, revision string) app.Config {
 }
 
 // timings are the election's three durations.
-func (o *Options) timings() election.Timings {
-	return election.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
+func (o *Options) timings() leasetimings.Timings {
+	return leasetimings.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
 }
 
 // leaseSpec is the Lease this pod takes part in, the same for leader

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 // The retired k8s.gcr.io/leader-elector image (kubernetes/contrib, election/)
@@ -59,13 +59,13 @@ func (o *Options) applyContrib(fs *pflag.FlagSet) error {
 
 // ttlTimings derives the renew deadline and the retry period from a ttl in
 // the defaults' ratios, cut to whole milliseconds for readable logs; the
-// renew deadline leaves at least election.MinMargin below the ttl (which
+// renew deadline leaves at least leasetimings.MinMargin below the ttl (which
 // only a --ttl of 2s makes shorter than the ratio: 1s, not 1.333s). Every
 // ttl from 2s to 24h gives timings inside the supported ranges that pass
-// election.Timings.Check (options/contrib_test.go proves it at the bounds).
+// leasetimings.Timings.Check (options/contrib_test.go proves it at the bounds).
 func ttlTimings(ttl time.Duration) (renew, retry time.Duration) {
 	retry = (ttl * ttlRetryNum / ttlRetryDen).Truncate(time.Millisecond)
-	renew = min(ttl*ttlRenewNum/ttlRenewDen, ttl-election.MinMargin(ttl, retry)).Truncate(time.Millisecond)
+	renew = min(ttl*ttlRenewNum/ttlRenewDen, ttl-leasetimings.MinMargin(ttl, retry)).Truncate(time.Millisecond)
 	return renew, retry
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 // TestTTL: the retired image's --ttl sets the lease duration and derives the
@@ -88,7 +88,7 @@ func TestTTLRangeGivesValidTimings(t *testing.T) {
 		o := newOptions()
 		o.LeaseName, o.LeaseNamespace, o.Identity = "x", "default", "pod-a"
 		o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = ttl, renew, retry
-		if errs := append(o.timings().Check(election.FlagTimingNames), o.validateInputs()...); len(errs) > 0 {
+		if errs := append(o.timings().Check(leasetimings.FlagTimingNames), o.validateInputs()...); len(errs) > 0 {
 			t.Fatalf("--ttl=%v derives %v/%v, refused: %v", ttl, renew, retry, errs)
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
-	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/httpapi"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/logging"
 	"github.com/leader-elector/leader-elector/partition"
 )
@@ -320,11 +320,11 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--identity is empty and neither $POD_NAME nor the hostname is available"))
 	}
 
-	timingErrs := o.timings().Check(election.FlagTimingNames)
+	timingErrs := o.timings().Check(leasetimings.FlagTimingNames)
 	if o.timingOutOfRange() {
 		// The margin is then the range error's consequence, not a second
 		// mistake.
-		timingErrs = slices.DeleteFunc(timingErrs, func(err error) bool { return errors.Is(err, election.ErrShortMargin) })
+		timingErrs = slices.DeleteFunc(timingErrs, func(err error) bool { return errors.Is(err, leasetimings.ErrShortMargin) })
 	}
 	errs = append(errs, timingErrs...)
 	errs = append(errs, o.validateInputs()...)

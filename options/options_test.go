@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 // fakeEnv is the surroundings parseOptions sees in a test.
@@ -97,7 +98,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 			Namespace:         "default",
 			Name:              "my-app",
 			Identity:          "host-1",
-			Timings:           election.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
+			Timings:           leasetimings.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second},
 			ReleaseOnShutdown: true,
 		},
 		Campaign: election.CampaignAuto,

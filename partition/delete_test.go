@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 // TestMemberDeletesItsMembershipOnShutdown: with ReleaseOnShutdown, a
@@ -25,7 +26,7 @@ func TestMemberDeletesItsMembershipOnShutdown(t *testing.T) {
 		client := newFakeAPI(t, clk, testIdentity)
 		m, err := New(Config{
 			LeaseSpec: election.LeaseSpec{Namespace: testNamespace, Name: testGroup, Identity: testIdentity, ReleaseOnShutdown: release,
-				Timings: election.Timings{LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod}},
+				Timings: leasetimings.Timings{LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod}},
 			Partitions: 1, Client: client, Clock: clk,
 		})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/leader-elector/leader-elector/election"
+	"github.com/leader-elector/leader-elector/leasetimings"
 )
 
 // TestLeaseGroup: one label-selected watch feeds the registered elector's
@@ -44,7 +45,7 @@ func TestLeaseGroup(t *testing.T) {
 	group := NewLeaseGroup(testNamespace, map[string]string{"group": "g"}, client, clk, func() { changes <- struct{}{} })
 	e, err := election.New(election.Config{
 		LeaseSpec: election.LeaseSpec{Namespace: testNamespace, Name: "g-p0", Identity: testIdentity,
-			Timings: election.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
+			Timings: leasetimings.Timings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}},
 		Client: client, Group: election.GroupMember{Feed: group}, Clock: clk,
 	})
 	if err != nil {

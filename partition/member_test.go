@@ -28,6 +28,7 @@ import (
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/leadership"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/ownership"
 )
 
@@ -153,7 +154,7 @@ func startMemberWith(t *testing.T, n int, configure func(*Config), prepare func(
 	prepare(client)
 	cfg := Config{
 		LeaseSpec: election.LeaseSpec{Namespace: testNamespace, Name: testGroup, Identity: testIdentity,
-			Timings: election.Timings{LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod}},
+			Timings: leasetimings.Timings{LeaseDuration: testLeaseDuration, RenewDeadline: testRenewDeadline, RetryPeriod: testRetryPeriod}},
 		Partitions: n, Client: client, Clock: clk,
 	}
 	configure(&cfg)

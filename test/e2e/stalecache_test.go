@@ -18,6 +18,7 @@ import (
 
 	"github.com/leader-elector/leader-elector/election"
 	"github.com/leader-elector/leader-elector/internal/leasetest"
+	"github.com/leader-elector/leader-elector/leasetimings"
 	"github.com/leader-elector/leader-elector/serverclock"
 )
 
@@ -69,7 +70,7 @@ func TestStaleCacheCannotTakeTheLease(t *testing.T) {
 			Namespace: "default",
 			Name:      lease,
 			Identity:  "stale-cache",
-			Timings:   election.Timings{LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod},
+			Timings:   leasetimings.Timings{LeaseDuration: leaseDuration, RenewDeadline: renewDeadline, RetryPeriod: retryPeriod},
 		},
 		Client:      requests,
 		WatchClient: staleWatches,

@@ -440,7 +440,7 @@ func TestChartGuards(t *testing.T) {
 	})
 
 	// The chart's guard against the sidecar's own verdict, which applies the
-	// timing rules (election.Timings.Check) and the supported ranges
+	// timing rules (leasetimings.Timings.Check) and the supported ranges
 	// (options): the edges of every rule, on both sides.
 	timings := []struct{ lease, renew, retry string }{
 		{"15", "10", "2"}, {"4", "2", "0.5"}, {"15", "15", "2"}, {"10", "15", "2"},
@@ -448,7 +448,7 @@ func TestChartGuards(t *testing.T) {
 		// The supported ranges (issue 11): lease 2..86400, renew ≥ 1, retry ≥ 0.1.
 		{"86400", "10", "2"}, {"86401", "10", "2"}, {"2", "1", "0.1"}, {"2", "1", "0.09"},
 		{"1", "0.5", "0.1"}, {"15", "0.9", "0.5"}, {"3600", "1800", "1000"},
-		// The margin, election.MinMargin: at least 1 s, 1% of the lease and
+		// The margin, leasetimings.MinMargin: at least 1 s, 1% of the lease and
 		// the retry period.
 		{"15", "12", "3"}, {"15", "12", "3.5"}, {"86400", "85536", "60"}, {"2", "1.01", "0.1"}, {"15", "14.99", "0.1"}, {"15", "14", "2"}, {"200", "198", "2"},
 		{"200", "198.1", "2"}, {"86400", "85536", "3600"}, {"86400", "85537", "3600"},

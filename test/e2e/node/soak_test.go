@@ -31,9 +31,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/internal/textline"
 	"github.com/leader-elector/leader-elector/partition"
 	"github.com/leader-elector/leader-elector/test/invariant"
-	"github.com/leader-elector/leader-elector/internal/textline"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 

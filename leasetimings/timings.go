@@ -1,4 +1,10 @@
-package election
+// Package leasetimings holds the rules of an election's three durations
+// (lease duration, renew deadline, retry period), written once: the
+// sidecar's flags (package options), election.Config.Validate and the
+// benchmark apply them, and the Helm chart's guard is checked against them
+// by test/packaging. It knows no elector: of client-go it uses only the
+// jitter factor its renewal rule comes from.
+package leasetimings
 
 import (
 	"errors"
@@ -8,10 +14,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 )
 
-// Timings are an election's three durations. Their rules are written here
-// once and applied by every entry point: the sidecar's flags (package
-// options), Config.Validate, the benchmark; the Helm chart's guard is
-// checked against the sidecar's verdict by test/packaging.
+// Timings are an election's three durations.
 type Timings struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
@@ -24,7 +27,7 @@ type TimingNames struct {
 	LeaseDuration, RenewDeadline, RetryPeriod string
 }
 
-// ConfigTimingNames names the timings as Config's fields.
+// ConfigTimingNames names the timings as election.Config's fields.
 var ConfigTimingNames = TimingNames{LeaseDuration: "lease duration", RenewDeadline: "renew deadline", RetryPeriod: "retry period"}
 
 // FlagTimingNames names the timings as the sidecar's (and the benchmark's)
