@@ -1,0 +1,362 @@
+//go:build integration
+
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/leader-elector/leader-elector/test/packaging"
+)
+
+// Proxy proof timings. The chart's defaults, but for a shorter lease, so
+// that the crash failover at the end costs seconds, not 15: the proxy's
+// --proxy-wait is the renew deadline.
+const (
+	proxyLeaseSeconds = 6
+	proxyRenewSeconds = 4
+	proxyRetrySeconds = 1
+	// proxyClientTimeout bounds one request: the proxy may hold a new
+	// connection up to --proxy-wait (the renew deadline) while no leader
+	// is known, and the answer takes a moment more.
+	proxyClientTimeout = proxyRenewSeconds*time.Second + nodeSlack
+)
+
+// TestProxyNoFailedRequest: the chart's demo with the forwarding proxy on
+// (proxy.enabled, so every candidate is Ready and a Service endpoint, and
+// the default RollingUpdate strategy), 3 replicas. Clients ask the
+// Service's ClusterIP at over 100 requests per second, some with a new
+// connection each time and some reusing theirs, through 20 graceful
+// handovers (POST /release on the leader, as an app would) and 5 rolling
+// updates: no request fails, and every answer comes from a pod that held
+// the Lease around the time of the request. Then a crash failover (the
+// leader's sidecar SIGKILLed): failures are allowed only between the kill
+// and the takeover, and counted. The same clients through leader-only
+// readiness and no proxy, over 5 handovers and 1 rolling update, give the
+// figures to compare with.
+//
+// It does not pass yet (issue 33): measured on 2026-12-04, 101 of 1,356
+// requests failed with the proxy (connections reset after waiting about
+// the renew deadline, and EOFs), and the clients reached only 18 requests
+// per second. So it runs only with `make proxy-proof`, outside CI, until
+// it does; it then joins the node suite.
+func TestProxyNoFailedRequest(t *testing.T) {
+	if os.Getenv("LEADER_ELECTOR_PROXY_PROOF") == "" {
+		t.Skip("the proxy's real-node proof runs with make proxy-proof (it does not pass yet: docs/routing.md)")
+	}
+	timings := []string{
+		fmt.Sprintf("election.leaseDurationSeconds=%d", proxyLeaseSeconds),
+		fmt.Sprintf("election.renewDeadlineSeconds=%d", proxyRenewSeconds),
+		fmt.Sprintf("election.retryPeriodSeconds=%d", proxyRetrySeconds),
+		"demo.replicas=3",
+	}
+	t.Run("proxy", func(t *testing.T) {
+		d, _ := helmInstallWait(t, "proxy-proof", append(timings, "proxy.enabled=true", "proxy.upstreamPort=8081")...)
+		o := d.observe(t)
+		load := startServiceLoad(t, d)
+		d.waitHolder(t, "")
+		handovers := d.handOverTimes(t, 20)
+		rollouts := d.rollOutTimes(t, 5)
+		stats := load.stop()
+		obs := o.end(t)
+		stats.check(t, obs, nil)
+		t.Logf("MEASURED proxy: %s over %d graceful handovers (%s) and %d rolling updates (%s)", stats, len(handovers), summary(handovers), len(rollouts), summary(rollouts))
+
+		// A crash: only requests between the kill and the takeover may fail.
+		o = d.observe(t)
+		load = startServiceLoad(t, d)
+		time.Sleep(time.Second)
+		leader := d.waitHolder(t, "")
+		pod := d.getPod(t, leader)
+		killed := time.Now()
+		if _, err := theNode.KillContainer(context.Background(), containerIDOf(pod, packaging.SidecarName)); err != nil {
+			t.Fatal(err)
+		}
+		next := d.waitHolder(t, leader)
+		tookOver := time.Now()
+		time.Sleep(2 * time.Second)
+		stats = load.stop()
+		obs = o.end(t)
+		stats.check(t, obs, &[2]time.Time{killed, tookOver})
+		t.Logf("MEASURED proxy, crash failover (%s killed, %s took over %v later): %s", leader, next, since2(killed, tookOver), stats)
+	})
+
+	t.Run("leader readiness, no proxy", func(t *testing.T) {
+		d, _ := helmInstallWait(t, "proxy-proof-none", append(timings, "election.readiness=leader")...)
+		d.waitSettled(t, d.settleTimeout())
+		o := d.observe(t)
+		load := startServiceLoad(t, d)
+		handovers := d.handOverTimes(t, 5)
+		stats := load.stop()
+		obs := o.end(t)
+		t.Logf("MEASURED leader readiness, no proxy: %s over %d graceful handovers (%s)", stats, len(handovers), summary(handovers))
+		stats.checkAnswers(t, obs, nil)
+	})
+}
+
+// waitHolder waits until a pod other than except holds the Lease, and
+// returns it.
+func (d *deployment) waitHolder(t *testing.T, except string) string {
+	t.Helper()
+	var holder string
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, nodeGiveUp, true, func(ctx context.Context) (bool, error) {
+		h, err := d.holder(ctx)
+		holder = h
+		return err == nil && h != "" && h != except, nil
+	}); err != nil {
+		t.Fatalf("no pod other than %q holds the Lease after %v (holder %q)", except, nodeGiveUp, holder)
+	}
+	return holder
+}
+
+// handOverTimes makes the leader release n times (POST /release on its
+// sidecar, from inside its pod's network namespace, as its app would), a
+// second apart, and returns the times from each release to the next
+// holder's write seen.
+func (d *deployment) handOverTimes(t *testing.T, n int) []time.Duration {
+	t.Helper()
+	var took []time.Duration
+	for range n {
+		time.Sleep(time.Second)
+		leader := d.waitHolder(t, "")
+		sent := time.Now()
+		d.postRelease(t, leader)
+		d.waitHolder(t, leader)
+		took = append(took, time.Since(sent))
+	}
+	return took
+}
+
+// postRelease sends POST /release to pod's sidecar on its localhost.
+func (d *deployment) postRelease(t *testing.T, pod string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pid, err := theNode.ContainerPID(ctx, containerIDOf(d.getPod(t, pod), packaging.SidecarName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:4040/release", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := netnsClient(ns, 5*time.Second, false).Do(req)
+	if err != nil {
+		t.Fatalf("POST /release to %s: %v", pod, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"released":true`) {
+		t.Fatalf("POST /release to %s: %s %s", pod, resp.Status, body)
+	}
+}
+
+// rollOutTimes makes n rolling updates (kubectl rollout restart, the
+// Deployment's own strategy), each waited for with kubectl rollout status,
+// and returns how long each took.
+func (d *deployment) rollOutTimes(t *testing.T, n int) []time.Duration {
+	t.Helper()
+	var took []time.Duration
+	for i := range n {
+		began := d.rolloutRestart(t)
+		if out, err := d.rolloutStatus(t, 3*time.Minute); err != nil || !strings.Contains(out, "successfully rolled out") {
+			t.Fatalf("rolling update %d: kubectl rollout status: %v\n%s", i+1, err, out)
+		}
+		took = append(took, time.Since(began))
+	}
+	return took
+}
+
+// serviceLoad asks the Service's ClusterIP from the test's network
+// namespace: newConnClients goroutines with a new connection for each
+// request and keepAliveClients reusing theirs, each one request every
+// loadInterval.
+type serviceLoad struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	began  time.Time
+
+	mu      sync.Mutex
+	results []loadResult
+}
+
+const (
+	newConnClients   = 2
+	keepAliveClients = 1
+	loadInterval     = 20 * time.Millisecond
+)
+
+type loadResult struct {
+	start, end time.Time
+	pod        string
+	err        error
+	keepAlive  bool
+	reused     bool // the request went on a connection used before
+}
+
+func startServiceLoad(t *testing.T, d *deployment) *serviceLoad {
+	t.Helper()
+	url, err := d.serviceURL(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &serviceLoad{cancel: cancel, began: time.Now()}
+	for i := range newConnClients + keepAliveClients {
+		keepAlive := i >= newConnClients
+		client := &http.Client{Timeout: proxyClientTimeout, Transport: &http.Transport{DisableKeepAlives: !keepAlive}}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(loadInterval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				l.record(l.ask(ctx, client, url, keepAlive))
+			}
+		}()
+	}
+	return l
+}
+
+func (l *serviceLoad) ask(ctx context.Context, client *http.Client, url string, keepAlive bool) loadResult {
+	r := loadResult{start: time.Now(), keepAlive: keepAlive}
+	trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { r.reused = info.Reused }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.WithoutCancel(ctx), trace), http.MethodGet, url, nil)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	resp, err := client.Do(req)
+	if err == nil {
+		var b []byte
+		b, err = io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		_ = resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, b)
+		}
+		r.pod = strings.TrimSpace(string(b))
+	}
+	r.err, r.end = err, time.Now()
+	return r
+}
+
+func (l *serviceLoad) record(r loadResult) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.results = append(l.results, r)
+}
+
+// stop ends the load once the requests in flight have ended.
+func (l *serviceLoad) stop() loadStats {
+	l.cancel()
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := loadStats{results: slices.Clone(l.results), took: time.Since(l.began)}
+	return s
+}
+
+type loadStats struct {
+	results []loadResult
+	took    time.Duration
+}
+
+func (s loadStats) String() string {
+	var failed, reused, keepAlive int
+	for _, r := range s.results {
+		if r.err != nil {
+			failed++
+		}
+		if r.keepAlive {
+			keepAlive++
+			if r.reused {
+				reused++
+			}
+		}
+	}
+	return fmt.Sprintf("%d requests (%.0f/s; %d on keep-alive clients, %d of them on a reused connection), %d failed",
+		len(s.results), float64(len(s.results))/s.took.Seconds(), keepAlive, reused, failed)
+}
+
+// check fails the test for a failed request, unless it overlapped window
+// (the crash's kill and takeover), and checks the answers (checkAnswers).
+func (s loadStats) check(t *testing.T, obs observation, window *[2]time.Time) {
+	t.Helper()
+	shown := 0
+	for _, r := range s.results {
+		if r.err == nil {
+			continue
+		}
+		if window != nil && r.end.After(window[0]) && r.start.Before(window[1]) {
+			continue
+		}
+		if shown++; shown <= 5 {
+			t.Errorf("a request from %s to %s failed: %v", stamp(r.start), stamp(r.end), r.err)
+		}
+	}
+	if shown > 5 {
+		t.Errorf("… and %d more failed requests", shown-5)
+	}
+	s.checkAnswers(t, obs, window)
+}
+
+// checkAnswers: every answer comes from a pod that held the Lease, as the
+// observer's watch saw it, at some moment from a slack before the request
+// to a slack after it (the watch delivers a moment late, and the proxy
+// drains a term's connections for --proxy-drain after it ends).
+func (s loadStats) checkAnswers(t *testing.T, obs observation, window *[2]time.Time) {
+	t.Helper()
+	const slack = 2 * nodeSlack
+	wrong := 0
+	for _, r := range s.results {
+		if r.err != nil {
+			continue
+		}
+		if !obs.heldBetween(r.pod, r.start.Add(-slack), r.end.Add(slack)) {
+			if wrong++; wrong <= 5 {
+				t.Errorf("a request from %s to %s was answered by %q, which did not hold the Lease then", stamp(r.start), stamp(r.end), r.pod)
+			}
+		}
+	}
+	if len(s.results) == 0 {
+		t.Error("no request was made")
+	}
+}
+
+// heldBetween reports whether pod held the Lease at some moment in
+// [from, to], by the observed Lease versions.
+func (r observation) heldBetween(pod string, from, to time.Time) bool {
+	for i, l := range r.leases {
+		if l.holder != pod || l.at.After(to) {
+			continue
+		}
+		// l holds from l.at until the next version.
+		if i+1 == len(r.leases) || !r.leases[i+1].at.Before(from) {
+			return true
+		}
+	}
+	return false
+}
+
+func stamp(t time.Time) string { return t.Format("15:04:05.000") }
