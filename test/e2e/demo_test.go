@@ -27,17 +27,7 @@ import (
 // plane, runs its handovers in a namespace of its own on that cluster, and
 // deletes that namespace at the end.
 func TestDemoOnExistingCluster(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "run", "./test/demo")
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.AdminKubeconfig())
-	out, err := cmd.CombinedOutput()
-	t.Logf("demo output:\n%s", out)
-	if err != nil {
-		t.Fatalf("demo: %v", err)
-	}
-	text := string(out)
+	text := runDemo(t, "go", "run", "./test/demo")
 	if !strings.Contains(text, "Using the cluster at "+controlPlane.Host()) {
 		t.Errorf("the demo did not say it uses the cluster at %s", controlPlane.Host())
 	}
@@ -59,6 +49,24 @@ func TestDemoOnExistingCluster(t *testing.T) {
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+}
+
+// runDemo runs a demo command in the repository, with KUBECONFIG naming the
+// suite's control plane, to its end; it fails the test unless the command
+// succeeds within 5 minutes, and returns the output.
+func runDemo(t *testing.T, command ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, command[0], command[1:]...)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.AdminKubeconfig())
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s output:\n%s", strings.Join(command, " "), out)
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(command, " "), err)
+	}
+	return string(out)
 }
 
 // TestDemoHold: `make demo HOLD=1` ends its script with all three
@@ -131,17 +139,7 @@ func TestDemoHold(t *testing.T) {
 // the release, the graceful handover and the crash takeover happen, and it
 // exits 0.
 func TestDemoLocal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "demo-local")
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.AdminKubeconfig())
-	out, err := cmd.CombinedOutput()
-	t.Logf("demo-local output:\n%s", out)
-	if err != nil {
-		t.Fatalf("make demo-local: %v", err)
-	}
-	text := string(out)
+	text := runDemo(t, "make", "--no-print-directory", "demo-local")
 	for _, want := range []string{
 		`No control plane: the candidates elect through the lease file \S+lease\.json`,
 		`(pod-[abc])'s event stream: event: lost, reason "released", fencing token \d+`,
