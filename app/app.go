@@ -134,6 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// releases the Lease; the servers keep answering (not leader, not ready)
 	// until it has done so.
 	electionErr := w.run(runCtx)
+	lingerProxy(ctx, cfg.Proxy, servers.proxy, w)
 	stopProxy()
 	<-routingDone
 	stopNotifier()

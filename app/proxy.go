@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"k8s.io/klog/v2"
+
 	"github.com/leader-elector/leader-elector/proxy"
 )
 
@@ -24,7 +26,31 @@ func listenProxy(cfg Config, w *workload, c *clients) (*proxy.Proxy, error) {
 		Pods: c.routing.CoreV1().Pods(cfg.Election.Namespace),
 		Self: cfg.Election.Identity,
 	}
-	return proxy.Listen(pcfg)
+	p, err := proxy.Listen(pcfg)
+	if err != nil {
+		return nil, err
+	}
+	// A graceful release lets the requests in flight to this pod's app end
+	// within its term (--proxy-drain).
+	w.elector.SetBeforeRelease(p.Quiesce)
+	return p, nil
+}
+
+// lingerProxy keeps the proxy forwarding to the new leader for its
+// shutdown delay after this pod has left the election: the Service still
+// sends clients here until kube-proxy has reprogrammed the nodes after the
+// pod's deletion, which takes its own time (up to seconds); a proxy that
+// stopped at once would refuse them. The pod is not Ready meanwhile: its
+// elector no longer runs.
+func lingerProxy(ctx context.Context, cfg *proxy.Config, p *proxy.Proxy, w *workload) {
+	if p == nil || cfg.ShutdownDelay <= 0 || w.elector == nil {
+		return
+	}
+	klog.FromContext(ctx).Info("Proxy forwards to the new leader for the shutdown delay", "delay", cfg.ShutdownDelay)
+	followCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownDelay)
+	defer cancel()
+	w.elector.Follow(followCtx)
+	<-followCtx.Done()
 }
 
 // startProxy serves the proxy, if any, until the function returned is

@@ -243,6 +243,9 @@ type Elector struct {
 	// attempt fires when a candidate should try the Lease: at once when it
 	// was released, exactly at its expiry when its holder stopped renewing.
 	attempt clock.Timer
+	// beforeRelease, if set, runs before a graceful release while this pod
+	// still leads (see SetBeforeRelease).
+	beforeRelease func(ctx context.Context, token int64)
 }
 
 type releaseRequest struct {
@@ -427,7 +430,25 @@ func (e *Elector) SittingOut() bool {
 // State.Degraded).
 func (e *Elector) SetDegraded(reason string) { e.tracker.setDegraded(reason) }
 
+// SetBeforeRelease makes every graceful release (Release, ReleaseTerm,
+// StepDown) call f first, while this pod still leads in the term token, and
+// wait for it: the forwarding proxy lets the requests in flight to the app
+// end within the term, instead of cutting them after it. f bounds its own
+// time; a term that ends meanwhile is not released. A shutdown does not
+// call it: the app is stopping too.
+func (e *Elector) SetBeforeRelease(f func(ctx context.Context, token int64)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.beforeRelease = f
+}
+
 func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason leadership.Reason, token int64) (leadership.State, error) {
+	e.mu.Lock()
+	before := e.beforeRelease
+	e.mu.Unlock()
+	if s := e.Snapshot(); before != nil && s.IsLeader && (token == leadership.AnyTerm || token == s.FencingToken) && !e.SittingOut() {
+		before(ctx, s.FencingToken)
+	}
 	e.mu.Lock()
 	if e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
@@ -581,6 +602,17 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.healthz.SetLeaderElection(nil)
 	e.log.stop()
 	return err
+}
+
+// Follow keeps the elector's view of the Lease (Watch, Snapshot) current
+// after Run has returned, until ctx ends, with a watch of its own and no
+// claim: a stopping pod's forwarding proxy sends the clients the Service
+// still routes to it on to the new leader. A group's elector is fed by its
+// group, and Follow returns at once.
+func (e *Elector) Follow(ctx context.Context) {
+	if e.cfg.Group.Feed == nil {
+		e.cache.Run(ctx)
+	}
 }
 
 // startRunning marks the elector running, or fails if it already is.

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/leadership"
 )
 
 // startCandidates runs a leader (testIdentity, naming whoever successor
@@ -203,5 +206,93 @@ func TestReleaseRecordsTheSuccessor(t *testing.T) {
 				t.Errorf("Events %q: want \"stopped leading\" before the handover", got)
 			}
 		})
+	}
+}
+
+// TestBeforeReleaseRunsWhileLeading: a graceful release calls the
+// before-release hook first, with the term's fencing token, while the pod
+// still leads and the Lease still names it; a release by a pod that does
+// not lead, or of another term, does not call it.
+func TestBeforeReleaseRunsWhileLeading(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, electorVerbs)
+	leader, err := New(fastConfig(client))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	type call struct {
+		token   int64
+		leading bool
+		holder  string
+	}
+	var calls []call
+	leader.SetBeforeRelease(func(_ context.Context, token int64) {
+		holder, _ := leaseHolder(t, client)
+		calls = append(calls, call{token: token, leading: leader.Snapshot().IsLeader, holder: holder})
+	})
+	runElector(t, ctx, leader)
+	waitFor(t, ctx, "the pod to lead", func() bool { return leader.Snapshot().IsLeader })
+	_, transitions := leaseHolder(t, client)
+	token := int64(transitions)
+	if _, err := leader.ReleaseTerm(ctx, token+1); !errors.Is(err, leadership.ErrOtherTerm) {
+		t.Fatalf("ReleaseTerm of another term: %v, want ErrOtherTerm", err)
+	}
+	if len(calls) != 0 {
+		t.Fatalf("a release of another term called the hook: %+v", calls)
+	}
+	if _, err := leader.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if want := []call{{token: token, leading: true, holder: testIdentity}}; !slices.Equal(calls, want) {
+		t.Errorf("hook calls %+v, want %+v", calls, want)
+	}
+	if _, err := leader.Release(ctx); !errors.Is(err, leadership.ErrNotLeader) {
+		t.Fatalf("a second Release: %v, want ErrNotLeader", err)
+	}
+	if len(calls) != 1 {
+		t.Errorf("a release by a pod that no longer leads called the hook: %+v", calls)
+	}
+}
+
+// TestFollowAfterRun: after Run has returned (a shutdown that released the
+// Lease), Follow keeps the stopped elector's view current: it sees the
+// next leader, and that leader's release; it never claims.
+func TestFollowAfterRun(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, electorVerbs)
+	leader, err := New(fastConfig(client))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	stop := runElector(t, ctx, leader)
+	waitFor(t, ctx, "the first pod to lead", func() bool { return leader.Snapshot().IsLeader })
+	cfg := fastConfig(client)
+	cfg.Identity = "pod-b"
+	next, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	runElector(t, ctx, next)
+	waitFor(t, ctx, "pod-b to follow", func() bool { return next.Snapshot().Holder == testIdentity })
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	followCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); leader.Follow(followCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, ctx, "pod-b to lead", func() bool { return next.Snapshot().IsLeader })
+	waitFor(t, ctx, "the stopped pod to see pod-b lead", func() bool { return leader.Snapshot().Holder == "pod-b" })
+	if _, err := next.ReleaseFor(ctx, time.Minute); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	waitFor(t, ctx, "the stopped pod to see the release", func() bool { return leader.Snapshot().Holder == "" })
+	if s := leader.Snapshot(); s.IsLeader {
+		t.Errorf("a following elector leads: %+v", s)
+	}
+	if holder, _ := leaseHolder(t, client); holder == testIdentity {
+		t.Error("a following elector took the Lease")
 	}
 }

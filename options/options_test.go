@@ -88,7 +88,7 @@ func TestParseOptionsDefaults(t *testing.T) {
 		Campaign:          campaignOptions{Campaign: "auto", AcquireRetries: 3, AcquireRetryDelay: 500 * time.Millisecond, Candidate: true},
 		Notify:            notifyOptions{Timeout: 2 * time.Second, Retries: 3},
 		// The proxy is off; its wait defaults to the renew deadline.
-		Proxy: proxyOptions{PeerAddress: ":4041", MaxConnections: 1024, Wait: 10 * time.Second},
+		Proxy: proxyOptions{PeerAddress: ":4041", MaxConnections: 1024, Wait: 10 * time.Second, ShutdownDelay: 5 * time.Second},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -152,7 +152,7 @@ func TestParseOptionsFlags(t *testing.T) {
 		Health:            newHealthOptions(),
 		Campaign:          newCampaignOptions(),
 		Notify:            newNotifyOptions(),
-		Proxy:             proxyOptions{PeerAddress: ":4041", MaxConnections: 1024, Wait: 12 * time.Second},
+		Proxy:             proxyOptions{PeerAddress: ":4041", MaxConnections: 1024, Wait: 12 * time.Second, ShutdownDelay: 5 * time.Second},
 	}
 	if !reflect.DeepEqual(o, want) {
 		t.Errorf("parse() =\n%+v\nwant\n%+v", o, want)
@@ -397,7 +397,7 @@ func TestParseOptionsEnvironment(t *testing.T) {
 					Health:            newHealthOptions(),
 					Campaign:          newCampaignOptions(),
 					Notify:            newNotifyOptions(),
-					Proxy:             proxyOptions{PeerAddress: ":4041", MaxConnections: 1024, Wait: 20 * time.Second},
+					Proxy:             proxyOptions{PeerAddress: ":4041", MaxConnections: 1024, Wait: 20 * time.Second, ShutdownDelay: 5 * time.Second},
 				}
 				if !reflect.DeepEqual(o, want) {
 					t.Errorf("got\n%+v\nwant\n%+v", o, want)

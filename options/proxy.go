@@ -14,6 +14,10 @@ import (
 const (
 	defaultProxyPeerAddress   = ":4041"
 	defaultProxyMaxConnection = 1024
+	// defaultProxyShutdownDelay covers kube-proxy's reprogramming of the
+	// nodes after a pod's deletion (0.1–2 s measured on a real node), with
+	// room for a busier cluster.
+	defaultProxyShutdownDelay = 5 * time.Second
 )
 
 // proxyOptions configure the forwarding proxy (--proxy-address).
@@ -23,6 +27,7 @@ type proxyOptions struct {
 	Upstream       string
 	Wait           time.Duration
 	Drain          time.Duration
+	ShutdownDelay  time.Duration
 	MaxConnections int
 	// waitGiven: --proxy-wait was given; otherwise it is the renew
 	// deadline.
@@ -30,7 +35,7 @@ type proxyOptions struct {
 }
 
 func newProxyOptions() proxyOptions {
-	return proxyOptions{PeerAddress: defaultProxyPeerAddress, MaxConnections: defaultProxyMaxConnection}
+	return proxyOptions{PeerAddress: defaultProxyPeerAddress, MaxConnections: defaultProxyMaxConnection, ShutdownDelay: defaultProxyShutdownDelay}
 }
 
 // addFlags registers the proxy flags on fs.
@@ -39,7 +44,8 @@ func (p *proxyOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&p.PeerAddress, "proxy-peer-address", p.PeerAddress, "With --proxy-address: where followers' proxies connect; it accepts only while this pod leads and forwards only to --proxy-upstream. Its port must be the same on every pod (followers dial <leader's pod IP>:<port>).")
 	fs.StringVar(&p.Upstream, "proxy-upstream", p.Upstream, "With --proxy-address: the app's loopback host:port (e.g. 127.0.0.1:5432).")
 	fs.DurationVar(&p.Wait, "proxy-wait", p.Wait, fmt.Sprintf("With --proxy-address: how long a new connection waits for a leader that can be reached before it is closed (1ms..%v; default: --renew-deadline).", proxy.MaxWait))
-	fs.DurationVar(&p.Drain, "proxy-drain", p.Drain, fmt.Sprintf("With --proxy-address: how long connections forwarded in a term that ended stay open before they are closed (0s..%v; 0: at once).", proxy.MaxDrain))
+	fs.DurationVar(&p.Drain, "proxy-drain", p.Drain, fmt.Sprintf("With --proxy-address: on a graceful release (POST /release, a health step-down, a handover), how long this pod, still leading, waits for the connections forwarded to its app to end before it releases the Lease; new connections wait for the next leader meanwhile, and those still open are closed when the term ends (0s..%v, shorter than --proxy-wait; 0: closed at once).", proxy.MaxDrain))
+	fs.DurationVar(&p.ShutdownDelay, "proxy-shutdown-delay", p.ShutdownDelay, fmt.Sprintf("With --proxy-address: how long the proxy keeps forwarding to the new leader after this pod has left the election at shutdown, while the Service still sends clients here (0s..%v; keep it within the pod's termination grace period).", proxy.MaxShutdownDelay))
 	fs.IntVar(&p.MaxConnections, "proxy-max-connections", p.MaxConnections, fmt.Sprintf("With --proxy-address: the most connections open at once on each of the proxy's two ports; more are closed at once (1..%d).", proxy.MaxConnectionsLimit))
 }
 
@@ -75,6 +81,11 @@ func (p *proxyOptions) validate(httpAddress, probeAddress string, partitions int
 	}
 	if p.Drain < 0 || p.Drain > proxy.MaxDrain {
 		errs = append(errs, fmt.Errorf("--proxy-drain %s is outside the supported range 0s..%s", shortDuration(p.Drain), shortDuration(proxy.MaxDrain)))
+	} else if p.Drain > 0 && p.Drain >= p.Wait {
+		errs = append(errs, fmt.Errorf("--proxy-drain %s must be shorter than --proxy-wait %s: connections that arrive during a drain wait for the next leader", shortDuration(p.Drain), shortDuration(p.Wait)))
+	}
+	if p.ShutdownDelay < 0 || p.ShutdownDelay > proxy.MaxShutdownDelay {
+		errs = append(errs, fmt.Errorf("--proxy-shutdown-delay %s is outside the supported range 0s..%s", shortDuration(p.ShutdownDelay), shortDuration(proxy.MaxShutdownDelay)))
 	}
 	if p.MaxConnections < 1 || p.MaxConnections > proxy.MaxConnectionsLimit {
 		errs = append(errs, fmt.Errorf("--proxy-max-connections must be within 1..%d, got %d", proxy.MaxConnectionsLimit, p.MaxConnections))
@@ -119,6 +130,7 @@ func (p *proxyOptions) config() *proxy.Config {
 		Upstream:       p.Upstream,
 		Wait:           p.Wait,
 		Drain:          p.Drain,
+		ShutdownDelay:  p.ShutdownDelay,
 		MaxConnections: p.MaxConnections,
 	}
 }

@@ -20,9 +20,9 @@ func TestProxyOptions(t *testing.T) {
 	}{
 		{name: "off by default"},
 		{name: "on, the wait is the renew deadline", args: on,
-			want: &proxy.Config{Address: ":7000", PeerAddress: ":4041", Upstream: "127.0.0.1:5432", Wait: 10 * time.Second, MaxConnections: 1024}},
-		{name: "every flag", args: append(on, "--proxy-peer-address=10.0.0.7:7001", "--proxy-wait=1ms", "--proxy-drain=1m", "--proxy-max-connections=65536"),
-			want: &proxy.Config{Address: ":7000", PeerAddress: "10.0.0.7:7001", Upstream: "127.0.0.1:5432", Wait: time.Millisecond, Drain: time.Minute, MaxConnections: 65536}},
+			want: &proxy.Config{Address: ":7000", PeerAddress: ":4041", Upstream: "127.0.0.1:5432", Wait: 10 * time.Second, ShutdownDelay: 5 * time.Second, MaxConnections: 1024}},
+		{name: "every flag", args: append(on, "--proxy-peer-address=10.0.0.7:7001", "--proxy-wait=2m", "--proxy-drain=1m", "--proxy-shutdown-delay=0", "--proxy-max-connections=65536"),
+			want: &proxy.Config{Address: ":7000", PeerAddress: "10.0.0.7:7001", Upstream: "127.0.0.1:5432", Wait: 2 * time.Minute, Drain: time.Minute, MaxConnections: 65536}},
 
 		{name: "no upstream", args: []string{"--proxy-address=:7000"}, wantErr: "--proxy-address needs --proxy-upstream"},
 		{name: "upstream without the proxy", args: []string{"--proxy-upstream=127.0.0.1:5432"}, wantErr: "--proxy-upstream needs --proxy-address"},
@@ -35,6 +35,9 @@ func TestProxyOptions(t *testing.T) {
 		{name: "no wait", args: append(on, "--proxy-wait=0"), wantErr: "--proxy-wait 0s is outside"},
 		{name: "drain too long", args: append(on, "--proxy-drain=61s"), wantErr: "--proxy-drain 1m1s is outside the supported range 0s..1m"},
 		{name: "negative drain", args: append(on, "--proxy-drain=-1s"), wantErr: "--proxy-drain -1s is outside"},
+		{name: "drain as long as the wait", args: append(on, "--proxy-drain=10s"), wantErr: "--proxy-drain 10s must be shorter than --proxy-wait 10s"},
+		{name: "shutdown delay too long", args: append(on, "--proxy-shutdown-delay=61s"), wantErr: "--proxy-shutdown-delay 1m1s is outside the supported range 0s..1m"},
+		{name: "negative shutdown delay", args: append(on, "--proxy-shutdown-delay=-1s"), wantErr: "--proxy-shutdown-delay -1s is outside"},
 		{name: "no connections", args: append(on, "--proxy-max-connections=0"), wantErr: "--proxy-max-connections must be within 1..65536, got 0"},
 		{name: "with partitions", args: append(on, "--partitions=3"), wantErr: "cannot be combined with --partitions"},
 	} {

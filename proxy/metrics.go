@@ -21,6 +21,12 @@ const (
 	// that does not lead.
 	refusedNotLeader = "not_leader"
 
+	// drainEnded: every connection of the term ended within the drain;
+	// drainCut: the drain ran out (or the release was given up), and the
+	// connections still open were closed with the term.
+	drainEnded = "ended"
+	drainCut   = "cut"
+
 	directionToUpstream = "to_upstream"
 	directionToClient   = "to_client"
 )
@@ -33,6 +39,7 @@ type Metrics struct {
 	waiting        prometheus.Gauge
 	refused        *prometheus.CounterVec
 	closedOnChange prometheus.Counter
+	drains         *prometheus.CounterVec
 	bytes          *prometheus.CounterVec
 }
 
@@ -56,8 +63,12 @@ func newMetrics() *Metrics {
 		}, []string{"reason"}),
 		closedOnChange: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "leader_elector_proxy_connections_closed_on_leader_change_total",
-			Help: "Forwarded connections closed because the term they were forwarded in ended (after --proxy-drain).",
+			Help: "Forwarded connections closed because the term they were forwarded in ended.",
 		}),
+		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leader_elector_proxy_drains_total",
+			Help: "Graceful ends of this pod's terms that waited for its app's connections (--proxy-drain), by result: ended (all of them ended) or cut (the drain ran out; the rest were closed).",
+		}, []string{"result"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leader_elector_proxy_bytes_total",
 			Help: "Bytes forwarded, by direction (to_upstream, to_client), counted when each direction of a connection ends.",
@@ -73,6 +84,9 @@ func newMetrics() *Metrics {
 	for _, r := range []string{refusedCap, refusedNoLeader, refusedUnreachable, refusedNotLeader} {
 		m.refused.WithLabelValues(r)
 	}
+	for _, r := range []string{drainEnded, drainCut} {
+		m.drains.WithLabelValues(r)
+	}
 	for _, d := range []string{directionToUpstream, directionToClient} {
 		m.bytes.WithLabelValues(d)
 	}
@@ -82,5 +96,5 @@ func newMetrics() *Metrics {
 // Collectors returns the proxy's collectors, for registration.
 func (p *Proxy) Collectors() []prometheus.Collector {
 	m := p.metrics
-	return []prometheus.Collector{m.accepted, m.forwarded, m.waiting, m.refused, m.closedOnChange, m.bytes}
+	return []prometheus.Collector{m.accepted, m.forwarded, m.waiting, m.refused, m.closedOnChange, m.drains, m.bytes}
 }

@@ -26,9 +26,12 @@ import (
 const (
 	// MaxConnectionsLimit is the largest --proxy-max-connections.
 	MaxConnectionsLimit = 65536
-	// MaxDrain is the longest --proxy-drain: connections of a term that
-	// ended overlap with the next term's for that long.
+	// MaxDrain is the longest --proxy-drain: a graceful handover may take
+	// that much longer.
 	MaxDrain = time.Minute
+	// MaxShutdownDelay is the longest --proxy-shutdown-delay: within the
+	// pod's termination grace period.
+	MaxShutdownDelay = time.Minute
 	// MaxWait is the longest --proxy-wait: a client waits no longer for a
 	// leader than a few lease durations take.
 	MaxWait = 5 * time.Minute
@@ -63,9 +66,14 @@ type Config struct {
 	// Wait bounds how long a new connection waits for a leader that can be
 	// reached (none known, or its proxy or app refusing), then it is closed.
 	Wait time.Duration
-	// Drain is how long connections of a term that ended stay open before
-	// they are closed (0: at once).
+	// Drain is how long a graceful end of this pod's term (Quiesce) waits
+	// for the connections forwarded to its app to end, while it still
+	// leads (0: not at all). A term that ends otherwise closes them at once.
 	Drain time.Duration
+	// ShutdownDelay is how long the proxy keeps forwarding, to the new
+	// leader, after this pod has left the election at shutdown (0: it stops
+	// at once); the caller runs it (see package app).
+	ShutdownDelay time.Duration
 	// MaxConnections caps the open connections of each listener; a
 	// connection over the cap is closed at once.
 	MaxConnections int
@@ -86,6 +94,12 @@ func (c Config) Validate() error {
 	}
 	if c.Drain < 0 || c.Drain > MaxDrain {
 		errs = append(errs, fmt.Errorf("the drain must be within 0s..%v, got %v", MaxDrain, c.Drain))
+	}
+	if c.ShutdownDelay < 0 || c.ShutdownDelay > MaxShutdownDelay {
+		errs = append(errs, fmt.Errorf("the shutdown delay must be within 0s..%v, got %v", MaxShutdownDelay, c.ShutdownDelay))
+	}
+	if c.Drain > 0 && c.Drain >= c.Wait {
+		errs = append(errs, fmt.Errorf("the drain (%v) must be shorter than the wait for a leader (%v): connections that arrive during a drain wait for the next leader", c.Drain, c.Wait))
 	}
 	if c.MaxConnections < 1 || c.MaxConnections > MaxConnectionsLimit {
 		errs = append(errs, fmt.Errorf("the connection cap must be within 1..%d, got %d", MaxConnectionsLimit, c.MaxConnections))
@@ -164,7 +178,7 @@ func Listen(cfg Config) (*Proxy, error) {
 	if p.dialer == nil {
 		p.dialer = &net.Dialer{}
 	}
-	p.routes = newRoutes(cfg.Drain, p.metrics)
+	p.routes = newRoutes(p.metrics)
 	p.failures.sometimes.Interval = failureLogInterval
 	p.failures.logger = klog.Background()
 	return p, nil
@@ -212,6 +226,42 @@ func (p *Proxy) follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
+		}
+	}
+}
+
+// Quiesce prepares a graceful end of this pod's term token (a release, a
+// step-down, a handover): new connections wait for the next leader (the
+// peer port refuses followers, which retry), and it returns once every
+// connection forwarded to this pod's app in that term has ended, after
+// cfg.Drain at the latest, or when ctx ends. The pod still leads
+// meanwhile, so a request in flight is answered within its term; the
+// connections still open when the term ends are closed then. It returns
+// at once if this pod does not lead in that term, or with no drain.
+func (p *Proxy) Quiesce(ctx context.Context, token int64) {
+	if p.cfg.Drain <= 0 {
+		return
+	}
+	r, ok := p.routes.quiesce(token)
+	if !ok {
+		return
+	}
+	timer := time.NewTimer(p.cfg.Drain)
+	defer timer.Stop()
+	for {
+		n, removed := p.routes.open(r)
+		if n == 0 {
+			p.metrics.drains.WithLabelValues(drainEnded).Inc()
+			return
+		}
+		select {
+		case <-removed:
+		case <-timer.C:
+			p.metrics.drains.WithLabelValues(drainCut).Inc()
+			return
+		case <-ctx.Done():
+			p.metrics.drains.WithLabelValues(drainCut).Inc()
+			return
 		}
 	}
 }

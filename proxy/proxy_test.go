@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"net"
 	"testing"
 	"time"
@@ -101,27 +102,99 @@ func TestStopLeadingClosesItsConnections(t *testing.T) {
 	}
 }
 
-// TestDrainKeepsConnectionsForTheDrain: with a drain, the old term's
-// connection still works during the drain and is closed after it.
-func TestDrainKeepsConnectionsForTheDrain(t *testing.T) {
-	const drain = 300 * time.Millisecond
+// quiesceConfig has a drain, and a wait longer than it (Validate).
+func quiesceConfig() Config {
 	cfg := baseConfig()
-	cfg.Drain = drain
+	cfg.Drain, cfg.Wait = time.Second, 3*time.Second
+	return cfg
+}
+
+// quiesce runs a's Quiesce of term token in the background; the channel
+// is closed when it returns.
+func (c *cluster) quiesce(name string, token int64) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.pods[name].proxy.Quiesce(context.Background(), token)
+	}()
+	return done
+}
+
+// TestQuiesceLetsConnectionsEnd: during a graceful end of a's term, the
+// connections it had forwarded (its own client's and b's) still reach a's
+// app, new ones wait; Quiesce returns as soon as the old ones have ended,
+// before the drain; the new ones then reach the next leader.
+func TestQuiesceLetsConnectionsEnd(t *testing.T) {
+	c := newCluster(t, quiesceConfig(), "a", "b", "c")
+	c.lead("a", 1)
+	direct, dr := c.dial(t, "a")
+	viaB, br := c.dial(t, "b")
+	for _, r := range []struct {
+		conn net.Conn
+		r    *bufio.Reader
+	}{{direct, dr}, {viaB, br}} {
+		if got, err := ask(r.conn, r.r, schedulingSlack); err != nil || got != "a" {
+			t.Fatalf("answer %q, %v; want a", got, err)
+		}
+	}
+	began := time.Now()
+	done := c.quiesce("a", 1)
+	waiting, wr := c.dial(t, "c")
+	if got, err := ask(direct, dr, schedulingSlack); err != nil || got != "a" {
+		t.Fatalf("during the drain, the old connection: answer %q, %v; want a", got, err)
+	}
+	_ = direct.Close()
+	_ = viaB.Close()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("Quiesce did not return once the term's connections had ended")
+	}
+	if took := time.Since(began); took >= time.Second {
+		t.Errorf("Quiesce took %v, the whole drain", took)
+	}
+	if got := testutil.ToFloat64(c.pods["a"].proxy.metrics.drains.WithLabelValues(drainEnded)); got != 1 {
+		t.Errorf("drains ended = %v, want 1", got)
+	}
+	if got := c.pods["a"].app.accepted.Load(); got != 2 {
+		t.Errorf("a's app accepted %d connections, want 2: the one that arrived during the drain must wait for the next leader", got)
+	}
+	c.lead("b", 2)
+	if got, err := ask(waiting, wr, schedulingSlack); err != nil || got != "b" {
+		t.Fatalf("the connection that waited: answer %q, %v; want b", got, err)
+	}
+}
+
+// TestQuiesceCutsAtTheDrain: a connection that stays open makes Quiesce
+// return after the drain, not before; it is still open then (the term has
+// not ended), and closed at once when the term ends. Quiesce of a term
+// this pod does not lead returns at once.
+func TestQuiesceCutsAtTheDrain(t *testing.T) {
+	cfg := quiesceConfig()
 	c := newCluster(t, cfg, "a", "b")
 	c.lead("a", 1)
+	select {
+	case <-c.quiesce("a", 7):
+	case <-time.After(schedulingSlack):
+		t.Fatal("Quiesce of another term did not return at once")
+	}
 	conn, r := c.dial(t, "a")
 	if got, err := ask(conn, r, schedulingSlack); err != nil || got != "a" {
 		t.Fatalf("answer %q, %v", got, err)
 	}
-	lost := time.Now()
+	began := time.Now()
+	<-c.quiesce("a", 1)
+	if took := time.Since(began); took < cfg.Drain || took > cfg.Drain+schedulingSlack {
+		t.Errorf("Quiesce returned after %v, want the drain (%v)", took, cfg.Drain)
+	}
+	if got := testutil.ToFloat64(c.pods["a"].proxy.metrics.drains.WithLabelValues(drainCut)); got != 1 {
+		t.Errorf("drains cut = %v, want 1", got)
+	}
+	if got, err := ask(conn, r, schedulingSlack); err != nil || got != "a" {
+		t.Fatalf("after the drain, before the term ends: answer %q, %v; want a", got, err)
+	}
 	c.lead("b", 2)
-	if got, err := ask(conn, r, schedulingSlack); (err != nil || got != "a") && time.Since(lost) < drain {
-		t.Fatalf("during the drain: answer %q, %v; want a", got, err)
-	}
-	closed := waitClosed(t, conn, r, drain+schedulingSlack)
-	if d := closed.Sub(lost); d < drain {
-		t.Errorf("closed %v after the change, before the drain (%v)", d, drain)
-	}
+	waitClosed(t, conn, r, schedulingSlack)
 }
 
 // TestConflictingViewsNeverLoop: a thinks b leads, b thinks a leads (views
@@ -210,6 +283,7 @@ func TestConfigRefusesOutOfRange(t *testing.T) {
 		"wait too long":         func(c *Config) { c.Wait = MaxWait + time.Second },
 		"negative drain":        func(c *Config) { c.Drain = -time.Second },
 		"drain too long":        func(c *Config) { c.Drain = MaxDrain + time.Second },
+		"drain as long as wait": func(c *Config) { c.Drain = c.Wait },
 		"no cap":                func(c *Config) { c.MaxConnections = 0 },
 		"cap too high":          func(c *Config) { c.MaxConnections = MaxConnectionsLimit + 1 },
 	} {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"net"
 	"sync"
-	"time"
 
 	"github.com/leader-elector/leader-elector/leadership"
 )
@@ -60,29 +59,38 @@ func (f *forwarded) close() {
 // routes is the current route and the connections forwarded on every
 // route, so that a change of route closes those of the routes that ended.
 type routes struct {
-	drain   time.Duration
 	metrics *Metrics
-
 	mu      sync.Mutex
 	current route
+	// quiescing is the current route while its term ends gracefully
+	// (quiesce): it takes no new connection, and get returns routeNone.
+	quiescing route
 	// changed is closed at the next change of current.
 	changed chan struct{}
+	// removed is closed at the next removal of a connection.
+	removed chan struct{}
 	conns   map[*forwarded]struct{}
 }
 
-func newRoutes(drain time.Duration, m *Metrics) *routes {
-	return &routes{drain: drain, metrics: m, changed: make(chan struct{}), conns: map[*forwarded]struct{}{}}
+func newRoutes(m *Metrics) *routes {
+	return &routes{metrics: m, changed: make(chan struct{}), removed: make(chan struct{}), conns: map[*forwarded]struct{}{}}
 }
 
-// get returns the current route and a channel closed at its next change.
+// get returns the route a new connection takes (routeNone while the
+// current one is quiescing) and a channel closed at the next change of the
+// current route.
 func (rs *routes) get() (route, <-chan struct{}) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.current == rs.quiescing {
+		return route{kind: routeNone}, rs.changed
+	}
 	return rs.current, rs.changed
 }
 
 // set makes r the current route and reports whether it changed. The
-// connections of every other route are closed, after the drain.
+// connections of every other route are closed at once: a term that ends
+// gracefully has let them end before (quiesce).
 func (rs *routes) set(r route) bool {
 	rs.mu.Lock()
 	if r == rs.current {
@@ -90,6 +98,7 @@ func (rs *routes) set(r route) bool {
 		return false
 	}
 	rs.current = r
+	rs.quiescing = route{}
 	close(rs.changed)
 	rs.changed = make(chan struct{})
 	var ended []*forwarded
@@ -100,21 +109,38 @@ func (rs *routes) set(r route) bool {
 		}
 	}
 	rs.mu.Unlock()
-	if len(ended) == 0 {
-		return true
+	for _, f := range ended {
+		f.close()
 	}
-	closeEnded := func() {
-		for _, f := range ended {
-			f.close()
-		}
-		rs.metrics.closedOnChange.Add(float64(len(ended)))
-	}
-	if rs.drain > 0 {
-		time.AfterFunc(rs.drain, closeEnded)
-	} else {
-		closeEnded()
-	}
+	rs.metrics.closedOnChange.Add(float64(len(ended)))
 	return true
+}
+
+// quiesce stops new connections on the current route if it is this pod's
+// own term token (routeLocal), and returns it; false if this pod does not
+// lead in that term.
+func (rs *routes) quiesce(token int64) (route, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.current.kind != routeLocal || rs.current.token != token {
+		return route{}, false
+	}
+	rs.quiescing = rs.current
+	return rs.current, true
+}
+
+// open returns how many connections are open on r, and a channel closed
+// at the next removal of a connection.
+func (rs *routes) open(r route) (int, <-chan struct{}) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	n := 0
+	for f := range rs.conns {
+		if f.route == r {
+			n++
+		}
+	}
+	return n, rs.removed
 }
 
 // add registers f if its route is still the current one; otherwise it
@@ -134,7 +160,11 @@ func (rs *routes) add(f *forwarded) bool {
 func (rs *routes) remove(f *forwarded) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	delete(rs.conns, f)
+	if _, ok := rs.conns[f]; ok {
+		delete(rs.conns, f)
+		close(rs.removed)
+		rs.removed = make(chan struct{})
+	}
 }
 
 // closeAll closes every connection (the proxy stops).

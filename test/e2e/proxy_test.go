@@ -24,8 +24,8 @@ import (
 
 // proxyDrain is the candidates' --proxy-drain: longer than the echo app
 // takes to answer a request it has accepted (it asks its sidecar's
-// /leader once, on loopback), so that a graceful handover fails no request
-// in flight.
+// /leader once, on loopback), so that a graceful handover lets every
+// request in flight end within the term, and fails none.
 const proxyDrain = 250 * time.Millisecond
 
 // proxyAnswer is what the echo app behind each proxy answers: its pod,
@@ -78,11 +78,11 @@ func (a *proxyEchoApp) serve(conn net.Conn) {
 	}
 	// The term the connection came in: the current one, or, if the
 	// sidecar's answer came after its term ended, the one it lost, if the
-	// connection came before that end (within the drain: the overlap the
-	// drain allows).
+	// connection came before that end. A drain runs within the term, so
+	// there is no overlap to allow for.
 	token, led := s.FencingToken, s.IsLeader
 	if lost := s.LastChange; !led && lost != nil && !lost.IsLeader {
-		token, led = lost.FencingToken, accepted.Before(lost.At.Add(proxyDrain))
+		token, led = lost.FencingToken, accepted.Before(lost.At.Time)
 	}
 	r := bufio.NewReader(conn)
 	for {

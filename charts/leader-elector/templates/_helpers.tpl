@@ -246,6 +246,7 @@ ServiceAccount's token.
     - --proxy-peer-address=:{{ .Values.proxy.peerPort }}
     - --proxy-upstream=127.0.0.1:{{ .Values.proxy.upstreamPort }}
     - --proxy-drain={{ include "leader-elector.seconds" .Values.proxy.drainSeconds }}
+    - --proxy-shutdown-delay={{ include "leader-elector.seconds" .Values.proxy.shutdownDelaySeconds }}
     {{- end }}
     {{- with .Values.sidecar.extraArgs }}
     {{- toYaml . | nindent 4 }}

@@ -66,11 +66,14 @@ func TestProxyNoFailedRequest(t *testing.T) {
 		o := d.observe(t)
 		load := startServiceLoad(t, d)
 		d.waitHolder(t, "")
-		handovers := d.handOverTimes(t, 20)
-		rollouts := d.rollOutTimes(t, 5)
+		handovers := d.handOverTimes(t, 20, load.mark)
+		rollouts := d.rollOutTimes(t, 5, load.mark)
 		stats := load.stop()
 		obs := o.end(t)
 		stats.check(t, obs, nil)
+		if t.Failed() {
+			d.proxyLogs(t)
+		}
 		t.Logf("MEASURED proxy: %s over %d graceful handovers (%s) and %d rolling updates (%s)", stats, len(handovers), summary(handovers), len(rollouts), summary(rollouts))
 
 		// A crash: only requests between the kill and the takeover may fail.
@@ -97,12 +100,34 @@ func TestProxyNoFailedRequest(t *testing.T) {
 		d.waitSettled(t, d.settleTimeout())
 		o := d.observe(t)
 		load := startServiceLoad(t, d)
-		handovers := d.handOverTimes(t, 5)
+		handovers := d.handOverTimes(t, 5, load.mark)
 		stats := load.stop()
 		obs := o.end(t)
 		t.Logf("MEASURED leader readiness, no proxy: %s over %d graceful handovers (%s)", stats, len(handovers), summary(handovers))
 		stats.checkAnswers(t, obs, nil)
 	})
+}
+
+// proxyLogs logs the sidecars' lines about the proxy, to explain failures.
+func (d *deployment) proxyLogs(t *testing.T) {
+	t.Helper()
+	pods, err := d.pods(context.Background())
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, p := range pods {
+		var lines []string
+		for _, l := range strings.Split(d.logs(context.Background(), p.Name, packaging.SidecarName, 2000), "\n") {
+			if strings.Contains(l, "roxy") || strings.Contains(l, "lead") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		t.Logf("sidecar of %s, its last lines about the proxy and leading:\n%s", p.Name, strings.Join(lines, "\n"))
+	}
 }
 
 // waitHolder waits until a pod other than except holds the Lease, and
@@ -124,13 +149,14 @@ func (d *deployment) waitHolder(t *testing.T, except string) string {
 // sidecar, from inside its pod's network namespace, as its app would), a
 // second apart, and returns the times from each release to the next
 // holder's write seen.
-func (d *deployment) handOverTimes(t *testing.T, n int) []time.Duration {
+func (d *deployment) handOverTimes(t *testing.T, n int, mark func(string)) []time.Duration {
 	t.Helper()
 	var took []time.Duration
-	for range n {
+	for i := range n {
 		time.Sleep(time.Second)
 		leader := d.waitHolder(t, "")
 		sent := time.Now()
+		mark(fmt.Sprintf("handover %d: POST /release to %s", i+1, leader))
 		d.postRelease(t, leader)
 		d.waitHolder(t, leader)
 		took = append(took, time.Since(sent))
@@ -170,10 +196,11 @@ func (d *deployment) postRelease(t *testing.T, pod string) {
 // rollOutTimes makes n rolling updates (kubectl rollout restart, the
 // Deployment's own strategy), each waited for with kubectl rollout status,
 // and returns how long each took.
-func (d *deployment) rollOutTimes(t *testing.T, n int) []time.Duration {
+func (d *deployment) rollOutTimes(t *testing.T, n int, mark func(string)) []time.Duration {
 	t.Helper()
 	var took []time.Duration
 	for i := range n {
+		mark(fmt.Sprintf("rolling update %d", i+1))
 		began := d.rolloutRestart(t)
 		if out, err := d.rolloutStatus(t, 3*time.Minute); err != nil || !strings.Contains(out, "successfully rolled out") {
 			t.Fatalf("rolling update %d: kubectl rollout status: %v\n%s", i+1, err, out)
@@ -194,12 +221,26 @@ type serviceLoad struct {
 
 	mu      sync.Mutex
 	results []loadResult
+	events  []loadEvent
+}
+
+// loadEvent is what the test did at a moment, to place failures.
+type loadEvent struct {
+	at   time.Time
+	what string
+}
+
+// mark records what the test does now.
+func (l *serviceLoad) mark(what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, loadEvent{time.Now(), what})
 }
 
 const (
-	newConnClients   = 2
-	keepAliveClients = 1
-	loadInterval     = 20 * time.Millisecond
+	newConnClients   = 6
+	keepAliveClients = 2
+	loadInterval     = 25 * time.Millisecond
 )
 
 type loadResult struct {
@@ -273,13 +314,38 @@ func (l *serviceLoad) stop() loadStats {
 	l.wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := loadStats{results: slices.Clone(l.results), took: time.Since(l.began)}
+	s := loadStats{results: slices.Clone(l.results), events: slices.Clone(l.events), took: time.Since(l.began)}
 	return s
 }
 
 type loadStats struct {
 	results []loadResult
+	events  []loadEvent
 	took    time.Duration
+}
+
+// after names the last event before at, and how long before.
+func (s loadStats) after(at time.Time) string {
+	last := "the start"
+	from := at
+	for _, e := range s.events {
+		if e.at.After(at) {
+			break
+		}
+		last, from = e.what, e.at
+	}
+	return fmt.Sprintf("%v after %s", at.Sub(from).Round(time.Millisecond), last)
+}
+
+// errorKind sorts a failed request's error into a few kinds, to count.
+func errorKind(err error) string {
+	msg := err.Error()
+	for _, k := range []string{"connection reset", "connection refused", "EOF", "Client.Timeout", "deadline exceeded", "broken pipe"} {
+		if strings.Contains(msg, k) {
+			return k
+		}
+	}
+	return "other"
 }
 
 func (s loadStats) String() string {
@@ -303,7 +369,12 @@ func (s loadStats) String() string {
 // (the crash's kill and takeover), and checks the answers (checkAnswers).
 func (s loadStats) check(t *testing.T, obs observation, window *[2]time.Time) {
 	t.Helper()
+	for _, l := range obs.leases {
+		s.events = append(s.events, loadEvent{l.at, "the Lease named " + orNone(l.holder)})
+	}
+	slices.SortStableFunc(s.events, func(a, b loadEvent) int { return a.at.Compare(b.at) })
 	shown := 0
+	kinds := map[string]int{}
 	for _, r := range s.results {
 		if r.err == nil {
 			continue
@@ -311,12 +382,16 @@ func (s loadStats) check(t *testing.T, obs observation, window *[2]time.Time) {
 		if window != nil && r.end.After(window[0]) && r.start.Before(window[1]) {
 			continue
 		}
-		if shown++; shown <= 5 {
-			t.Errorf("a request from %s to %s failed: %v", stamp(r.start), stamp(r.end), r.err)
+		kinds[errorKind(r.err)]++
+		if shown++; shown <= 20 {
+			t.Errorf("a request (keep-alive %v, reused %v) from %s (%s) to %s failed: %v", r.keepAlive, r.reused, stamp(r.start), s.after(r.start), stamp(r.end), r.err)
 		}
 	}
-	if shown > 5 {
-		t.Errorf("… and %d more failed requests", shown-5)
+	if shown > 20 {
+		t.Errorf("… and %d more failed requests", shown-20)
+	}
+	if shown > 0 {
+		t.Errorf("failed requests by kind: %v", kinds)
 	}
 	s.checkAnswers(t, obs, window)
 }
@@ -357,6 +432,13 @@ func (r observation) heldBetween(pod string, from, to time.Time) bool {
 		}
 	}
 	return false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no one"
+	}
+	return s
 }
 
 func stamp(t time.Time) string { return t.Format("15:04:05.000") }
