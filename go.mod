@@ -10,6 +10,7 @@ require (
 	github.com/prometheus/prometheus v0.305.0
 	github.com/spf13/pflag v1.0.10
 	github.com/yuin/goldmark v1.7.13
+	golang.org/x/sync v0.22.0
 	golang.org/x/sys v0.47.0
 	golang.org/x/time v0.15.0
 	k8s.io/api v0.37.2

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // PodAddresses resolves a holder to its pod's status.podIP, read by name
@@ -31,7 +34,17 @@ type PodAddresses struct {
 	// term.
 	last     route
 	lastHost string
+	// reads makes the connections that wait for one new leader share one
+	// read of its pod: at a handover every waiting connection resolves the
+	// same holder at once, and separate reads would queue behind the
+	// routing client's rate limit.
+	reads singleflight.Group
 }
+
+// resolveTimeout bounds one read of the holder's pod, shared by every
+// connection waiting for it; each connection still waits no longer than
+// its own --proxy-wait.
+const resolveTimeout = 5 * time.Second
 
 // Resolve returns the pod IP of holder, leading in the term token.
 func (a *PodAddresses) Resolve(ctx context.Context, holder string, token int64) (string, error) {
@@ -41,6 +54,29 @@ func (a *PodAddresses) Resolve(ctx context.Context, holder string, token int64) 
 		defer a.mu.Unlock()
 		return a.lastHost, nil
 	}
+	a.mu.Unlock()
+	ch := a.reads.DoChan(fmt.Sprintf("%s/%d", holder, token), func() (any, error) {
+		// Not the first caller's context: the others share the read.
+		readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+		defer cancel()
+		return a.read(readCtx, key)
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return "", r.Err
+		}
+		return r.Val.(string), nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// read reads the holder's pod (and, the first time, this pod's
+// ServiceAccount) and remembers its address.
+func (a *PodAddresses) read(ctx context.Context, key route) (string, error) {
+	holder := key.holder
+	a.mu.Lock()
 	sa := a.serviceAccount
 	a.mu.Unlock()
 	if sa == "" {

@@ -7,6 +7,8 @@
 #                    applets, standing in for docker.io/library/busybox,
 #                    which cannot be pulled here (the example runs a
 #                    busybox shell script: sh, httpd, wget)
+#   echoapp.oci.tar  the proxy proof's app: test/node/echoapp, static, an
+#                    HTTP server that keeps connections alive
 # Archives that exist are reused. Needs buildah and busybox-static
 # (make node-deps installs them).
 #
@@ -41,6 +43,12 @@ if [[ ! -s "$out/pause.oci.tar" ]]; then
 	mkdir -p "$work/pause"
 	(cd "$here/../.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/pause/pause" ./test/node/pause)
 	image "$out/pause.oci.tar" localhost/leader-elector-test/pause:1 "$work/pause" '["/pause"]'
+fi
+
+if [[ ! -s "$out/echoapp.oci.tar" ]]; then
+	mkdir -p "$work/echoapp"
+	(cd "$here/../.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/echoapp/echoapp" ./test/node/echoapp)
+	image "$out/echoapp.oci.tar" localhost/leader-elector-test/echoapp:1 "$work/echoapp" '["/echoapp"]'
 fi
 
 if [[ ! -s "$out/busybox.oci.tar" ]]; then

@@ -43,6 +43,8 @@ const (
 	nodeImage           = nodeImageRepository + ":" + nodeImageTag
 	busyboxImage        = "docker.io/library/busybox:1.37"
 	pauseImage          = "localhost/leader-elector-test/pause:1"
+	// echoAppImage is test/node/echoapp, the proxy proof's app.
+	echoAppImage = "localhost/leader-elector-test/echoapp:1"
 )
 
 // nodeSlack is this suite's one allowance in a timing bound it asserts
@@ -108,6 +110,7 @@ func setUpAndRun(m *testing.M) int {
 		Images: []node.Image{
 			{Archive: filepath.Join(imagesDir, "pause.oci.tar"), Names: []string{pauseImage}},
 			{Archive: filepath.Join(imagesDir, "busybox.oci.tar"), Names: []string{busyboxImage}},
+			{Archive: filepath.Join(imagesDir, "echoapp.oci.tar"), Names: []string{echoAppImage}},
 			{Archive: imageArchive, Names: []string{nodeImage}},
 		},
 		PauseImage: pauseImage,

@@ -10,11 +10,14 @@ import (
 	"net/http/httptrace"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/packaging"
@@ -63,6 +66,7 @@ func TestProxyNoFailedRequest(t *testing.T) {
 	}
 	t.Run("proxy", func(t *testing.T) {
 		d, _ := helmInstallWait(t, "proxy-proof", append(timings, "proxy.enabled=true", "proxy.upstreamPort=8081")...)
+		d.useEchoApp(t)
 		o := d.observe(t)
 		load := startServiceLoad(t, d)
 		d.waitHolder(t, "")
@@ -97,6 +101,7 @@ func TestProxyNoFailedRequest(t *testing.T) {
 
 	t.Run("leader readiness, no proxy", func(t *testing.T) {
 		d, _ := helmInstallWait(t, "proxy-proof-none", append(timings, "election.readiness=leader")...)
+		d.useEchoApp(t)
 		d.waitSettled(t, d.settleTimeout())
 		o := d.observe(t)
 		load := startServiceLoad(t, d)
@@ -106,6 +111,21 @@ func TestProxyNoFailedRequest(t *testing.T) {
 		t.Logf("MEASURED leader readiness, no proxy: %s over %d graceful handovers (%s)", stats, len(handovers), summary(handovers))
 		stats.checkAnswers(t, obs, nil)
 	})
+}
+
+// useEchoApp replaces the demo's app (busybox's httpd, which closes every
+// connection after its answer) with test/node/echoapp, which keeps
+// connections alive and answers with its pod, its term's fencing token
+// and isLeader, and waits for the rollout.
+func (d *deployment) useEchoApp(t *testing.T) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":%q,"imagePullPolicy":"Never","command":["/echoapp"],"args":null}]}}}}`, echoAppImage)
+	if _, err := d.client.AppsV1().Deployments(d.namespace).Patch(context.Background(), d.deployment, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := d.rolloutStatus(t, 3*time.Minute); err != nil || !strings.Contains(out, "successfully rolled out") {
+		t.Fatalf("the echo app's rollout: %v\n%s", err, out)
+	}
 }
 
 // proxyLogs logs the sidecars' lines about the proxy, to explain failures.
@@ -246,6 +266,8 @@ const (
 type loadResult struct {
 	start, end time.Time
 	pod        string
+	token      int64 // the answering app's term, -1 if it did not say
+	isLeader   bool  // its sidecar's isLeader when it answered
 	err        error
 	keepAlive  bool
 	reused     bool // the request went on a connection used before
@@ -296,10 +318,26 @@ func (l *serviceLoad) ask(ctx context.Context, client *http.Client, url string, 
 		if err == nil && resp.StatusCode != http.StatusOK {
 			err = fmt.Errorf("%s: %s", resp.Status, b)
 		}
-		r.pod = strings.TrimSpace(string(b))
+		r.pod, r.token, r.isLeader = parseAnswer(string(b))
 	}
 	r.err, r.end = err, time.Now()
 	return r
+}
+
+// parseAnswer reads the echo app's "pod token isLeader"; busybox's httpd
+// answers the pod alone.
+func parseAnswer(b string) (pod string, token int64, isLeader bool) {
+	f := strings.Fields(b)
+	token = -1
+	if len(f) == 3 {
+		if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			token, isLeader = n, f[2] == "true"
+		}
+	}
+	if len(f) > 0 {
+		pod = f[0]
+	}
+	return pod, token, isLeader
 }
 
 func (l *serviceLoad) record(r loadResult) {
@@ -361,8 +399,14 @@ func (s loadStats) String() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%d requests (%.0f/s; %d on keep-alive clients, %d of them on a reused connection), %d failed",
-		len(s.results), float64(len(s.results))/s.took.Seconds(), keepAlive, reused, failed)
+	var took []time.Duration
+	for _, r := range s.results {
+		if r.err == nil {
+			took = append(took, r.end.Sub(r.start))
+		}
+	}
+	return fmt.Sprintf("%d requests (%.0f/s; %d on keep-alive clients, %d of them on a reused connection), %d failed; answered in %s",
+		len(s.results), float64(len(s.results))/s.took.Seconds(), keepAlive, reused, failed, summary(took))
 }
 
 // check fails the test for a failed request, unless it overlapped window
@@ -408,9 +452,14 @@ func (s loadStats) checkAnswers(t *testing.T, obs observation, window *[2]time.T
 		if r.err != nil {
 			continue
 		}
-		if !obs.heldBetween(r.pod, r.start.Add(-slack), r.end.Add(slack)) {
+		if !obs.heldBetween(r.pod, r.token, r.start.Add(-slack), r.end.Add(slack)) {
 			if wrong++; wrong <= 5 {
-				t.Errorf("a request from %s to %s was answered by %q, which did not hold the Lease then", stamp(r.start), stamp(r.end), r.pod)
+				t.Errorf("a request from %s to %s was answered by %q in term %d, which it did not hold then", stamp(r.start), stamp(r.end), r.pod, r.token)
+			}
+		}
+		if r.token >= 0 && !r.isLeader {
+			if wrong++; wrong <= 5 {
+				t.Errorf("a request from %s to %s was answered by %q after its term %d had ended (its sidecar said isLeader false)", stamp(r.start), stamp(r.end), r.pod, r.token)
 			}
 		}
 	}
@@ -419,11 +468,11 @@ func (s loadStats) checkAnswers(t *testing.T, obs observation, window *[2]time.T
 	}
 }
 
-// heldBetween reports whether pod held the Lease at some moment in
-// [from, to], by the observed Lease versions.
-func (r observation) heldBetween(pod string, from, to time.Time) bool {
+// heldBetween reports whether pod held the Lease, in the term token (-1:
+// any), at some moment in [from, to], by the observed Lease versions.
+func (r observation) heldBetween(pod string, token int64, from, to time.Time) bool {
 	for i, l := range r.leases {
-		if l.holder != pod || l.at.After(to) {
+		if l.holder != pod || l.at.After(to) || (token >= 0 && int64(l.transitions) != token) {
 			continue
 		}
 		// l holds from l.at until the next version.
