@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -34,6 +35,15 @@ func listenProxy(cfg Config, w *workload, c *clients) (*proxy.Proxy, error) {
 	// within its term (--proxy-drain).
 	w.elector.SetBeforeRelease(p.Quiesce)
 	return p, nil
+}
+
+// proxyDrain is the proxy's drain, which a graceful release waits for
+// first; 0 without the proxy.
+func proxyDrain(cfg Config) time.Duration {
+	if cfg.Proxy == nil {
+		return 0
+	}
+	return cfg.Proxy.Drain
 }
 
 // lingerProxy keeps the proxy forwarding to the new leader for its

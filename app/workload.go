@@ -97,7 +97,7 @@ func newElection(cfg Config, c *clients) (*workload, error) {
 		run:        elector.Run,
 		elector:    elector,
 		collectors: elector.Collectors(),
-		api:        httpapi.NewAPIHandler(elector, httpapi.APIOptions{Acquire: cfg.Acquire}),
+		api:        httpapi.NewAPIHandler(elector, httpapi.APIOptions{Acquire: cfg.Acquire, ReleaseDrain: proxyDrain(cfg)}),
 		probes: func(g prometheus.Gatherer) http.Handler {
 			return httpapi.NewProbeHandler(elector, cfg.Readiness, g)
 		},

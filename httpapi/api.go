@@ -69,6 +69,10 @@ type APIOptions struct {
 	// monotonic clock, so a step of the wall clock does not move the
 	// answer.
 	Clock clock.PassiveClock
+	// ReleaseDrain is how much longer a graceful release may take before it
+	// clears the Lease (the forwarding proxy's --proxy-drain): POST
+	// /release waits for it too.
+	ReleaseDrain time.Duration
 }
 
 // NewAPIHandler returns the application API handler.
@@ -79,7 +83,7 @@ func NewAPIHandler(el Election, opts APIOptions) http.Handler {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive, acquire: opts.Acquire, clock: opts.Clock}
+	a := &leaderAPI{el: el, keepAlive: opts.KeepAlive, acquire: opts.Acquire, clock: opts.Clock, releaseDrain: opts.ReleaseDrain}
 	return routes{
 		// The retired k8s.gcr.io/leader-elector image answered every path
 		// with {"name": <holder>} (one catch-all handler) and /isLeader with
@@ -115,6 +119,8 @@ type leaderAPI struct {
 	keepAlive time.Duration
 	acquire   leadership.AcquireOptions
 	clock     clock.PassiveClock
+	// releaseDrain: APIOptions.ReleaseDrain.
+	releaseDrain time.Duration
 	// encoded is the JSON of the last state served: most requests find the
 	// state unchanged and reuse it.
 	encoded atomic.Pointer[encodedState]
@@ -366,11 +372,13 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// The claim is given up at once; clearing the Lease can take up to the
-	// Lease client's timeout (half the renew deadline) and more with a hung
-	// API server. The client gets an answer before the server's write
-	// timeout would cut it off.
-	ctx, cancel := context.WithTimeout(r.Context(), releaseAnswerTimeout)
+	// The claim is given up after the proxy's drain, if any; clearing the
+	// Lease can take up to the Lease client's timeout (half the renew
+	// deadline) and more with a hung API server. The client gets an answer
+	// before this response's write deadline would cut it off.
+	timeout := releaseAnswerTimeout + a.releaseDrain
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + writeGrace))
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	state, err := a.el.ReleaseTerm(ctx, token)
 	switch {
@@ -381,7 +389,7 @@ func (a *leaderAPI) release(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, leadership.ErrOtherTerm):
 		writeTermChanged(w, err)
 	case errors.Is(err, context.DeadlineExceeded):
-		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped leading, but clearing the Lease did not finish within %v (it goes on, or the Lease expires on its own)", releaseAnswerTimeout))
+		writeError(w, http.StatusGatewayTimeout, fmt.Sprintf("stopped leading, but clearing the Lease did not finish within %v (it goes on, or the Lease expires on its own)", timeout))
 	case err != nil:
 		// Leadership has been given up locally; only clearing the Lease
 		// failed, so the others take over when it expires.

@@ -561,6 +561,26 @@ func TestCompat(t *testing.T) {
 	checkJSONError(t, w, http.StatusNotFound)
 }
 
+// TestReleaseWaitsForTheDrain: with the proxy's drain, POST /release gives
+// the release that much longer before it answers 504.
+func TestReleaseWaitsForTheDrain(t *testing.T) {
+	const drain = 7 * time.Second
+	el := newFakeElection(leaderState())
+	var left time.Duration
+	el.release = func(ctx context.Context) (leadership.State, error) {
+		deadline, _ := ctx.Deadline()
+		left = time.Until(deadline)
+		return followerState(), nil
+	}
+	w := serve(NewAPIHandler(el, APIOptions{ReleaseDrain: drain}), newRequest(t, http.MethodPost, "/release"))
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if want := releaseAnswerTimeout + drain; left <= releaseAnswerTimeout || left > want {
+		t.Errorf("the release was given %v, want just under %v (the answer's bound and the drain)", left, want)
+	}
+}
+
 func TestRelease(t *testing.T) {
 	released := followerState()
 	released.Holder = ""
