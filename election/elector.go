@@ -245,7 +245,7 @@ type Elector struct {
 	attempt clock.Timer
 	// beforeRelease, if set, runs before a graceful release while this pod
 	// still leads (see SetBeforeRelease).
-	beforeRelease func(ctx context.Context, token int64)
+	beforeRelease func(ctx context.Context, token int64) (resume func())
 }
 
 type releaseRequest struct {
@@ -434,9 +434,12 @@ func (e *Elector) SetDegraded(reason string) { e.tracker.setDegraded(reason) }
 // StepDown) call f first, while this pod still leads in the term token, and
 // wait for it: the forwarding proxy lets the requests in flight to the app
 // end within the term, instead of cutting them after it. f bounds its own
-// time; a term that ends meanwhile is not released. A shutdown does not
-// call it: the app is stopping too.
-func (e *Elector) SetBeforeRelease(f func(ctx context.Context, token int64)) {
+// time; a term that ends meanwhile is not released. If the release then
+// does not happen (another release is under way, the round is between
+// attempts, the term changed), the elector calls the resume f returned,
+// and the pod goes on leading as before. A shutdown does not call f: the
+// app is stopping too.
+func (e *Elector) SetBeforeRelease(f func(ctx context.Context, token int64) (resume func())) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.beforeRelease = f
@@ -446,16 +449,19 @@ func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason l
 	e.mu.Lock()
 	before := e.beforeRelease
 	e.mu.Unlock()
+	resume := func() {}
 	if s := e.Snapshot(); before != nil && s.IsLeader && (token == leadership.AnyTerm || token == s.FencingToken) && !e.SittingOut() {
-		before(ctx, s.FencingToken)
+		resume = before(ctx, s.FencingToken)
 	}
 	e.mu.Lock()
 	if e.releasing != nil || e.cancelRun == nil {
 		e.mu.Unlock()
+		resume()
 		return e.Snapshot(), leadership.ErrNotLeader
 	}
 	if err := e.tracker.stopClaimingTerm(token, reason); err != nil {
 		e.mu.Unlock()
+		resume()
 		return e.Snapshot(), err
 	}
 	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut, end: make(chan struct{})}

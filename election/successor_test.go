@@ -227,9 +227,11 @@ func TestBeforeReleaseRunsWhileLeading(t *testing.T) {
 		holder  string
 	}
 	var calls []call
-	leader.SetBeforeRelease(func(_ context.Context, token int64) {
+	resumed := 0
+	leader.SetBeforeRelease(func(_ context.Context, token int64) func() {
 		holder, _ := leaseHolder(t, client)
 		calls = append(calls, call{token: token, leading: leader.Snapshot().IsLeader, holder: holder})
+		return func() { resumed++ }
 	})
 	runElector(t, ctx, leader)
 	waitFor(t, ctx, "the pod to lead", func() bool { return leader.Snapshot().IsLeader })
@@ -252,6 +254,9 @@ func TestBeforeReleaseRunsWhileLeading(t *testing.T) {
 	}
 	if len(calls) != 1 {
 		t.Errorf("a release by a pod that no longer leads called the hook: %+v", calls)
+	}
+	if resumed != 0 {
+		t.Errorf("a release that happened resumed the term %d times", resumed)
 	}
 }
 

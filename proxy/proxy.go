@@ -237,31 +237,34 @@ func (p *Proxy) follow(ctx context.Context) {
 // cfg.Drain at the latest, or when ctx ends. The pod still leads
 // meanwhile, so a request in flight is answered within its term; the
 // connections still open when the term ends are closed then. It returns
-// at once if this pod does not lead in that term, or with no drain.
-func (p *Proxy) Quiesce(ctx context.Context, token int64) {
+// at once if this pod does not lead in that term, or with no drain. The
+// function it returns undoes it, for a release that did not happen: the
+// term goes on taking connections.
+func (p *Proxy) Quiesce(ctx context.Context, token int64) (resume func()) {
 	if p.cfg.Drain <= 0 {
-		return
+		return func() {}
 	}
 	r, ok := p.routes.quiesce(token)
 	if !ok {
-		return
+		return func() {}
 	}
+	resume = func() { p.routes.resume(r) }
 	timer := time.NewTimer(p.cfg.Drain)
 	defer timer.Stop()
 	for {
 		n, removed := p.routes.open(r)
 		if n == 0 {
 			p.metrics.drains.WithLabelValues(drainEnded).Inc()
-			return
+			return resume
 		}
 		select {
 		case <-removed:
 		case <-timer.C:
 			p.metrics.drains.WithLabelValues(drainCut).Inc()
-			return
+			return resume
 		case <-ctx.Done():
 			p.metrics.drains.WithLabelValues(drainCut).Inc()
-			return
+			return resume
 		}
 	}
 }

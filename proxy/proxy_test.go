@@ -115,7 +115,7 @@ func (c *cluster) quiesce(name string, token int64) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.pods[name].proxy.Quiesce(context.Background(), token)
+		_ = c.pods[name].proxy.Quiesce(context.Background(), token)
 	}()
 	return done
 }
@@ -162,6 +162,32 @@ func TestQuiesceLetsConnectionsEnd(t *testing.T) {
 	c.lead("b", 2)
 	if got, err := ask(waiting, wr, schedulingSlack); err != nil || got != "b" {
 		t.Fatalf("the connection that waited: answer %q, %v; want b", got, err)
+	}
+}
+
+// TestQuiesceResumed: a quiesce that no release follows is undone: the
+// connection that waited meanwhile, and new ones, reach the app again.
+func TestQuiesceResumed(t *testing.T) {
+	c := newCluster(t, quiesceConfig(), "a", "b")
+	c.lead("a", 1)
+	first, fr := c.dial(t, "a") // a answers: its proxy has seen its term
+	if got, err := ask(first, fr, schedulingSlack); err != nil || got != "a" {
+		t.Fatalf("answer %q, %v; want a", got, err)
+	}
+	_ = first.Close()
+	resume := c.pods["a"].proxy.Quiesce(context.Background(), 1)
+	waiting, wr := c.dial(t, "b")
+	_ = waiting.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if got, err := ask(waiting, wr, 200*time.Millisecond); err == nil {
+		t.Fatalf("a connection was forwarded to a quiescing leader: %q", got)
+	}
+	_ = waiting.SetDeadline(time.Time{})
+	resume()
+	for _, via := range []string{"a", "b"} {
+		conn, r := c.dial(t, via)
+		if got, err := ask(conn, r, schedulingSlack); err != nil || got != "a" {
+			t.Fatalf("after resume, through %s: answer %q, %v; want a", via, got, err)
+		}
 	}
 }
 

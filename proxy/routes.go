@@ -129,6 +129,20 @@ func (rs *routes) quiesce(token int64) (route, bool) {
 	return rs.current, true
 }
 
+// resume ends a quiesce of r that no release followed: if r is still the
+// current route, it takes new connections again, and those waiting try it
+// at once.
+func (rs *routes) resume(r route) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.quiescing != r || rs.current != r {
+		return
+	}
+	rs.quiescing = route{}
+	close(rs.changed)
+	rs.changed = make(chan struct{})
+}
+
 // open returns how many connections are open on r, and a channel closed
 // at the next removal of a connection.
 func (rs *routes) open(r route) (int, <-chan struct{}) {
