@@ -134,7 +134,10 @@ func Run(ctx context.Context, cfg Config) error {
 	// releases the Lease; the servers keep answering (not leader, not ready)
 	// until it has done so.
 	electionErr := w.run(runCtx)
-	lingerProxy(ctx, cfg.Proxy, servers.proxy, w)
+	if electionErr == nil && errors.Is(context.Cause(runCtx), context.Canceled) {
+		// A shutdown, not a failure: the Service may still send clients.
+		lingerProxy(ctx, cfg.Proxy, servers.proxy, w)
+	}
 	stopProxy()
 	<-routingDone
 	stopNotifier()

@@ -449,12 +449,19 @@ func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason l
 	e.mu.Lock()
 	before := e.beforeRelease
 	e.mu.Unlock()
-	resume := func() {}
-	if s := e.Snapshot(); before != nil && s.IsLeader && (token == leadership.AnyTerm || token == s.FencingToken) && !e.SittingOut() {
+	resume, anyTerm := func() {}, token == leadership.AnyTerm
+	if s := e.Snapshot(); before != nil && s.IsLeader && (anyTerm || token == s.FencingToken) && !e.SittingOut() {
 		resume = before(ctx, s.FencingToken)
+		// Release the term that was drained, not one that began since.
+		token = s.FencingToken
 	}
 	e.mu.Lock()
-	if e.releasing != nil || e.cancelRun == nil {
+	if e.releasing != nil {
+		// Another release is ending the term: nothing to resume.
+		e.mu.Unlock()
+		return e.Snapshot(), leadership.ErrNotLeader
+	}
+	if e.cancelRun == nil {
 		e.mu.Unlock()
 		resume()
 		return e.Snapshot(), leadership.ErrNotLeader
@@ -462,6 +469,10 @@ func (e *Elector) releaseFor(ctx context.Context, sitOut time.Duration, reason l
 	if err := e.tracker.stopClaimingTerm(token, reason); err != nil {
 		e.mu.Unlock()
 		resume()
+		if anyTerm && errors.Is(err, leadership.ErrOtherTerm) {
+			// The drained term ended meanwhile; the caller named none.
+			err = leadership.ErrNotLeader
+		}
 		return e.Snapshot(), err
 	}
 	req := &releaseRequest{done: make(chan error, 1), sitOut: sitOut, end: make(chan struct{})}
@@ -617,6 +628,8 @@ func (e *Elector) Run(ctx context.Context) error {
 // group, and Follow returns at once.
 func (e *Elector) Follow(ctx context.Context) {
 	if e.cfg.Group.Feed == nil {
+		// What it observes re-arms the tracker's expiry timer.
+		defer e.tracker.stop()
 		e.cache.Run(ctx)
 	}
 }

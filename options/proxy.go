@@ -82,7 +82,11 @@ func (p *proxyOptions) validate(httpAddress, probeAddress string, partitions int
 	if p.Drain < 0 || p.Drain > proxy.MaxDrain {
 		errs = append(errs, fmt.Errorf("--proxy-drain %s is outside the supported range 0s..%s", shortDuration(p.Drain), shortDuration(proxy.MaxDrain)))
 	} else if p.Drain > 0 && p.Drain >= p.Wait {
-		errs = append(errs, fmt.Errorf("--proxy-drain %s must be shorter than --proxy-wait %s: connections that arrive during a drain wait for the next leader", shortDuration(p.Drain), shortDuration(p.Wait)))
+		wait := "--proxy-wait " + shortDuration(p.Wait)
+		if !p.waitGiven {
+			wait = fmt.Sprintf("--proxy-wait (by default --renew-deadline, %s)", shortDuration(p.Wait))
+		}
+		errs = append(errs, fmt.Errorf("--proxy-drain %s must be shorter than %s: connections that arrive during a drain wait for the next leader", shortDuration(p.Drain), wait))
 	}
 	if p.ShutdownDelay < 0 || p.ShutdownDelay > proxy.MaxShutdownDelay {
 		errs = append(errs, fmt.Errorf("--proxy-shutdown-delay %s is outside the supported range 0s..%s", shortDuration(p.ShutdownDelay), shortDuration(proxy.MaxShutdownDelay)))

@@ -35,7 +35,7 @@ func TestProxyOptions(t *testing.T) {
 		{name: "no wait", args: append(on, "--proxy-wait=0"), wantErr: "--proxy-wait 0s is outside"},
 		{name: "drain too long", args: append(on, "--proxy-drain=61s"), wantErr: "--proxy-drain 1m1s is outside the supported range 0s..1m"},
 		{name: "negative drain", args: append(on, "--proxy-drain=-1s"), wantErr: "--proxy-drain -1s is outside"},
-		{name: "drain as long as the wait", args: append(on, "--proxy-drain=10s"), wantErr: "--proxy-drain 10s must be shorter than --proxy-wait 10s"},
+		{name: "drain as long as the wait", args: append(on, "--proxy-drain=10s"), wantErr: "--proxy-drain 10s must be shorter than --proxy-wait (by default --renew-deadline, 10s)"},
 		{name: "shutdown delay too long", args: append(on, "--proxy-shutdown-delay=61s"), wantErr: "--proxy-shutdown-delay 1m1s is outside the supported range 0s..1m"},
 		{name: "negative shutdown delay", args: append(on, "--proxy-shutdown-delay=-1s"), wantErr: "--proxy-shutdown-delay -1s is outside"},
 		{name: "no connections", args: append(on, "--proxy-max-connections=0"), wantErr: "--proxy-max-connections must be within 1..65536, got 0"},

@@ -248,7 +248,14 @@ func (p *Proxy) Quiesce(ctx context.Context, token int64) (resume func()) {
 	if !ok {
 		return func() {}
 	}
-	resume = func() { p.routes.resume(r) }
+	resume = func() {
+		// Only while this pod still leads that term: a release that did
+		// not happen because another one is ending the term must not
+		// reopen it.
+		if s, _ := p.cfg.Leadership.Watch(); s.IsLeader && s.FencingToken == token {
+			p.routes.resume(r)
+		}
+	}
 	timer := time.NewTimer(p.cfg.Drain)
 	defer timer.Stop()
 	for {

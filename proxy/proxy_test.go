@@ -191,6 +191,30 @@ func TestQuiesceResumed(t *testing.T) {
 	}
 }
 
+// TestQuiesceEndsWithTheTerm: a term that ends during the drain (it was
+// lost, or another release ended it) ends the wait at once.
+func TestQuiesceEndsWithTheTerm(t *testing.T) {
+	c := newCluster(t, quiesceConfig(), "a", "b")
+	c.lead("a", 1)
+	conn, r := c.dial(t, "a")
+	if got, err := ask(conn, r, schedulingSlack); err != nil || got != "a" {
+		t.Fatalf("answer %q, %v", got, err)
+	}
+	done := c.quiesce("a", 1)
+	time.Sleep(100 * time.Millisecond)
+	ended := time.Now()
+	c.lead("b", 2)
+	select {
+	case <-done:
+	case <-time.After(time.Second - 100*time.Millisecond):
+		t.Fatal("Quiesce waited out the drain after the term had ended")
+	}
+	if took := time.Since(ended); took > schedulingSlack {
+		t.Errorf("Quiesce returned %v after the term ended", took)
+	}
+	waitClosed(t, conn, r, schedulingSlack)
+}
+
 // TestQuiesceCutsAtTheDrain: a connection that stays open makes Quiesce
 // return after the drain, not before; it is still open then (the term has
 // not ended), and closed at once when the term ends. Quiesce of a term

@@ -108,12 +108,21 @@ func (rs *routes) set(r route) bool {
 			delete(rs.conns, f)
 		}
 	}
+	if len(ended) > 0 {
+		rs.notifyRemovedLocked()
+	}
 	rs.mu.Unlock()
 	for _, f := range ended {
 		f.close()
 	}
 	rs.metrics.closedOnChange.Add(float64(len(ended)))
 	return true
+}
+
+// notifyRemovedLocked wakes those waiting for connections to end (open).
+func (rs *routes) notifyRemovedLocked() {
+	close(rs.removed)
+	rs.removed = make(chan struct{})
 }
 
 // quiesce stops new connections on the current route if it is this pod's
@@ -144,10 +153,14 @@ func (rs *routes) resume(r route) {
 }
 
 // open returns how many connections are open on r, and a channel closed
-// at the next removal of a connection.
+// at the next removal of a connection; none once r is no longer the
+// current route (its connections have been closed).
 func (rs *routes) open(r route) (int, <-chan struct{}) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if rs.current != r {
+		return 0, rs.removed
+	}
 	n := 0
 	for f := range rs.conns {
 		if f.route == r {
@@ -163,7 +176,9 @@ func (rs *routes) open(r route) (int, <-chan struct{}) {
 func (rs *routes) add(f *forwarded) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if f.route != rs.current {
+	if f.route != rs.current || f.route == rs.quiescing {
+		// Its term ended, or is ending: a connection that chose its route
+		// before the quiesce began and was still connecting.
 		return false
 	}
 	rs.conns[f] = struct{}{}
@@ -176,8 +191,7 @@ func (rs *routes) remove(f *forwarded) {
 	defer rs.mu.Unlock()
 	if _, ok := rs.conns[f]; ok {
 		delete(rs.conns, f)
-		close(rs.removed)
-		rs.removed = make(chan struct{})
+		rs.notifyRemovedLocked()
 	}
 }
 
@@ -189,6 +203,7 @@ func (rs *routes) closeAll() {
 		all = append(all, f)
 		delete(rs.conns, f)
 	}
+	rs.notifyRemovedLocked()
 	rs.mu.Unlock()
 	for _, f := range all {
 		f.close()

@@ -398,6 +398,7 @@ func TestChartGuards(t *testing.T) {
 		want string
 	}{
 		{"lease duration not above renew deadline", []string{"--set", "election.renewDeadlineSeconds=15"}, "must be greater than election.renewDeadlineSeconds"},
+		{"proxy drain not below the renew deadline", []string{"--set", "proxy.enabled=true", "--set", "proxy.upstreamPort=8081", "--set", "proxy.drainSeconds=10"}, "proxy.drainSeconds (10) must be shorter than election.renewDeadlineSeconds (10)"},
 		{"renew deadline not above 1.2 × retry period", []string{"--set", "election.retryPeriodSeconds=9", "--set", "election.leaseDurationSeconds=20"}, "1.2 × election.retryPeriodSeconds"},
 		{"lease duration in fractions", []string{"--set-json", "election.leaseDurationSeconds=15.5"}, "election/leaseDurationSeconds"},
 		{"zero retry period", []string{"--set-json", "election.retryPeriodSeconds=0"}, "election/retryPeriodSeconds"},

@@ -507,6 +507,10 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if le $lease $renew }}
 {{- fail (printf "election.leaseDurationSeconds (%v) must be greater than election.renewDeadlineSeconds (%v)" $e.leaseDurationSeconds $e.renewDeadlineSeconds) }}
 {{- end }}
+{{- /* --proxy-drain must be shorter than --proxy-wait, the renew deadline. */}}
+{{- if and .Values.proxy.enabled (gt (float64 .Values.proxy.drainSeconds) 0.0) (ge (float64 .Values.proxy.drainSeconds) $renew) }}
+{{- fail (printf "proxy.drainSeconds (%v) must be shorter than election.renewDeadlineSeconds (%v): connections that arrive during a drain wait for the next leader up to the renew deadline" .Values.proxy.drainSeconds $e.renewDeadlineSeconds) }}
+{{- end }}
 {{- /* election.MinMargin: the largest of 1 s, 1% of the lease and the retry period. */}}
 {{- $margin := maxf 1.0 (divf $lease 100.0) $retry }}
 {{- if lt (subf $lease $renew) $margin }}

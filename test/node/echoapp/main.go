@@ -50,7 +50,10 @@ func main() {
 		// As an app behind the proxy should: hand leadership over first,
 		// while it still serves (the sidecar drains its connections
 		// within the term), then stop.
-		if resp, err := client.Post(sidecar+"/release", "", nil); err == nil {
+		// The sidecar answers after its drain (--proxy-drain): no short
+		// timeout here, or the drain would be cut.
+		releaser := &http.Client{Timeout: time.Minute}
+		if resp, err := releaser.Post(sidecar+"/release", "", nil); err == nil {
 			_ = resp.Body.Close()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
