@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -29,8 +30,21 @@ type term struct {
 //     own: nothing is forwarded twice, and nothing loops;
 //   - every answer names a pod that led at some moment while it was asked.
 func TestLeadershipMovesWhileConnectionsInFlight(t *testing.T) {
+	leadershipMoves(t, baseConfig(), false)
+}
+
+// TestGracefulMovesWhileConnectionsInFlight: the same, with every term
+// ended gracefully: the leader's proxy quiesces (a drain of its own, as
+// before a release) before the views change.
+func TestGracefulMovesWhileConnectionsInFlight(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Drain = 20 * time.Millisecond
+	leadershipMoves(t, cfg, true)
+}
+
+func leadershipMoves(t *testing.T, cfg Config, graceful bool) {
 	names := []string{"a", "b", "c"}
-	c := newCluster(t, baseConfig(), names...)
+	c := newCluster(t, cfg, names...)
 	const terms = 30
 	const termLength, gap = 60 * time.Millisecond, 15 * time.Millisecond
 
@@ -121,6 +135,10 @@ func TestLeadershipMovesWhileConnectionsInFlight(t *testing.T) {
 	}
 	for k := 1; k <= terms; k++ {
 		leader := names[k%len(names)]
+		if graceful && k > 1 {
+			// Still its term: the quiesce runs within it.
+			_ = c.pods[names[(k-1)%len(names)]].proxy.Quiesce(context.Background(), int64(k-1))
+		}
 		mu.Lock()
 		if n := len(history); n > 0 {
 			history[n-1].end = time.Now()
