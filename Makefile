@@ -43,7 +43,7 @@ test: ## everything CI runs, in three timed stages that fail fast: check, e2e-st
 	@MAKE="$(MAKE)" bash hack/stages.sh $(TEST_STAGES)
 
 check: lint unit fuzz-smoke rules-test e2e-smoke ## the fast stage (≤ 5 min warm): lint, unit, fuzz smoke, alert rules, and the core e2e (elect, hand over, crash)
-e2e-stage: e2e bench-smoke bench-partitions-smoke ## the second stage: the whole e2e suite and the benchmarks' smoke runs
+e2e-stage: e2e bench-smoke bench-partitions-smoke bench-proxy-smoke bench-local-smoke ## the second stage: the whole e2e suite and the benchmarks' smoke runs
 node-stage: packaging e2e-cluster ## the third stage: packaging (chart, image, release) and the e2e suite on a real node
 
 # Linters, pinned, run with `go run pkg@version`: the version fixes the
@@ -149,7 +149,7 @@ fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 3000x executi
 # real control plane. `make bench` is the full run whose table docs/performance.md
 # shows (about 15 minutes); `make bench-smoke` is a short run with small
 # counts and timings that only proves the benchmark still works (CI).
-.PHONY: bench bench-smoke bench-proxy bench-proxy-smoke
+.PHONY: bench bench-smoke bench-proxy bench-proxy-smoke bench-local bench-local-smoke
 
 bench: tools ## benchmarks, full run at the default timings (~15 min); the table also goes to bench.out
 	$(GO) run ./bench --output bench.out
@@ -159,6 +159,14 @@ bench-proxy: ## the forwarding proxy against a direct loopback connection: added
 
 bench-proxy-smoke: ## the proxy benchmark with small counts, to prove it still works (seconds)
 	$(GO) run ./bench --proxy --proxy-samples=500 --proxy-new-conn-samples=200 --proxy-bytes=67108864 --proxy-conns=100 --proxy-idle-clients=1100
+
+bench-local: ## the local lease store (--lease-store=file:): graceful handover, crash takeover, idle CPU of 3 processes on one file (no control plane; ~2 min)
+	$(GO) run ./bench --local --lease-duration=2s --renew-deadline=1s --retry-period=500ms \
+		--handovers=50 --crashes=10 --idle-warmup=5s --idle-window=60s --output bench-local.out
+
+bench-local-smoke: ## the local store's benchmark with small counts, to prove it still works (seconds)
+	$(GO) run ./bench --local --lease-duration=2s --renew-deadline=1s --retry-period=500ms \
+		--handovers=3 --crashes=2 --idle-warmup=1s --idle-window=3s
 
 bench-smoke: tools ## benchmarks, short run with small counts and timings, to prove they still work (~2 min)
 	$(GO) run ./bench --lease-duration=4s --renew-deadline=2s --retry-period=500ms \

@@ -95,6 +95,9 @@ type options struct {
 	// Proxy's counts; it needs no control plane.
 	ProxyBench bool
 	Proxy      proxyOptions
+	// LocalBench runs the local lease store's benchmark instead
+	// (bench/local.go); it needs no control plane.
+	LocalBench bool
 	// KeepWorkDir keeps logs, kubeconfigs and the audit log after a
 	// successful run too (a failed run always keeps them).
 	KeepWorkDir bool
@@ -149,6 +152,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Proxy.Conns, "proxy-conns", o.Proxy.Conns, "with --proxy: connections held open for the memory figure")
 	fs.IntVar(&o.Proxy.IdleClients, "proxy-idle-clients", o.Proxy.IdleClients, "with --proxy: idle clients opened against a proxy with the default connection cap")
 	fs.Int64Var(&o.Proxy.Bytes, "proxy-bytes", o.Proxy.Bytes, "with --proxy: bytes sent for the throughput figure")
+	fs.BoolVar(&o.LocalBench, "local", o.LocalBench, "run the local lease store's benchmark instead (--lease-store=file:): graceful handover, crash takeover and idle CPU of --candidates processes on one file, with the timings, --handovers and --crashes given")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }
 
@@ -215,6 +219,9 @@ func main() {
 	}
 	if opts.ProxyBench {
 		runBench = runProxy
+	}
+	if opts.LocalBench {
+		runBench = runLocal
 	}
 	if err := runBench(ctx, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
