@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,7 +88,7 @@ func TestFileStoreElection(t *testing.T) {
 func TestFileStoreFrozenLeader(t *testing.T) {
 	g, _ := newFileGroup(t, 2)
 	leader := g.WaitLeader(30 * time.Second)
-	leader.signal(syscall.SIGSTOP)
+	freezeOutsideTheLock(t, leader)
 	next := g.WaitLeader(leaseDuration+5*time.Second, leader)
 	answers := make(chan api.Leader, 1)
 	errs := make(chan error, 1)
@@ -115,6 +116,42 @@ func TestFileStoreFrozenLeader(t *testing.T) {
 		t.Errorf("%s lost leadership after the old leader resumed: %+v %v", next.name, s, err)
 	}
 	waitChangeLogged(t, leader, "Stopped leading", "renew-deadline")
+}
+
+// freezeOutsideTheLock freezes c (SIGSTOP) at a moment it holds no file
+// lock: frozen while it holds the lease file's lock (a write's check and
+// renames, or a read), it stalls everyone's writes until it resumes, as
+// docs/api.md says, and no takeover can happen. The test is of the other
+// case, so a freeze that caught the lock is thawed and tried again.
+func freezeOutsideTheLock(t *testing.T, c *candidate) {
+	t.Helper()
+	for range 50 {
+		c.signal(syscall.SIGSTOP)
+		if !holdsFlock(t, c.h.Pid()) {
+			return
+		}
+		c.signal(syscall.SIGCONT)
+		time.Sleep(7 * time.Millisecond)
+	}
+	t.Fatalf("%s held a file lock at each of 50 freezes", c.name)
+}
+
+// holdsFlock reports whether process pid holds a flock (/proc/locks).
+func holdsFlock(t *testing.T, pid int) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		// "1: FLOCK  ADVISORY  WRITE 9633 08:01:1234 0 EOF"; a waiter's
+		// line has "->" after the number.
+		f := strings.Fields(line)
+		if len(f) >= 5 && f[1] == "FLOCK" && f[4] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestFileStoreReleaseAcquireSSE: POST /release hands over, a follower's
