@@ -174,6 +174,26 @@ func (b *localBench) firstToLead(ctx context.Context, leader *harness.Candidate)
 	}
 }
 
+// timeToNextLeader does fault to leader and returns the time from it to
+// another candidate saying it leads. The followers' long-polls start
+// before the fault.
+func (b *localBench) timeToNextLeader(ctx context.Context, leader *harness.Candidate, fault func() error) (time.Duration, error) {
+	done := make(chan struct{})
+	var at time.Time
+	var waitErr error
+	go func() { defer close(done); at, waitErr = b.firstToLead(ctx, leader) }()
+	time.Sleep(20 * time.Millisecond)
+	began := time.Now()
+	if err := fault(); err != nil {
+		return 0, err
+	}
+	<-done
+	if waitErr != nil {
+		return 0, waitErr
+	}
+	return at.Sub(began), nil
+}
+
 // handovers makes the leader release, a lease duration apart: a released
 // leader sits out that long, so with three candidates the next one is never
 // sitting out too, and a group starts no more than one term a second, the
@@ -189,21 +209,14 @@ func (b *localBench) handovers(ctx context.Context) ([]time.Duration, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The followers' long-polls start before the release.
-		done := make(chan struct{})
-		var at time.Time
-		var waitErr error
-		go func() { defer close(done); at, waitErr = b.firstToLead(ctx, leader) }()
-		time.Sleep(20 * time.Millisecond)
-		sent := time.Now()
-		if _, err := leader.API().Release(ctx); err != nil {
+		d, err := b.timeToNextLeader(ctx, leader, func() error {
+			_, err := leader.API().Release(ctx)
+			return err
+		})
+		if err != nil {
 			return nil, fmt.Errorf("POST /release to %s: %w", leader.Name(), err)
 		}
-		<-done
-		if waitErr != nil {
-			return nil, waitErr
-		}
-		took = append(took, at.Sub(sent))
+		took = append(took, d)
 	}
 	return took, nil
 }
@@ -215,18 +228,11 @@ func (b *localBench) crashes(ctx, pollCtx context.Context) ([]time.Duration, err
 		if err != nil {
 			return nil, err
 		}
-		done := make(chan struct{})
-		var at time.Time
-		var waitErr error
-		go func() { defer close(done); at, waitErr = b.firstToLead(ctx, leader) }()
-		time.Sleep(20 * time.Millisecond)
-		killed := time.Now()
-		leader.Kill()
-		<-done
-		if waitErr != nil {
-			return nil, waitErr
+		d, err := b.timeToNextLeader(ctx, leader, func() error { leader.Kill(); return nil })
+		if err != nil {
+			return nil, err
 		}
-		took = append(took, at.Sub(killed))
+		took = append(took, d)
 		if _, err := b.start(ctx, pollCtx); err != nil {
 			return nil, err
 		}
