@@ -112,10 +112,11 @@ func (rs *routes) set(r route) bool {
 		rs.notifyRemovedLocked()
 	}
 	rs.mu.Unlock()
+	// Counted first: whoever sees a connection closed sees it counted.
+	rs.metrics.closedOnChange.Add(float64(len(ended)))
 	for _, f := range ended {
 		f.close()
 	}
-	rs.metrics.closedOnChange.Add(float64(len(ended)))
 	return true
 }
 
