@@ -234,12 +234,13 @@ func (p *Proxy) follow(ctx context.Context) {
 // step-down, a handover): new connections wait for the next leader (the
 // peer port refuses followers, which retry), and it returns once every
 // connection forwarded to this pod's app in that term has ended, after
-// cfg.Drain at the latest, or when ctx ends. The pod still leads
-// meanwhile, so a request in flight is answered within its term; the
-// connections still open when the term ends are closed then. It returns
-// at once if this pod does not lead in that term, or with no drain. The
-// function it returns undoes it, for a release that did not happen: the
-// term goes on taking connections.
+// cfg.Drain at the latest, or when ctx ends, having closed those still
+// open. The pod still leads meanwhile, so nothing of the term reaches the
+// app after the term: a request on a connection that ends within the
+// drain is answered in it, one in flight when the drain runs out is cut.
+// It returns at once if this pod does not lead in that term, or with no
+// drain. The function it returns undoes it, for a release that did not
+// happen: the term goes on taking connections.
 func (p *Proxy) Quiesce(ctx context.Context, token int64) (resume func()) {
 	if p.cfg.Drain <= 0 {
 		return func() {}
@@ -266,13 +267,17 @@ func (p *Proxy) Quiesce(ctx context.Context, token int64) (resume func()) {
 		}
 		select {
 		case <-removed:
+			continue
 		case <-timer.C:
-			p.metrics.drains.WithLabelValues(drainCut).Inc()
-			return resume
 		case <-ctx.Done():
-			p.metrics.drains.WithLabelValues(drainCut).Inc()
-			return resume
 		}
+		// The drain ran out: close the rest now, while the pod still
+		// leads. Left to the term's end, a connection kept alive would
+		// carry requests to the app in the moment between the claim's
+		// end and this proxy seeing it.
+		p.routes.closeRoute(r)
+		p.metrics.drains.WithLabelValues(drainCut).Inc()
+		return resume
 	}
 }
 

@@ -139,6 +139,27 @@ func (rs *routes) quiesce(token int64) (route, bool) {
 	return rs.current, true
 }
 
+// closeRoute closes the connections forwarded on r (the end of a drain
+// that ran out, while r's term still goes on).
+func (rs *routes) closeRoute(r route) {
+	rs.mu.Lock()
+	var ended []*forwarded
+	for f := range rs.conns {
+		if f.route == r {
+			ended = append(ended, f)
+			delete(rs.conns, f)
+		}
+	}
+	if len(ended) > 0 {
+		rs.notifyRemovedLocked()
+	}
+	rs.mu.Unlock()
+	rs.metrics.closedOnChange.Add(float64(len(ended)))
+	for _, f := range ended {
+		f.close()
+	}
+}
+
 // resume ends a quiesce of r that no release followed: if r is still the
 // current route, it takes new connections again, and those waiting try it
 // at once.
