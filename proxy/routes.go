@@ -101,9 +101,16 @@ func (rs *routes) set(r route) bool {
 	rs.quiescing = route{}
 	close(rs.changed)
 	rs.changed = make(chan struct{})
+	rs.closeAndUnlock(func(f *forwarded) bool { return f.route != r })
+	return true
+}
+
+// closeAndUnlock takes the connections that match out of rs, releases
+// rs.mu (which the caller holds), then closes them outside the lock.
+func (rs *routes) closeAndUnlock(match func(*forwarded) bool) {
 	var ended []*forwarded
 	for f := range rs.conns {
-		if f.route != r {
+		if match(f) {
 			ended = append(ended, f)
 			delete(rs.conns, f)
 		}
@@ -117,7 +124,6 @@ func (rs *routes) set(r route) bool {
 	for _, f := range ended {
 		f.close()
 	}
-	return true
 }
 
 // notifyRemovedLocked wakes those waiting for connections to end (open).
@@ -143,21 +149,7 @@ func (rs *routes) quiesce(token int64) (route, bool) {
 // that ran out, while r's term still goes on).
 func (rs *routes) closeRoute(r route) {
 	rs.mu.Lock()
-	var ended []*forwarded
-	for f := range rs.conns {
-		if f.route == r {
-			ended = append(ended, f)
-			delete(rs.conns, f)
-		}
-	}
-	if len(ended) > 0 {
-		rs.notifyRemovedLocked()
-	}
-	rs.mu.Unlock()
-	rs.metrics.closedOnChange.Add(float64(len(ended)))
-	for _, f := range ended {
-		f.close()
-	}
+	rs.closeAndUnlock(func(f *forwarded) bool { return f.route == r })
 }
 
 // resume ends a quiesce of r that no release followed: if r is still the
