@@ -145,19 +145,26 @@ func (b *localBench) start(ctx, pollCtx context.Context) (*harness.Candidate, er
 	return c, nil
 }
 
-// firstToLead waits until one of the candidates other than leader says it
-// leads (each long-polls GET /leader), and returns when it answered.
-func (b *localBench) firstToLead(ctx context.Context, leader *harness.Candidate) (time.Time, error) {
+// timeToNextLeader does fault to leader and returns the time from it to
+// another candidate saying it leads. Each follower has answered GET /leader
+// before the fault, and long-polls from that answer's revision, so a change
+// that comes before its long-poll is sent is still seen at once.
+func (b *localBench) timeToNextLeader(ctx context.Context, leader *harness.Candidate, fault func() error) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*b.opts.LeaseDuration+10*time.Second)
 	defer cancel()
-	led := make(chan time.Time, len(b.group.Live()))
+	var followers []*harness.Candidate
 	for _, c := range b.group.Live() {
-		if c == leader {
-			continue
+		if c != leader {
+			followers = append(followers, c)
 		}
+	}
+	led := make(chan time.Time, len(followers))
+	ready := make(chan error, len(followers))
+	for _, c := range followers {
 		go func() {
-			// Long-polls shorter than the HTTP client's timeout (2 s).
 			l, err := c.API().Leader(ctx)
+			ready <- err
+			// Long-polls shorter than the HTTP client's timeout (2 s).
 			for err == nil && !l.IsLeader {
 				l, err = c.API().WaitLeader(ctx, l.Revision, time.Second)
 			}
@@ -166,32 +173,21 @@ func (b *localBench) firstToLead(ctx context.Context, leader *harness.Candidate)
 			}
 		}()
 	}
-	select {
-	case at := <-led:
-		return at, nil
-	case <-ctx.Done():
-		return time.Time{}, errors.New("no other candidate led in time")
+	for range followers {
+		if err := <-ready; err != nil {
+			return 0, fmt.Errorf("a follower's GET /leader before the fault: %w", err)
+		}
 	}
-}
-
-// timeToNextLeader does fault to leader and returns the time from it to
-// another candidate saying it leads. The followers' long-polls start
-// before the fault.
-func (b *localBench) timeToNextLeader(ctx context.Context, leader *harness.Candidate, fault func() error) (time.Duration, error) {
-	done := make(chan struct{})
-	var at time.Time
-	var waitErr error
-	go func() { defer close(done); at, waitErr = b.firstToLead(ctx, leader) }()
-	time.Sleep(20 * time.Millisecond)
 	began := time.Now()
 	if err := fault(); err != nil {
 		return 0, err
 	}
-	<-done
-	if waitErr != nil {
-		return 0, waitErr
+	select {
+	case at := <-led:
+		return at.Sub(began), nil
+	case <-ctx.Done():
+		return 0, errors.New("no other candidate led in time")
 	}
-	return at.Sub(began), nil
 }
 
 // handovers makes the leader release, a lease duration apart: a released
