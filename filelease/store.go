@@ -69,23 +69,31 @@ func key(namespace, name string) string { return namespace + "/" + name }
 // lock, since each write replaces the file by an atomic rename.
 type store struct {
 	path, lockPath, highWaterPath string
+	// nextPath holds the records of a write between its renames (see
+	// writeNext and finishTorn).
+	nextPath string
 	// mu serializes this process's writers before the flock, which is
 	// per open file description.
 	mu sync.Mutex
 	// beforeWrite, if set, fails a write before anything is written: the
 	// tests' full disk.
 	beforeWrite func() error
+	// afterMark, if set, runs between the mark's rename and the records':
+	// an error stops the write there, as its writer's death would (the
+	// tests' SIGKILL at the worst moment).
+	afterMark func() error
 }
 
 func newStore(path string) *store {
-	return &store{path: path, lockPath: path + ".lock", highWaterPath: path + ".hwm"}
+	return &store{path: path, lockPath: path + ".lock", highWaterPath: path + ".hwm", nextPath: path + ".next"}
 }
 
 // read returns the current state and the high-water mark; a missing
 // records file is an empty store one version above the mark. It reads
 // without the lock, unless what it read may be a write half done (the mark
 // renamed into place, the records not yet): it then reads again under a
-// shared lock, which no write holds.
+// shared lock, which no write holds, and if the records are still behind
+// the mark, finishes a write whose writer died half way (finishTorn).
 func (s *store) read(ctx context.Context) (state, highWater, error) {
 	st, hw, missing, err := s.readUnlocked()
 	if err == nil && !missing {
@@ -94,13 +102,57 @@ func (s *store) read(ctx context.Context) (state, highWater, error) {
 	if err != nil && !errors.Is(err, ErrWentBack) {
 		return state{}, hw, err
 	}
-	unlock, lerr := s.lock(ctx, unix.LOCK_SH)
-	if lerr != nil {
-		return state{}, hw, lerr
+	st, hw, err = s.readLocked(ctx, unix.LOCK_SH, nil)
+	if !errors.Is(err, ErrWentBack) {
+		return st, hw, err
+	}
+	return s.readLocked(ctx, unix.LOCK_EX, s.finishTorn)
+}
+
+// readLocked reads under the lock, shared or exclusive (how), after
+// first, if given.
+func (s *store) readLocked(ctx context.Context, how int, first func() error) (state, highWater, error) {
+	unlock, err := s.lock(ctx, how)
+	if err != nil {
+		return state{}, highWater{}, err
 	}
 	defer unlock()
-	st, hw, _, err = s.readUnlocked()
+	if first != nil {
+		if err := first(); err != nil {
+			return state{}, highWater{}, err
+		}
+	}
+	st, hw, _, err := s.readUnlocked()
 	return st, hw, err
+}
+
+// finishTorn completes a write whose writer died between renaming the mark
+// and the records into place (SIGKILL there left the mark one version
+// above the records, which every read then refused as gone back: the store
+// was stuck until someone deleted the file). The write's records wait at
+// nextPath, at the mark's resourceVersion; they are renamed into place,
+// as their writer would have done. Called under the exclusive lock, so no
+// write is half done by a live process. nextPath at the mark's version
+// exists only then: a finished write renames it away, and a write that
+// failed before renaming the mark left it one version above the mark. So
+// a records file replaced by an older copy is still refused.
+func (s *store) finishTorn() error {
+	hw, err := s.readHighWater()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(s.nextPath)
+	if err != nil {
+		return nil
+	}
+	var r records
+	if err := json.Unmarshal(b, &r); err != nil || r.Format != fileFormat || r.ResourceVersion != hw.ResourceVersion {
+		return nil
+	}
+	if err := os.Rename(s.nextPath, s.path); err != nil {
+		return fmt.Errorf("finish the write its writer left half done: replace %s: %w", s.path, err)
+	}
+	return syncDir(filepath.Dir(s.path))
 }
 
 func (s *store) readUnlocked() (st state, hw highWater, missing bool, err error) {
@@ -184,13 +236,14 @@ func (s *store) readHighWater() (highWater, error) {
 
 // update applies change to the current state and writes the result:
 // the high-water mark, then the records, each renamed over its file from
-// a synced temporary file, so that the mark is never below the records.
+// a synced temporary file, so that the mark is never below the records
+// (the records pass through nextPath: see writeNext).
 // change returns an error to write nothing; it runs again, on the newer
 // state, when another write came first. The files are written and
 // synced before the lock is taken, which is then held only to check that
 // no other write came in between (else all starts again) and to rename
 // them: a process frozen (SIGSTOP) while it holds the lock stalls every
-// other write, so the lock is held for two renames, not for the syncs.
+// other write, so the lock is held for three renames, not for the syncs.
 func (s *store) update(ctx context.Context, change func(next *state, written highWater) error) (state, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -224,7 +277,7 @@ func (s *store) update(ctx context.Context, change func(next *state, written hig
 // writeNext writes next and the mark raised to it, if the records file is
 // still basedOn, byte for byte (every write changes its resourceVersion);
 // committed false: another write came first. Under the lock it only reads
-// one small file and renames two: a process frozen there (SIGSTOP) stalls
+// one small file and renames three: a process frozen there (SIGSTOP) stalls
 // every other write until it resumes or dies, so the lock is held for as
 // short as can be; flock offers no way to break it safely.
 func (s *store) writeNext(ctx context.Context, basedOn []byte, next state, hw highWater) (committed bool, err error) {
@@ -272,10 +325,20 @@ func (s *store) writeNext(ctx context.Context, basedOn []byte, next state, hw hi
 	case basedOn == nil || !bytes.Equal(current, basedOn):
 		return false, nil
 	}
+	// The records go to nextPath first, so that a writer killed after
+	// the mark's rename leaves them where finishTorn finds them.
+	if err := os.Rename(recordsTmp, s.nextPath); err != nil {
+		return false, fmt.Errorf("replace %s: %w", s.nextPath, err)
+	}
 	if err := os.Rename(hwTmp, s.highWaterPath); err != nil {
 		return false, fmt.Errorf("replace %s: %w", s.highWaterPath, err)
 	}
-	if err := os.Rename(recordsTmp, s.path); err != nil {
+	if s.afterMark != nil {
+		if err := s.afterMark(); err != nil {
+			return false, err
+		}
+	}
+	if err := os.Rename(s.nextPath, s.path); err != nil {
 		return false, fmt.Errorf("replace %s: %w", s.path, err)
 	}
 	return true, nil
