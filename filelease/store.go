@@ -2,6 +2,7 @@ package filelease
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -292,16 +293,26 @@ func (s *store) writeNext(ctx context.Context, basedOn []byte, next state, hw hi
 	for _, k := range sortedKeys(next.leases) {
 		r.Leases = append(r.Leases, *next.leases[k])
 	}
-	hwTmp, err := writeTemp(s.highWaterPath, hw)
-	if err != nil {
-		return false, err
-	}
-	defer os.Remove(hwTmp)
+	// The two files are written and synced at once: their syncs then
+	// share the file system's journal commits, and a write takes about
+	// one sync less (see docs/performance.md).
+	var (
+		hwTmp string
+		hwErr error
+		wg    sync.WaitGroup
+	)
+	wg.Go(func() { hwTmp, hwErr = writeTemp(s.highWaterPath, hw) })
 	recordsTmp, err := writeTemp(s.path, r)
-	if err != nil {
+	wg.Wait()
+	if hwTmp != "" {
+		defer os.Remove(hwTmp)
+	}
+	if recordsTmp != "" {
+		defer os.Remove(recordsTmp)
+	}
+	if err = cmp.Or(hwErr, err); err != nil {
 		return false, err
 	}
-	defer os.Remove(recordsTmp)
 
 	unlock, err := s.lock(ctx, unix.LOCK_EX)
 	if err != nil {
