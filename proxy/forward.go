@@ -39,6 +39,7 @@ func (p *Proxy) serveClient(ctx context.Context, c net.Conn) {
 			reason = refusedNoLeader
 		}
 		p.metrics.refused.WithLabelValues(reason).Inc()
+		p.failures.closed(err, p.cfg.Wait)
 		_ = c.Close()
 		return
 	}
@@ -195,10 +196,22 @@ func (p *Proxy) pipe(f *forwarded) {
 type failureLog struct {
 	logger    klog.Logger
 	sometimes rate.Sometimes
+	// gaveUp limits closed's lines, apart from log's: a client's
+	// connection closed is what its owner sees, and must show in the log
+	// even while the retries' failures fill their interval.
+	gaveUp rate.Sometimes
 }
 
 // failureLogInterval is the least time between two logged failures.
 const failureLogInterval = 10 * time.Second
+
+// closed logs a client's connection closed after the wait for a
+// reachable leader, with the last attempt's error.
+func (l *failureLog) closed(err error, wait time.Duration) {
+	l.gaveUp.Do(func() {
+		l.logger.Error(err, "Proxy closed a client's connection: no leader reached within the wait (logged at most once per interval)", "wait", wait, "interval", failureLogInterval)
+	})
+}
 
 func (l *failureLog) log(err error, r route) {
 	l.sometimes.Do(func() {

@@ -180,6 +180,7 @@ func Listen(cfg Config) (*Proxy, error) {
 	}
 	p.routes = newRoutes(p.metrics)
 	p.failures.sometimes.Interval = failureLogInterval
+	p.failures.gaveUp.Interval = failureLogInterval
 	p.failures.logger = klog.Background()
 	return p, nil
 }

@@ -231,6 +231,22 @@ type observation struct {
 	leases    []leaseAt
 }
 
+// logEndpoints logs the Service's ready endpoints as they were from from
+// to to.
+func (r observation) logEndpoints(t *testing.T, from, to time.Time) {
+	t.Helper()
+	var lines []string
+	for i, e := range r.endpoints {
+		// From the state at from (the last change before it) on.
+		supersededBeforeFrom := i+1 < len(r.endpoints) && !r.endpoints[i+1].at.After(from)
+		if e.at.After(to) || supersededBeforeFrom {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s %v", stamp(e.at), e.ready))
+	}
+	t.Logf("the Service's ready endpoints from %s to %s:\n%s", stamp(from), stamp(to), strings.Join(lines, "\n"))
+}
+
 // answeringPods is the sequence of pods that answered, repeats collapsed.
 func (r observation) answeringPods() []string {
 	var seq []string

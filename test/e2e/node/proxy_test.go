@@ -72,6 +72,7 @@ func TestProxyNoFailedRequest(t *testing.T) {
 	t.Run("proxy", func(t *testing.T) {
 		d, _ := helmInstallWait(t, "proxy-proof", append(timings, "proxy.enabled=true", "proxy.upstreamPort=8081")...)
 		d.useEchoApp(t)
+		logs := d.followLogs(t)
 		o := d.observe(t)
 		load := startServiceLoad(t, d)
 		d.waitHolder(t, "")
@@ -91,8 +92,10 @@ func TestProxyNoFailedRequest(t *testing.T) {
 		stats := load.stop()
 		obs := o.end(t)
 		stats.check(t, obs, nil)
-		if t.Failed() {
-			d.proxyLogs(t)
+		if from, to, ok := stats.failedSpan(nil); ok {
+			from, to = from.Add(-2*time.Second), to.Add(time.Second)
+			obs.logEndpoints(t, from, to)
+			logs.between(t, from, to, 80)
 		}
 		t.Logf("MEASURED proxy: %s over %d graceful handovers (%s) and %d rolling updates (%s)", stats, len(handovers), summary(handovers), len(rollouts), summary(rollouts))
 		t.Logf("MEASURED proxy: leadership moves per rolling update (default strategy, no health gating): %v", stats.movesPerRollout(obs))
@@ -156,28 +159,6 @@ func (d *deployment) useEchoApp(t *testing.T) {
 		}
 		return running == len(pods) && int32(running) == *dep.Spec.Replicas, fmt.Sprintf("%d of %d pods run the echo app", running, len(pods))
 	})
-}
-
-// proxyLogs logs the sidecars' lines about the proxy, to explain failures.
-func (d *deployment) proxyLogs(t *testing.T) {
-	t.Helper()
-	pods, err := d.pods(context.Background())
-	if err != nil {
-		t.Log(err)
-		return
-	}
-	for _, p := range pods {
-		var lines []string
-		for _, l := range strings.Split(d.logs(context.Background(), p.Name, packaging.SidecarName, 2000), "\n") {
-			if strings.Contains(l, "roxy") || strings.Contains(l, "lead") {
-				lines = append(lines, l)
-			}
-		}
-		if len(lines) > 40 {
-			lines = lines[len(lines)-40:]
-		}
-		t.Logf("sidecar of %s, its last lines about the proxy and leading:\n%s", p.Name, strings.Join(lines, "\n"))
-	}
 }
 
 // waitHolder waits until a pod other than except holds the Lease, and
@@ -469,6 +450,24 @@ func (s loadStats) String() string {
 	}
 	return fmt.Sprintf("%d requests (%.0f/s; %d on keep-alive clients, %d of them on a reused connection), %d failed; answered in %s",
 		len(s.results), float64(len(s.results))/s.took.Seconds(), keepAlive, reused, failed, summary(took))
+}
+
+// failedSpan is from the start of the first failed request to the end of
+// the last, leaving out those that overlapped window (as check does).
+func (s loadStats) failedSpan(window *[2]time.Time) (from, to time.Time, ok bool) {
+	for _, r := range s.results {
+		if r.err == nil || window != nil && r.end.After(window[0]) && r.start.Before(window[1]) {
+			continue
+		}
+		if !ok || r.start.Before(from) {
+			from = r.start
+		}
+		if !ok || r.end.After(to) {
+			to = r.end
+		}
+		ok = true
+	}
+	return from, to, ok
 }
 
 // check fails the test for a failed request, unless it overlapped window
