@@ -74,13 +74,16 @@ func noLeaderFor(t testing.TB, d time.Duration, cs ...*candidate) {
 // attempts) while another pod holds it, and a blocking acquire returns as
 // soon as the holder releases. A pod that releases stays out until asked
 // again; releasing what one does not hold is a no-op.
-func TestManualCampaign(t *testing.T) {
-	g := newGroup(t, 3, candidateOptions{extraArgs: []string{"--campaign=manual"}})
+// On both lease stores.
+func TestManualCampaign(t *testing.T) { onEachStore(t, testManualCampaign) }
+
+func testManualCampaign(t *testing.T, store leaseStore) {
+	g := newGroup(t, 3, store.on(candidateOptions{extraArgs: []string{"--campaign=manual"}}))
 	a, b, c := g.Members()[0], g.Members()[1], g.Members()[2]
 
 	// Nobody asks: nobody leads, and the Lease is not even created.
 	noLeaderFor(t, 2*leaseDuration, a, b, c)
-	if _, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{}); err == nil {
+	if _, err := store.client.CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{}); err == nil {
 		t.Errorf("the Lease exists though no pod asked for it")
 	}
 

@@ -57,9 +57,9 @@ func (a *appHealth) args() []string {
 
 // createCandidatesLease creates the election's candidates Lease, as the
 // manifests and the chart ship it (the sidecar may not create it).
-func createCandidatesLease(t *testing.T, lease string) {
+func createCandidatesLease(t *testing.T, s leaseStore, lease string) {
 	t.Helper()
-	_, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Create(context.Background(), &coordinationv1.Lease{
+	_, err := s.client.CoordinationV1().Leases("default").Create(context.Background(), &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: lease + "-candidates"},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -68,12 +68,12 @@ func createCandidatesLease(t *testing.T, lease string) {
 }
 
 // candidateEntries reads the candidates Lease's entries.
-func candidateEntries(t *testing.T, lease string) map[string]struct {
+func candidateEntries(t *testing.T, s leaseStore, lease string) map[string]struct {
 	Healthy bool  `json:"healthy"`
 	Seq     int64 `json:"seq"`
 } {
 	t.Helper()
-	l, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease+"-candidates", metav1.GetOptions{})
+	l, err := s.client.CoordinationV1().Leases("default").Get(context.Background(), lease+"-candidates", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +91,15 @@ func candidateEntries(t *testing.T, lease string) map[string]struct {
 
 // healthGroup starts n candidates with health gating, each app's health
 // served by the test; healthy says how each app starts.
-func healthGroup(t *testing.T, healthy ...bool) (*group, []*appHealth) {
+func healthGroup(t *testing.T, s leaseStore, healthy ...bool) (*group, []*appHealth) {
 	lease := leaseName(t)
-	createCandidatesLease(t, lease)
+	createCandidatesLease(t, s, lease)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
 	apps := make([]*appHealth, len(healthy))
 	for i, h := range healthy {
 		apps[i] = newAppHealth(t, h)
-		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: apps[i].args()}))
+		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), s.on(candidateOptions{lease: lease, extraArgs: apps[i].args()})))
 	}
 	return g, apps
 }
@@ -107,10 +107,10 @@ func healthGroup(t *testing.T, healthy ...bool) (*group, []*appHealth) {
 // waitEntries waits until every candidate has an entry that says healthy
 // as wanted and has been written at least minSeq times, so that every
 // other candidate has seen it change since it started.
-func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string) bool) {
+func waitEntries(t *testing.T, s leaseStore, g *group, minSeq int64, healthy func(name string) bool) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 4*leaseDuration, true, func(context.Context) (bool, error) {
-		entries := candidateEntries(t, g.lease)
+		entries := candidateEntries(t, s, g.lease)
 		for _, c := range g.Members() {
 			e, ok := entries[c.name]
 			if !ok || e.Healthy != healthy(c.name) || e.Seq < minSeq {
@@ -120,7 +120,7 @@ func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string)
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("candidates' entries not as wanted: %v", candidateEntries(t, g.lease))
+		t.Fatalf("candidates' entries not as wanted: %v", candidateEntries(t, s, g.lease))
 	}
 }
 
@@ -128,12 +128,15 @@ func waitEntries(t *testing.T, g *group, minSeq int64, healthy func(name string)
 // candidates' apps are healthy → the leader steps down (reason
 // app-unhealthy, /readyz fails) and a healthy candidate leads within
 // failures × period (+ the probe timeout, half a period) + one handover.
-func TestHealthStepDown(t *testing.T) {
-	g, apps := healthGroup(t, true, true, true)
+// On both lease stores.
+func TestHealthStepDown(t *testing.T) { onEachStore(t, testHealthStepDown) }
+
+func testHealthStepDown(t *testing.T, store leaseStore) {
+	g, apps := healthGroup(t, store, true, true, true)
 	leader := g.WaitLeader(giveUp)
 	// Entries start unhealthy (seq 1), turn healthy (2) and are refreshed
 	// (3): by then every candidate has seen every other one change.
-	waitEntries(t, g, 3, func(string) bool { return true })
+	waitEntries(t, store, g, 3, func(string) bool { return true })
 	var app *appHealth
 	for i, c := range g.Members() {
 		if c == leader {
@@ -178,7 +181,7 @@ func TestHealthStepDown(t *testing.T) {
 		t.Errorf("old leader's /readyz = %d %q, %v; want 503 saying the app is unhealthy", code, body, err)
 	}
 	// Unhealthy, it does not take the Lease back, even when it is free.
-	waitEntries(t, g, 0, func(name string) bool { return name != leader.name })
+	waitEntries(t, store, g, 0, func(name string) bool { return name != leader.name })
 	if err := holdsFor(2*leaseDuration, 100*time.Millisecond, func() error {
 		if s, err := leader.state(); err == nil && s.IsLeader {
 			return fmt.Errorf("%s leads again while its app is unhealthy", leader.name)
@@ -204,9 +207,9 @@ func TestHealthStepDown(t *testing.T) {
 // for ten lease durations, reports degraded with the reason, and no other
 // candidate campaigns.
 func TestHealthAllUnhealthy(t *testing.T) {
-	g, apps := healthGroup(t, true, true, true)
+	g, apps := healthGroup(t, kubeStore(), true, true, true)
 	leader := g.WaitLeader(giveUp)
-	waitEntries(t, g, 3, func(string) bool { return true })
+	waitEntries(t, kubeStore(), g, 3, func(string) bool { return true })
 	before, err := leader.state()
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +279,7 @@ func TestHealthAllUnhealthy(t *testing.T) {
 // candidate mode too.
 func TestHealthNeverHealthy(t *testing.T) {
 	lease := leaseName(t)
-	createCandidatesLease(t, lease)
+	createCandidatesLease(t, kubeStore(), lease)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
 	app := newAppHealth(t, false)
@@ -300,7 +303,7 @@ func TestHealthNeverHealthy(t *testing.T) {
 	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "the app is unhealthy") {
 		t.Errorf("/readyz = %d %q, %v; want 503 saying the app is unhealthy", code, body, err)
 	}
-	if e := candidateEntries(t, lease)[c.name]; e.Healthy || e.Seq == 0 {
+	if e := candidateEntries(t, kubeStore(), lease)[c.name]; e.Healthy || e.Seq == 0 {
 		t.Errorf("its entry = %+v, want published and unhealthy", e)
 	}
 	// Healthy: it campaigns at once (the Lease is free).

@@ -31,7 +31,7 @@ const successorHandover = 2 * retryPeriod
 func successorGroup(t *testing.T, revisions []string, healthy []bool) (*group, []*appHealth) {
 	t.Helper()
 	lease := leaseName(t)
-	createCandidatesLease(t, lease)
+	createCandidatesLease(t, kubeStore(), lease)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
 	apps := make([]*appHealth, len(revisions))
@@ -49,7 +49,7 @@ func successorGroup(t *testing.T, revisions []string, healthy []bool) (*group, [
 	}
 	// Entries start unhealthy (seq 1), turn healthy (2) and are refreshed
 	// (3): by then every candidate has seen every other one change.
-	waitEntries(t, g, 3, func(name string) bool { return byName[name] })
+	waitEntries(t, kubeStore(), g, 3, func(name string) bool { return byName[name] })
 	return g, apps
 }
 
@@ -226,7 +226,7 @@ func TestSuccessorTwoReleasesRacing(t *testing.T) {
 func TestSuccessorHandoverToNewerRevision(t *testing.T) {
 	const handoverAfter = 2 * time.Second
 	lease := leaseName(t)
-	createCandidatesLease(t, lease)
+	createCandidatesLease(t, kubeStore(), lease)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
 	start := func(i int, rev string) *candidate {
@@ -239,13 +239,13 @@ func TestSuccessorHandoverToNewerRevision(t *testing.T) {
 	old := start(0, "v1")
 	g.WaitLeader(30 * time.Second)
 	start(1, "v1")
-	waitEntries(t, g, 3, func(string) bool { return true })
+	waitEntries(t, kubeStore(), g, 3, func(string) bool { return true })
 	if s, err := old.state(); err != nil || !s.IsLeader {
 		t.Fatalf("%s does not lead before the rollout: %+v %v", old.name, s, err)
 	}
 	newer := start(2, "v2")
 	// Able to take over once its entry is healthy and seen to change.
-	waitEntries(t, g, 2, func(string) bool { return true })
+	waitEntries(t, kubeStore(), g, 2, func(string) bool { return true })
 	ready := time.Now()
 	bound := handoverAfter + healthPeriod + successorHandover
 	next := g.WaitLeader(bound+leaseDuration, old)
