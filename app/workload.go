@@ -78,6 +78,9 @@ func newElection(cfg Config, c *clients) (*workload, error) {
 		// The candidates Lease is the registry a release picks its
 		// successor from (health.Health.Successor).
 		ecfg.Successor = gating.Successor
+		// And the order in which the candidates try a Lease no successor
+		// was named for (a crash takeover).
+		ecfg.TakeoverRank = gating.TakeoverRank
 	}
 	// The notifier is given every new state by the elector itself, so that
 	// it misses none; it is built on the elector, hence the pointer.

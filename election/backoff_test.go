@@ -64,11 +64,18 @@ func (c settlingClock) step(d time.Duration) {
 // synced on no Lease, with the back-off's draw at the middle of its window.
 func newBackoffElector(t *testing.T, campaign Campaign, objs ...runtime.Object) (*Elector, settlingClock, *fake.Clientset) {
 	t.Helper()
+	return newBackoffElectorWith(t, func(cfg *Config) { cfg.Campaign = campaign }, objs...)
+}
+
+// newBackoffElectorWith is newBackoffElector with the Config changed by
+// configure.
+func newBackoffElectorWith(t *testing.T, configure func(*Config), objs ...runtime.Object) (*Elector, settlingClock, *fake.Clientset) {
+	t.Helper()
 	client := newFakeClient(t, []string{"get", "update"}, objs...)
 	clk := settlingClock{FakeClock: clocktesting.NewFakeClock(t0), running: &sync.WaitGroup{}}
 	cfg := testConfig(client)
 	cfg.Clock = clk
-	cfg.Campaign = campaign
+	configure(&cfg)
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -262,6 +269,78 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 			clk.step(time.Nanosecond)
 			if n := rounds.Load(); n != 1 {
 				t.Fatalf("%d rounds started when the attempt was due, want 1", n)
+			}
+		})
+	}
+}
+
+// TestElectorWaitsForItsRank: with the candidates ranked
+// (Config.TakeoverRank), a Lease whose holder's claim ran out is tried at
+// the expiry by the first, a racebackoff.Slot later by the second, and so
+// on up to half a retry period (1 s here), whatever races each lost before: the rank
+// replaces the back-off. Without a rank (-1) the back-off applies. The
+// rank is asked with the holder and token of the term that ended.
+func TestElectorWaitsForItsRank(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		rank     int
+		lostRace bool
+		wantWait time.Duration
+	}{
+		{name: "first: at the expiry", rank: 0},
+		{name: "first after a lost race: still at the expiry", rank: 0, lostRace: true},
+		{name: "third: two slots later", rank: 2, wantWait: 2 * racebackoff.Slot},
+		{name: "hundredth: at most half a retry period", rank: 99, wantWait: racebackoff.Max(2 * time.Second)},
+		{name: "no rank: the back-off after a lost race", rank: -1, lostRace: true, wantWait: 12500 * time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			type asked struct {
+				holder string
+				token  int64
+			}
+			var (
+				mu   sync.Mutex
+				last asked
+			)
+			e, clk, _ := newBackoffElectorWith(t, func(cfg *Config) {
+				cfg.TakeoverRank = func(holder string, token int64) int {
+					mu.Lock()
+					defer mu.Unlock()
+					last = asked{holder, token}
+					return tc.rank
+				}
+			})
+			rounds := countRounds(e)
+			if tc.lostRace {
+				e.cache.Observe(leaseVersion("", "2", t0))
+				e.cache.Observe(leaseVersion("pod-b", "3", t0))
+			}
+			// pod-c's claim (15 s, token 4) runs out.
+			e.cache.Observe(leaseVersion("pod-c", "4", clk.Now()))
+			clk.step(15 * time.Second)
+			shown := func() string { return shownHolder(t, ctx, e) }
+			if tc.wantWait > 0 {
+				if h := shown(); h != backingOffHolder {
+					t.Errorf("at the expiry client-go is shown holder %q, want %q", h, backingOffHolder)
+				}
+				clk.step(tc.wantWait - time.Nanosecond)
+				if h := shown(); h != backingOffHolder {
+					t.Errorf("just before its turn client-go is shown holder %q, want %q", h, backingOffHolder)
+				}
+				clk.step(time.Nanosecond)
+			}
+			if h := shown(); h != "" {
+				t.Errorf("at its turn client-go is shown holder %q, want none", h)
+			}
+			clk.step(time.Millisecond)
+			if n := rounds.Load(); n != 1 {
+				t.Fatalf("%d rounds started when its turn came, want 1", n)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if last != (asked{"pod-c", 4}) {
+				t.Errorf("the rank was asked for %+v, want pod-c's term 4", last)
 			}
 		})
 	}

@@ -134,6 +134,16 @@ type Config struct {
 	// Lease over to (SuccessorAnnotation), written in the release's own
 	// conditional write. Nil names none: the release is a race.
 	Successor SuccessorPicker
+	// TakeoverRank, if set, is this candidate's place (0 first) in the
+	// order in which the candidates try a Lease that may be taken and that
+	// no successor was named for, or whose named successor did not take
+	// it in time: its holder's claim ran out (a crash), or its release
+	// named none. It is given the holder ("" once released) and the
+	// fencing token of the term that ended, and must give every candidate
+	// the same order from the same knowledge; -1 for no place. A
+	// candidate with a place waits racebackoff.Ranked for it instead of
+	// its back-off after lost races: one writes first, no herd.
+	TakeoverRank func(holder string, token int64) int
 	// Clock is for tests; nil means the real clock. Its AfterFunc must run
 	// the function on a goroutine of its own, as the real clock does
 	// (k8s.io/utils' FakeClock runs it while holding its own lock).
@@ -326,12 +336,14 @@ func New(cfg Config) (*Elector, error) {
 		onLapse: e.stopRound,
 		// The lock calls it from client-go's goroutine, outside the write
 		// lock.
-		onThrottled: e.scheduleAttempt,
-		gate:        cfg.Gate,
-		campaign:    e.campaign,
-		backoff:     e.backoff,
-		ownLease:    cfg.Group.OwnLease,
-		writing:     &e.writing,
+		onThrottled:  e.scheduleAttempt,
+		gate:         cfg.Gate,
+		takeoverRank: cfg.TakeoverRank,
+		retryPeriod:  cfg.RetryPeriod,
+		campaign:     e.campaign,
+		backoff:      e.backoff,
+		ownLease:     cfg.Group.OwnLease,
+		writing:      &e.writing,
 		readServerClock: func() error {
 			_, err := cfg.Client.Discovery().ServerVersion()
 			return err
@@ -520,9 +532,7 @@ func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
 // at once.
 func (e *Elector) scheduleAttempt() {
 	at, ok := e.tracker.nextAttempt()
-	if !e.tracker.namedSuccessor() {
-		at = at.Add(e.backoff.Wait())
-	}
+	at = at.Add(e.lock.takeoverWait())
 	if until := e.backoff.ThrottledUntil(); at.Before(until) {
 		at = until
 	}

@@ -81,6 +81,10 @@ type observingLock struct {
 	// lost: until its wait has passed, a Lease that may be taken is shown
 	// to client-go as held (see Get).
 	backoff *racebackoff.Backoff
+	// takeoverRank, if set, is Config.TakeoverRank: where it gives this
+	// candidate a place, the place's wait replaces the back-off.
+	takeoverRank func(holder string, token int64) int
+	retryPeriod  time.Duration
 	// ownLease: the Lease is named after this candidate and nobody else
 	// contends it (a partition membership Lease), so a missing Lease is
 	// created already held.
@@ -206,16 +210,30 @@ func (l *observingLock) backingOff() bool {
 	if l.tracker.clock.Now().Before(l.backoff.ThrottledUntil()) {
 		return true
 	}
-	if l.tracker.namedSuccessor() {
-		// Handed the Lease by name: no race to stay out of.
-		return false
-	}
-	wait := l.backoff.Wait()
+	wait := l.takeoverWait()
 	if wait == 0 {
 		return false
 	}
 	at, ok := l.tracker.nextAttempt()
 	return ok && l.tracker.clock.Now().Before(at.Add(wait))
+}
+
+// takeoverWait is how long this candidate waits, from the moment the
+// Lease may be taken, before it tries: nothing if its releasing leader
+// named it (no race to stay out of); its place's wait if the candidates
+// are ranked (racebackoff.Ranked); else its back-off after races it lost.
+func (l *observingLock) takeoverWait() time.Duration {
+	if l.tracker.namedSuccessor() {
+		return 0
+	}
+	if l.takeoverRank != nil {
+		if holder, token, ok := l.tracker.takeoverSubject(); ok {
+			if rank := l.takeoverRank(holder, token); rank >= 0 {
+				return racebackoff.Ranked(rank, l.retryPeriod)
+			}
+		}
+	}
+	return l.backoff.Wait()
 }
 
 // admits reports whether the campaign and the gate, if any, would admit a

@@ -492,6 +492,19 @@ func (t *tracker) holdingLease() bool {
 // while the Lease does, so that a back-off added to it (racebackoff.Backoff) is not
 // pushed back by every look at the Lease. ok is false while this pod holds the Lease, is not
 // claiming, or has not seen the Lease yet.
+// takeoverSubject is the term a takeover of the Lease as last observed
+// follows: its holder ("" once released) and fencing token; ok false
+// while this candidate holds it or has not observed it, or the Lease has
+// no holder's history (no term ended).
+func (t *tracker) takeoverSubject() (holder string, token int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holding || !t.haveObserved || t.observed.historyless() {
+		return "", 0, false
+	}
+	return t.observed.holder, t.observed.transitions, true
+}
+
 func (t *tracker) nextAttempt() (at time.Time, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

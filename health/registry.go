@@ -172,6 +172,18 @@ func (r *registry) healthyOthers() []string {
 	return out
 }
 
+// own is this candidate's entry as last read from the candidates Lease;
+// ok false before its first write is seen.
+func (r *registry) own() (entry, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.entries[r.identity]
+	if !ok {
+		return entry{}, false
+	}
+	return s.entry, true
+}
+
 // prune returns m without the entries this process has not seen change
 // (or, never changed, has seen) for staleAfter (never its own) and with at most maxEntries entries, the stalest dropped first.
 func (r *registry) prune(m map[string]entry) map[string]entry {

@@ -138,21 +138,29 @@ func TestRunDecides(t *testing.T) {
 		t.Fatalf("stepped down with no healthy candidate: %v", s)
 	}
 
+	// Its own entry says unhealthy before the test writes the Lease: the
+	// fake clientset does not refuse an update of an older version, so a
+	// write of the test's could otherwise undo the candidate's.
+	poll(t, "its own entry published unhealthy", func() bool {
+		e := decode(mustGet(t, client))["a"]
+		return !e.Healthy && e.Seq > 0
+	})
+
 	// Another candidate publishes that it is healthy: step down.
 	leases := client.CoordinationV1().Leases("ns")
-	l, err := leases.Get(ctx, "app-candidates", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The fake clientset drops an event made between the informer's list
 	// and its watch (a real API server replays it from the list's
 	// resourceVersion), and the next resync is a lease duration away: so
 	// the entry is published again, with a new seq, until it is seen.
 	for seq := 1; ; seq++ {
+		l, err := leases.Get(ctx, "app-candidates", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		m := decode(l)
 		m["b"] = entry{Healthy: true, OK: true, Seq: int64(seq)}
 		l.Annotations[CandidatesAnnotation] = mustJSON(t, m)
-		if l, err = leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if waitFor(100*time.Millisecond, func() bool { _, s, _ := el.get(); return len(s) > 0 }) || seq == 100 {

@@ -1,9 +1,13 @@
 package health
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // revisionOrder is the RevisionOrder of identity's entry of revision in m:
@@ -66,20 +70,68 @@ func pickSuccessor(candidates map[string]entry, token int64) string {
 	return best
 }
 
-// newestRevision is the revision that arrived last among the entries: the
-// one whose earliest RevisionOrder is the highest (a pod of an older
-// revision that restarts takes a new order, but its revision keeps the
-// older orders of its peers). Ties, which one writer at a time cannot
-// make, go to the greater revision string, so every reader agrees.
-func newestRevision(entries map[string]entry) string {
+// TakeoverRank is this candidate's place (0 first) in the order in which
+// the candidates try a Lease that no successor was named for
+// (election.Config.TakeoverRank): its holder's claim ran out, or its
+// release named none. The order is Successor's, extended to everyone:
+// the candidates able to take over (fresh, healthy, last probe ok; this
+// one too, the holder left out), the newest revision's first, then each
+// older revision's, each by rank(identity, token). So the candidate a
+// release would have named writes first, and the others a slot each
+// later. -1 while this candidate's own entry is not known yet (it then
+// backs off after lost races).
+func (h *Health) TakeoverRank(holder string, token int64) int {
+	own, ok := h.registry.own()
+	if !ok {
+		return -1
+	}
+	candidates := h.registry.successorCandidates()
+	delete(candidates, holder)
+	candidates[h.registry.identity] = own
+	return slices.Index(takeoverOrder(candidates, token), h.registry.identity)
+}
+
+// takeoverOrder is TakeoverRank's order of candidates for the term of
+// token.
+func takeoverOrder(candidates map[string]entry, token int64) []string {
+	arrived := revisionsArrived(candidates)
+	ids := slices.Collect(maps.Keys(candidates))
+	slices.SortFunc(ids, func(a, b string) int {
+		ra, rb := candidates[a].Revision, candidates[b].Revision
+		if c := cmp.Compare(arrived[rb], arrived[ra]); c != 0 {
+			return c // the revision that arrived last first
+		}
+		if c := strings.Compare(rb, ra); c != 0 {
+			return c // as newestRevision breaks ties
+		}
+		if c := cmp.Compare(rank(a, token), rank(b, token)); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return ids
+}
+
+// revisionsArrived is, for each revision among entries, the earliest
+// RevisionOrder of its entries: when it arrived.
+func revisionsArrived(entries map[string]entry) map[string]int64 {
 	first := map[string]int64{}
 	for _, e := range entries {
 		if o, ok := first[e.Revision]; !ok || e.RevisionOrder < o {
 			first[e.Revision] = e.RevisionOrder
 		}
 	}
+	return first
+}
+
+// newestRevision is the revision that arrived last among the entries: the
+// one whose earliest RevisionOrder is the highest (a pod of an older
+// revision that restarts takes a new order, but its revision keeps the
+// older orders of its peers). Ties, which one writer at a time cannot
+// make, go to the greater revision string, so every reader agrees.
+func newestRevision(entries map[string]entry) string {
 	newest, at := "", int64(-1)
-	for rev, o := range first {
+	for rev, o := range revisionsArrived(entries) {
 		if o > at || (o == at && rev > newest) {
 			newest, at = rev, o
 		}

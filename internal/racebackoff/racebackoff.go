@@ -87,6 +87,22 @@ const raceBackoffForgetLeases = 20
 // Max is the largest window: half a retry period.
 func Max(retryPeriod time.Duration) time.Duration { return retryPeriod / 2 }
 
+// Slot is how long each candidate in a deterministic order of takeover
+// (Ranked) has to write before the next one tries: the time a conditional
+// write and the watch event of its result take, as raceBackoffBase.
+const Slot = raceBackoffBase
+
+// Ranked is the wait, from the moment a Lease may be taken, of the
+// candidate at place rank (0 first) in an order every candidate computes
+// alike (election.Config.TakeoverRank): one Slot per candidate before it,
+// at most Max, so that the bound on a crash takeover holds for the last
+// too. Where the order is known it replaces the back-off after lost races:
+// one candidate writes first, the next a slot later if the first is gone,
+// and no race is left to learn from.
+func Ranked(rank int, retryPeriod time.Duration) time.Duration {
+	return min(time.Duration(max(rank, 0))*Slot, Max(retryPeriod))
+}
+
 // New returns the back-off of a candidate with these timings; clk
 // measures the quiet time after which lost races are forgotten.
 func New(clk clock.PassiveClock, retryPeriod, leaseDuration time.Duration) *Backoff {
