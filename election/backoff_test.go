@@ -276,7 +276,7 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 
 // TestElectorWaitsForItsRank: with the candidates ranked
 // (Config.TakeoverRank), a Lease whose holder's claim ran out is tried at
-// the expiry by the first, a racebackoff.Slot later by the second, and so
+// the expiry by the first, a racebackoff.Slot (200 ms here) later by the second, and so
 // on up to half a retry period (1 s here), whatever races each lost before: the rank
 // replaces the back-off. Without a rank (-1) the back-off applies. The
 // rank is asked with the holder and token of the term that ended.
@@ -289,7 +289,7 @@ func TestElectorWaitsForItsRank(t *testing.T) {
 	}{
 		{name: "first: at the expiry", rank: 0},
 		{name: "first after a lost race: still at the expiry", rank: 0, lostRace: true},
-		{name: "third: two slots later", rank: 2, wantWait: 2 * racebackoff.Slot},
+		{name: "third: two slots later", rank: 2, wantWait: 2 * racebackoff.Slot(2*time.Second)},
 		{name: "hundredth: at most half a retry period", rank: 99, wantWait: racebackoff.Max(2 * time.Second)},
 		{name: "no rank: the back-off after a lost race", rank: -1, lostRace: true, wantWait: 12500 * time.Microsecond},
 	} {

@@ -88,9 +88,16 @@ const raceBackoffForgetLeases = 20
 func Max(retryPeriod time.Duration) time.Duration { return retryPeriod / 2 }
 
 // Slot is how long each candidate in a deterministic order of takeover
-// (Ranked) has to write before the next one tries: the time a conditional
-// write and the watch event of its result take, as raceBackoffBase.
-const Slot = raceBackoffBase
+// (Ranked) has to write before the next one tries: a tenth of the retry
+// period, at least raceBackoffBase (the time a conditional write and the
+// watch event of its result take). A slot is only waited out when every
+// candidate before it is gone, so it is chosen wide: on a loaded API
+// server 25 ms slots let the next two candidates write before they saw
+// the first one's write (TestCrashTakeoverRanked, 2 refused writes in 1
+// of 3 runs beside a CI run).
+func Slot(retryPeriod time.Duration) time.Duration {
+	return max(raceBackoffBase, retryPeriod/10)
+}
 
 // Ranked is the wait, from the moment a Lease may be taken, of the
 // candidate at place rank (0 first) in an order every candidate computes
@@ -100,7 +107,7 @@ const Slot = raceBackoffBase
 // one candidate writes first, the next a slot later if the first is gone,
 // and no race is left to learn from.
 func Ranked(rank int, retryPeriod time.Duration) time.Duration {
-	return min(time.Duration(max(rank, 0))*Slot, Max(retryPeriod))
+	return min(time.Duration(max(rank, 0))*Slot(retryPeriod), Max(retryPeriod))
 }
 
 // New returns the back-off of a candidate with these timings; clk
