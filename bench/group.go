@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/api"
@@ -57,6 +60,9 @@ type group struct {
 	// first answer on GET /leader and to the first answer that names a
 	// holder (the election it reports).
 	toAnswer, toElection []time.Duration
+	// healthURL, if set, is the app health URL every candidate is given
+	// (--health-gating).
+	healthURL string
 	// crashing is set during the crash rounds: a candidate started while
 	// the Lease's holder is dead names no holder until the takeover (the
 	// sidecar cannot know the holder is alive; client-go's names it), so
@@ -75,6 +81,21 @@ func newGroup(opts *options, cp *cluster.ControlPlane, im *impl, lease, work str
 		latest:  map[*candidate]observation{},
 		changed: make(chan struct{}),
 	}
+}
+
+// gateOnHealth gives the group's candidates health gating: an app health
+// endpoint that is always healthy, and the candidates Lease that health
+// gating needs (the sidecar may not create it, as in a cluster where the
+// chart creates it). stop ends the endpoint.
+func (g *group) gateOnHealth(ctx context.Context) (stop func(), err error) {
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: g.lease + "-candidates", Namespace: namespace}}
+	if _, err := g.cp.AdminClient().CoordinationV1().Leases(namespace).Create(ctx, lease, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create the candidates Lease: %w", err)
+	}
+	// Bench code, never shipped: httptest serves the endpoint in a line.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	g.healthURL = srv.URL + "/healthz"
+	return srv.Close, nil
 }
 
 // waitElection polls c's GET /leader every millisecond until it names a
@@ -120,6 +141,9 @@ func (g *group) start(ctx context.Context) (*candidate, error) {
 	}
 	if g.im.leaderElector {
 		o.Args = append(o.Args, "-v=2")
+	}
+	if g.healthURL != "" {
+		o.Args = append(o.Args, "--app-health-url="+g.healthURL)
 	}
 	if g.im.partitions > 0 {
 		// The benchmark's members have no app to release a draining

@@ -74,6 +74,11 @@ type options struct {
 	// with many streaming clients).
 	HandoverSSE    int
 	HandoverSSEOne bool
+	// HealthGating runs the leader-elector candidates with health gating
+	// (an app health URL the bench serves, always healthy; the candidates
+	// Lease created for them): a release names its successor and a crash
+	// takeover is ranked (docs/api.md, "The named successor").
+	HealthGating bool
 	// Output, if set, also receives the table (markdown).
 	Output string
 	// Partitions > 0 runs the partition-mode benchmark instead (see
@@ -140,6 +145,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.SSEClients, "sse-clients", o.SSEClients, "/events clients attached during the second load run")
 	fs.IntVar(&o.HandoverSSE, "handover-sse", o.HandoverSSE, "/events clients attached to every leader-elector candidate during the handovers (0: none)")
 	fs.BoolVar(&o.HandoverSSEOne, "handover-sse-one", o.HandoverSSEOne, "with --handover-sse, attach the clients to one candidate at a time instead of to every one")
+	fs.BoolVar(&o.HealthGating, "health-gating", o.HealthGating, "run the leader-elector candidates with health gating (an always healthy app the bench serves): a release names its successor, a crash takeover is ranked")
 	fs.StringVar(&o.Output, "output", o.Output, "also write the table (markdown) to this file")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
 	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")

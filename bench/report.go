@@ -91,7 +91,11 @@ func renderTable(opts *options, base, le *implResult) string {
 	rows = append(rows, resourceRows(base, le, window)...)
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "| figure | baseline (client-go) | leader-elector | ratio | target | |\n|---|---|---|---|---|---|\n")
+	column := "leader-elector"
+	if opts.HealthGating {
+		column += " (health gating on)"
+	}
+	fmt.Fprintf(&b, "| figure | baseline (client-go) | %s | ratio | target | |\n|---|---|---|---|---|---|\n", column)
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.figure, r.base, r.le, r.ratio, r.target, r.result)
 	}

@@ -101,6 +101,13 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 	res := &implResult{impl: im}
 	g := newGroup(opts, cp, im, "bench-"+im.key, work)
 	defer g.stopAll()
+	if im.leaderElector && opts.HealthGating {
+		stop, err := g.gateOnHealth(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 
 	history, stopHistory, err := watchLease(ctx, cp.AdminClient(), namespace, g.lease)
 	if err != nil {
