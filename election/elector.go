@@ -323,7 +323,15 @@ func New(cfg Config) (*Elector, error) {
 			return nil, err
 		}
 	}
-	e.lock = &observingLock{
+	e.lock = e.newLock()
+	return e, nil
+}
+
+// newLock is New's lock: client-go's LeaseLock through the cache, and what
+// this elector adds around it.
+func (e *Elector) newLock() *observingLock {
+	cfg, t := e.cfg, e.tracker
+	return &observingLock{
 		inner: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 			Client:     e.cache,
@@ -349,7 +357,6 @@ func New(cfg Config) (*Elector, error) {
 			return err
 		},
 	}
-	return e, nil
 }
 
 // Snapshot returns the current state.
