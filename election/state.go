@@ -486,12 +486,6 @@ func (t *tracker) holdingLease() bool {
 	return t.holding
 }
 
-// nextAttempt returns when this candidate may next try to take the Lease:
-// when it was seen released if no one holds it (that is, at once), at the
-// moment the holder's lease runs out otherwise. The moment stays the same
-// while the Lease does, so that a back-off added to it (racebackoff.Backoff) is not
-// pushed back by every look at the Lease. ok is false while this pod holds the Lease, is not
-// claiming, or has not seen the Lease yet.
 // takeoverSubject is the term a takeover of the Lease as last observed
 // follows: its holder ("" once released) and fencing token; ok false
 // while this candidate holds it or has not observed it, or the Lease has
@@ -505,6 +499,12 @@ func (t *tracker) takeoverSubject() (holder string, token int64, ok bool) {
 	return t.observed.holder, t.observed.transitions, true
 }
 
+// nextAttempt returns when this candidate may next try to take the Lease:
+// when it was seen released if no one holds it (that is, at once), at the
+// moment the holder's lease runs out otherwise. The moment stays the same
+// while the Lease does, so that a back-off added to it (racebackoff.Backoff) is not
+// pushed back by every look at the Lease. ok is false while this pod holds the Lease, is not
+// claiming, or has not seen the Lease yet.
 func (t *tracker) nextAttempt() (at time.Time, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
