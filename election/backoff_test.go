@@ -224,6 +224,26 @@ func TestElectorCountsLostRaces(t *testing.T) {
 	}
 }
 
+// expectHeldFor checks that client-go is shown the Lease as held while
+// this candidate waits (backingOffHolder) for wait from now, to the
+// nanosecond, and free once the wait has ended; it steps clk to that end.
+func expectHeldFor(t *testing.T, ctx context.Context, e *Elector, clk settlingClock, wait time.Duration) {
+	t.Helper()
+	if wait > 0 {
+		if h := shownHolder(t, ctx, e); h != backingOffHolder {
+			t.Errorf("as the wait begins client-go is shown holder %q, want %q", h, backingOffHolder)
+		}
+		clk.step(wait - time.Nanosecond)
+		if h := shownHolder(t, ctx, e); h != backingOffHolder {
+			t.Errorf("just before the wait ends client-go is shown holder %q, want %q", h, backingOffHolder)
+		}
+		clk.step(time.Nanosecond)
+	}
+	if h := shownHolder(t, ctx, e); h != "" {
+		t.Errorf("once the wait has ended client-go is shown holder %q, want none", h)
+	}
+}
+
 // TestElectorWaitsOutBackoff: after a lost race, the next takeover waits
 // for the drawn delay (12.5 ms here): until then client-go is shown the
 // Lease as held and the attempt timer has not fired; then it is shown
@@ -248,20 +268,7 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 			// Released: the attempt timer is armed a millisecond after
 			// the wait, so that the moment has certainly passed.
 			e.cache.Observe(leaseVersion("", "4", clk.Now()))
-			shown := func() string { return shownHolder(t, ctx, e) }
-			if tc.wantWait > 0 {
-				if h := shown(); h != backingOffHolder {
-					t.Errorf("during the back-off client-go is shown holder %q, want %q", h, backingOffHolder)
-				}
-				clk.step(tc.wantWait - time.Nanosecond)
-				if h := shown(); h != backingOffHolder {
-					t.Errorf("just before the back-off ends client-go is shown holder %q, want %q", h, backingOffHolder)
-				}
-				clk.step(time.Nanosecond)
-			}
-			if h := shown(); h != "" {
-				t.Errorf("once the back-off has ended client-go is shown holder %q, want none", h)
-			}
+			expectHeldFor(t, ctx, e, clk, tc.wantWait)
 			clk.step(time.Millisecond - time.Nanosecond)
 			if n := rounds.Load(); n != 0 {
 				t.Fatalf("%d rounds started before the attempt was due", n)
@@ -319,20 +326,7 @@ func TestElectorWaitsForItsRank(t *testing.T) {
 			// pod-c's claim (15 s, token 4) runs out.
 			e.cache.Observe(leaseVersion("pod-c", "4", clk.Now()))
 			clk.step(15 * time.Second)
-			shown := func() string { return shownHolder(t, ctx, e) }
-			if tc.wantWait > 0 {
-				if h := shown(); h != backingOffHolder {
-					t.Errorf("at the expiry client-go is shown holder %q, want %q", h, backingOffHolder)
-				}
-				clk.step(tc.wantWait - time.Nanosecond)
-				if h := shown(); h != backingOffHolder {
-					t.Errorf("just before its turn client-go is shown holder %q, want %q", h, backingOffHolder)
-				}
-				clk.step(time.Nanosecond)
-			}
-			if h := shown(); h != "" {
-				t.Errorf("at its turn client-go is shown holder %q, want none", h)
-			}
+			expectHeldFor(t, ctx, e, clk, tc.wantWait)
 			clk.step(time.Millisecond)
 			if n := rounds.Load(); n != 1 {
 				t.Fatalf("%d rounds started when its turn came, want 1", n)

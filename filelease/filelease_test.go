@@ -220,16 +220,23 @@ func TestBadFileRefused(t *testing.T) {
 	}
 }
 
-// A write that fails (a full disk) changes nothing and is an error.
-func TestFailedWriteChangesNothing(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "lease.json")
+// serveInProcess serves path in the test's process and returns the server,
+// for its store's test hooks, and a client of it.
+func serveInProcess(t *testing.T, path string) (*Server, kubernetes.Interface) {
+	t.Helper()
 	s := newServer(path, testLogger(t))
 	cfg, stop, err := s.serve(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	c := kubernetes.NewForConfigOrDie(cfg)
+	t.Cleanup(stop)
+	return s, kubernetes.NewForConfigOrDie(cfg)
+}
+
+// A write that fails (a full disk) changes nothing and is an error.
+func TestFailedWriteChangesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lease.json")
+	s, c := serveInProcess(t, path)
 	s.store.beforeWrite = func() error { return errors.New("no space left on device") }
 	if _, err := c.CoordinationV1().Leases(namespace).Create(context.Background(), lease("l", "a", 1), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("create on a full disk: %v", err)

@@ -22,14 +22,9 @@ import (
 // that write instead of refusing the file as gone back for ever.
 func TestWriteTornByItsWritersDeathIsFinished(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "lease.json")
-	s := newServer(path, testLogger(t))
-	cfg, stop, err := s.serve(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	s, c := serveInProcess(t, path)
 	ctx := context.Background()
-	leases := kubernetes.NewForConfigOrDie(cfg).CoordinationV1().Leases(namespace)
+	leases := c.CoordinationV1().Leases(namespace)
 	l, err := leases.Create(ctx, lease("l", "a", 1), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
