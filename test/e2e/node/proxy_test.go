@@ -55,10 +55,11 @@ const (
 // and names its term in every answer.
 //
 // It runs with `make proxy-proof`, not yet in the node suite: on
-// 2026-12-04 it passed three runs of five; in the last, six new
+// 2026-12-04 it passed 6 runs of 8; in one of the others, six new
 // connections that reached one pod together during a rolling update
 // waited the whole --proxy-wait and were reset (cause not found yet,
-// docs/routing.md). In CI it would fail a run one time in a few.
+// docs/routing.md; on a failure the test now prints every pod's log
+// around it). In CI it would fail a run one time in a few.
 func TestProxyNoFailedRequest(t *testing.T) {
 	if os.Getenv("LEADER_ELECTOR_PROXY_PROOF") == "" {
 		t.Skip("the proxy's real-node proof runs with make proxy-proof, outside CI until it passes every run (docs/routing.md)")
