@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -115,18 +116,14 @@ func TestWriterKilledAnywhere(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		// Kill it once it has written, at a random moment of a write.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		// Kill it once it has written, at a random moment of a write
+		// (the random delay is the point, not a wait for something).
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 			l, err := leases.Get(ctx, "l", metav1.GetOptions{})
-			if err == nil && rvOf(l) > rvOf(before) {
-				break
-			}
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("kill %d: the writer wrote nothing in 10 s (last read: %v)", i, err)
-			}
-			time.Sleep(time.Millisecond)
+			return err == nil && rvOf(l) > rvOf(before), nil
+		}); err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("kill %d: the writer wrote nothing in 10 s: %v", i, err)
 		}
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -8,20 +8,26 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
+// rolloutEntries are two pods of an old revision and, arrived after them,
+// two of a new one.
+func rolloutEntries() map[string]entry {
+	return map[string]entry{
+		"old-1": {Revision: "aaa", RevisionOrder: 1},
+		"old-2": {Revision: "aaa", RevisionOrder: 2},
+		"new-1": {Revision: "zzz", RevisionOrder: 5},
+		"new-2": {Revision: "zzz", RevisionOrder: 6},
+	}
+}
+
 // TestPickSuccessorNewestRevision: only candidates of the revision that
 // arrived last are named, whatever their hash rank; among them the pick is
 // the same for every reader and moves with the term.
 func TestPickSuccessorNewestRevision(t *testing.T) {
-	candidates := map[string]entry{
-		"old-1": {Revision: "aaa", RevisionOrder: 1},
-		"old-2": {Revision: "aaa", RevisionOrder: 2},
-		// An old pod that restarted after the rollout began: a new order,
-		// an old revision.
-		"old-3": {Revision: "aaa", RevisionOrder: 9},
-		"new-1": {Revision: "zzz", RevisionOrder: 5},
-		"new-2": {Revision: "zzz", RevisionOrder: 6},
-		"new-3": {Revision: "zzz", RevisionOrder: 7},
-	}
+	candidates := rolloutEntries()
+	// An old pod that restarted after the rollout began: a new order, an
+	// old revision.
+	candidates["old-3"] = entry{Revision: "aaa", RevisionOrder: 9}
+	candidates["new-3"] = entry{Revision: "zzz", RevisionOrder: 7}
 	picked := map[string]bool{}
 	for token := range int64(64) {
 		got := pickSuccessor(candidates, token)
@@ -79,13 +85,8 @@ func TestSuccessorOnlyHealthy(t *testing.T) {
 // every reader gets the same order; its first among the others is the
 // successor a release would have named.
 func TestTakeoverOrder(t *testing.T) {
-	candidates := map[string]entry{
-		"old-1": {Revision: "aaa", RevisionOrder: 1},
-		"old-2": {Revision: "aaa", RevisionOrder: 2},
-		"mid-1": {Revision: "mmm", RevisionOrder: 3},
-		"new-1": {Revision: "zzz", RevisionOrder: 5},
-		"new-2": {Revision: "zzz", RevisionOrder: 6},
-	}
+	candidates := rolloutEntries()
+	candidates["mid-1"] = entry{Revision: "mmm", RevisionOrder: 3}
 	revisions := map[string]int{"zzz": 0, "mmm": 1, "aaa": 2}
 	firsts := map[string]bool{}
 	for token := range int64(64) {
