@@ -6,7 +6,8 @@
 # "Flakes" in docs/development.md), never retried in CI.
 #
 # Usage: hack/flake-hunt.sh TEST N PKG [LOAD]
-#   TEST  the test's name (a -run regexp anchored as ^TEST$)
+#   TEST  the test's name, or names as A|B (a -run regexp, anchored here as
+#         ^(TEST)$; anchors given with it are dropped)
 #   N     how many runs
 #   PKG   its package: ./test/e2e/ and the other integration packages are
 #         built once with the integration tag; ./test/e2e/node runs through
@@ -17,6 +18,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 test_name="$1" runs="$2" pkg="$3" load="${4:-}"
+# Anchored here once: a name given as ^Name$ would otherwise be anchored twice
+# and match nothing in the log checks below.
+test_name="${test_name#^}" test_name="${test_name%\$}"
 [[ -n "$load" ]] || load="$(nproc)"
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "flake-hunt: N must be a positive number, got '$runs'" >&2; exit 2; }
 [[ "$load" =~ ^[0-9]+$ ]] || { echo "flake-hunt: LOAD must be a number of busy loops, got '$load'" >&2; exit 2; }
@@ -34,9 +38,9 @@ done
 
 run_once() { # run_once <log>
 	if [[ "$pkg" == ./test/e2e/node || "$pkg" == ./test/e2e/node/ ]]; then
-		$make_cmd --no-print-directory e2e-cluster RUN="^${test_name}\$" NODE_OUT="$1" >/dev/null 2>&1
+		$make_cmd --no-print-directory e2e-cluster RUN="^(${test_name})\$" NODE_OUT="$1" >/dev/null 2>&1
 	else
-		"$out/pkg.test" -test.run "^${test_name}\$" -test.count=1 -test.v -test.timeout 30m >"$1" 2>&1
+		"$out/pkg.test" -test.run "^(${test_name})\$" -test.count=1 -test.v -test.timeout 30m >"$1" 2>&1
 	fi
 }
 
@@ -53,11 +57,11 @@ for ((i = 1; i <= runs; i++)); do
 	start=$EPOCHREALTIME
 	# A run passes only if the test itself ran and passed: a misspelt name
 	# matches nothing, and `go test` calls that a pass.
-	if run_once "$log" && grep -a -q -E "^--- PASS: ${test_name} " "$log"; then
+	if run_once "$log" && grep -a -q -E "^--- PASS: (${test_name}) " "$log" && ! grep -a -q -E "^--- FAIL: " "$log"; then
 		passed=$((passed + 1)) verdict=pass
 	else
 		failed=$((failed + 1)) verdict=FAIL
-		grep -a -q -E "^=== RUN +${test_name}\$" "$log" || echo "    ${test_name} did not run: is the name right, and in $pkg?"
+		grep -a -q -E "^=== RUN +(${test_name})\$" "$log" || echo "    ${test_name} did not run: is the name right, and in $pkg?"
 	fi
 	took=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 	times+=("$took")
