@@ -25,7 +25,9 @@ test_name="${test_name#^}" test_name="${test_name%\$}"
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "flake-hunt: N must be a positive number, got '$runs'" >&2; exit 2; }
 [[ "$load" =~ ^[0-9]+$ ]] || { echo "flake-hunt: LOAD must be a number of busy loops, got '$load'" >&2; exit 2; }
 make_cmd="${MAKE:-make}"
-out="flake-hunt/$test_name"
+# One directory per hunt, named after the test (several names: joined by
+# "_", cut to a length every file system takes).
+out="flake-hunt/$(printf '%s' "$test_name" | tr -c 'A-Za-z0-9_' '_' | cut -c1-100)"
 rm -rf "$out" && mkdir -p "$out"
 
 loaders=()

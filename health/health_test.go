@@ -12,7 +12,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -105,42 +107,40 @@ func candidatesLease(raw string) *coordinationv1.Lease {
 	return l
 }
 
-func TestRegistryFreshness(t *testing.T) {
+func TestRegistryEntries(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	r := newRegistry("ns", "app-candidates", "a", 10*time.Second, nil, nil, clk, nil)
 
-	// Entries present at the first read count only once they change: their
-	// pods may have died just before.
+	// Entries count from the first read: no heartbeat proves a candidate
+	// alive, its taking the Lease at a handover does.
 	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":5},"c":{"healthy":true,"ok":true,"seq":2}}`))
-	if got := r.healthyOthers(); len(got) != 0 {
-		t.Fatalf("after the first read: %v, want none", got)
+	if got, want := r.healthyOthers(), []string{"b", "c"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the first read: %v, want %v", got, want)
 	}
 	clk.Step(time.Second)
 	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"c":{"healthy":true,"ok":true,"seq":2},"d":{"healthy":true,"ok":true,"seq":1},"e":{"healthy":false,"seq":1}}`))
-	if got, want := r.healthyOthers(), []string{"b", "d"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("after b refreshed and d appeared: %v, want %v", got, want)
+	if got, want := r.healthyOthers(), []string{"b", "c", "d"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after b changed and d appeared: %v, want %v", got, want)
 	}
-	// An entry unchanged for staleAfter is stale, however healthy it says
-	// it is.
-	clk.Step(9 * time.Second)
-	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"c":{"healthy":true,"ok":true,"seq":2},"d":{"healthy":true,"ok":true,"seq":2},"e":{"healthy":false,"seq":1}}`))
-	clk.Step(time.Second)
-	if got, want := r.healthyOthers(), []string{"d"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("after 10s without b's refresh: %v, want %v", got, want)
+	// An entry unchanged for staleAfter still counts: it is not written
+	// unless it changes. Pruning removes it (below).
+	clk.Step(10 * time.Second)
+	if got, want := r.healthyOthers(), []string{"b", "c", "d"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after 10s without writes: %v, want %v", got, want)
 	}
 	// A candidate whose last probe failed is not able to take over, even
 	// before its thresholds count it unhealthy.
 	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"d":{"healthy":true,"ok":false,"seq":3}}`))
-	if got := r.healthyOthers(); len(got) != 0 {
-		t.Fatalf("after d's probe failed: %v, want none", got)
+	if got, want := r.healthyOthers(), []string{"b"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after d's probe failed and c left: %v, want %v", got, want)
 	}
-	// A refresh that says unhealthy removes the candidate at once.
+	// An entry that says unhealthy removes the candidate at once.
 	r.observe(candidatesLease(`{"a":{"healthy":false,"seq":1},"b":{"healthy":true,"ok":true,"seq":6},"d":{"healthy":false,"seq":4}}`))
-	if got := r.healthyOthers(); len(got) != 0 {
-		t.Fatalf("after d turned unhealthy: %v, want none", got)
+	if got, want := r.healthyOthers(), []string{"b"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after d turned unhealthy: %v, want %v", got, want)
 	}
-	// Pruning drops the entries this process holds stale (b), keeps its
-	// own and those it has not judged yet (x: not seen yet).
+	// Pruning drops the entries no one wrote for staleAfter (b, written 11s
+	// ago), keeps its own and those it has not judged yet (x: not seen yet).
 	got := r.prune(map[string]entry{"a": {Seq: 1}, "b": {Healthy: true, Seq: 6}, "d": {Seq: 4}, "x": {Seq: 1}})
 	if want := map[string]entry{"a": {Seq: 1}, "d": {Seq: 4}, "x": {Seq: 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("prune = %v, want %v", got, want)
@@ -158,6 +158,42 @@ func TestRegistryFreshness(t *testing.T) {
 	clk2.Step(time.Second)
 	if got, want := c.prune(decode(candidatesLease(`{"a":{"seq":1},"c":{"healthy":true,"ok":true,"seq":2}}`))), map[string]entry{"a": {Seq: 1}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("prune = %v, want %v", got, want)
+	}
+}
+
+// TestRegistryDrop: drop removes the entries still at the Seq given (a
+// candidate that wrote since is alive), writes nothing when none is, and a
+// candidate whose own entry was removed is told (ownMissing).
+func TestRegistryDrop(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	client := fake.NewClientset(candidatesLease(`{"b":{"healthy":true,"ok":true,"seq":3},"c":{"healthy":true,"ok":true,"seq":5}}`))
+	r := newRegistry("ns", "app-candidates", "a", time.Hour, client, client, clk, nil)
+	ctx := context.Background()
+	if err := r.publish(ctx, entry{Healthy: true, OK: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	var writes int
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		writes++
+		return false, nil, nil
+	})
+	// c wrote since (seq 5, not 4): alive, kept.
+	if err := r.drop(ctx, map[string]int64{"b": 3, "c": 4}); err != nil {
+		t.Fatal(err)
+	}
+	got := decode(mustGet(t, client))
+	if _, ok := got["b"]; ok || got["c"].Seq != 5 || got["a"].Seq != 1 {
+		t.Errorf("after drop: %v, want b removed, c and a kept", got)
+	}
+	if err := r.drop(ctx, map[string]int64{"b": 3, "c": 4, "a": 1}); err != nil || writes != 1 {
+		t.Errorf("a drop with nothing to remove (never its own entry): %d writes, %v; want none", writes-1, err)
+	}
+	// Someone removes a's entry: a is told, once per version without it.
+	missing := 0
+	r.ownMissing = func() { missing++ }
+	r.observe(candidatesLease(`{"c":{"healthy":true,"ok":true,"seq":5}}`))
+	if missing != 1 {
+		t.Errorf("ownMissing called %d times, want 1", missing)
 	}
 }
 

@@ -56,9 +56,8 @@ type entry struct {
 // (by this process's own clock) it last saw that value change.
 type seen struct {
 	entry
-	// changed is zero when the entry has not been seen to change yet: an
-	// entry present at this process's first read may belong to a pod that
-	// died just before, so it counts only once it moves.
+	// changed is zero when the entry has not been seen to change yet (it
+	// was there at this process's first read).
 	changed time.Time
 	// since is when this process first saw the entry: one that never
 	// changes is pruned staleAfter later (a pod that crashed before every
@@ -75,8 +74,11 @@ func (s *seen) idleSince() time.Time {
 }
 
 // registry keeps this candidate's entry in the candidates Lease and
-// watches everyone else's. Freshness is judged by this process alone: an
-// entry is fresh while it has changed within staleAfter of now.
+// watches everyone else's. An entry counts from the first read that shows
+// it until it is removed: by its candidate when it stops, by a candidate
+// that relied on it and saw it not take over (Health.checkTaken), or by
+// any writer once no one has seen it change for staleAfter (prune; judged
+// by this process's clock alone).
 type registry struct {
 	namespace, name, identity string
 	// revision is this candidate's pod revision (entry.Revision).
@@ -85,6 +87,9 @@ type registry struct {
 	requests, watches kubernetes.Interface
 	clock             clock.PassiveClock
 	onChange          func()
+	// ownMissing, if set, is called when a version of the Lease lacks this
+	// candidate's entry after it wrote one: someone pruned it.
+	ownMissing func()
 
 	mu sync.Mutex
 	// loaded is set once the first version of the Lease was read.
@@ -142,29 +147,28 @@ func (r *registry) observe(lease *coordinationv1.Lease) {
 		}
 	}
 	r.loaded = true
+	_, own := got[r.identity]
+	pruned := !own && r.seq > 0 && lease != nil
 	r.mu.Unlock()
 	if changed && r.onChange != nil {
 		r.onChange()
 	}
+	if pruned && r.ownMissing != nil {
+		r.ownMissing()
+	}
 }
 
-// fresh reports whether s has been seen to change within staleAfter.
-func (r *registry) fresh(s *seen, now time.Time) bool {
-	return !s.changed.IsZero() && now.Sub(s.changed) < r.staleAfter
-}
-
-// healthyOthers lists the other candidates whose entry is fresh, healthy
-// and whose last probe succeeded: those able to take over. (Healthy alone
+// healthyOthers lists the other candidates whose entry is healthy and
+// whose last probe succeeded: those able to take over. (Healthy alone
 // would count a candidate whose app is failing too but has not reached its
 // failure threshold yet: in an outage of every app the leader would hand
 // over to a pod about to turn unhealthy.)
 func (r *registry) healthyOthers() []string {
-	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for id, s := range r.entries {
-		if id != r.identity && s.Healthy && s.OK && r.fresh(s, now) {
+		if id != r.identity && s.Healthy && s.OK {
 			out = append(out, id)
 		}
 	}
@@ -243,21 +247,51 @@ func (r *registry) publish(ctx context.Context, e entry, remove bool) error {
 			m[r.identity] = e
 			r.mu.Unlock()
 		}
-		raw, err := json.Marshal(m)
-		if err != nil {
-			return err
-		}
-		if lease.Annotations == nil {
-			lease.Annotations = map[string]string{}
-		}
-		lease.Annotations[CandidatesAnnotation] = string(raw)
-		updated, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
-		if err != nil {
-			return err
-		}
-		r.observe(updated)
-		return nil
+		return r.write(ctx, lease, m)
 	})
+}
+
+// drop removes the entries of ids whose Seq is still the one given (a
+// candidate that wrote since is alive), pruning stale entries on the way;
+// no write when there is nothing to remove.
+func (r *registry) drop(ctx context.Context, ids map[string]int64) error {
+	leases := r.requests.CoordinationV1().Leases(r.namespace)
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		lease, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		m := decode(lease)
+		removed := false
+		for id, seq := range ids {
+			if e, ok := m[id]; ok && id != r.identity && e.Seq == seq {
+				delete(m, id)
+				removed = true
+			}
+		}
+		if !removed {
+			return nil
+		}
+		return r.write(ctx, lease, r.prune(m))
+	})
+}
+
+// write stores m as lease's entries and takes in the version written.
+func (r *registry) write(ctx context.Context, lease *coordinationv1.Lease, m map[string]entry) error {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[CandidatesAnnotation] = string(raw)
+	updated, err := r.requests.CoordinationV1().Leases(r.namespace).Update(ctx, lease, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	r.observe(updated)
+	return nil
 }
 
 // run watches the candidates Lease until ctx ends: an informer on that one

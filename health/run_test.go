@@ -23,6 +23,8 @@ import (
 type fakeElector struct {
 	mu       sync.Mutex
 	leading  bool
+	holder   string
+	token    int64
 	changed  chan struct{}
 	degraded string
 	stepDown []leadership.Reason
@@ -36,13 +38,31 @@ func newFakeElector(leading bool) *fakeElector {
 func (f *fakeElector) Snapshot() leadership.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return leadership.State{IsLeader: f.leading}
+	return f.state()
+}
+
+// state is the elector's state as "a" sees it; f.mu held.
+func (f *fakeElector) state() leadership.State {
+	holder := f.holder
+	if f.leading {
+		holder = "a"
+	}
+	return leadership.State{Identity: "a", IsLeader: f.leading, Holder: holder, FencingToken: f.token}
+}
+
+// set changes the elector's state and tells its watchers.
+func (f *fakeElector) set(leading bool, holder string, token int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leading, f.holder, f.token = leading, holder, token
+	close(f.changed)
+	f.changed = make(chan struct{})
 }
 
 func (f *fakeElector) Watch() (leadership.State, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return leadership.State{IsLeader: f.leading}, f.changed
+	return f.state(), f.changed
 }
 
 func (f *fakeElector) StepDown(_ context.Context, reason leadership.Reason) (leadership.State, error) {
@@ -178,6 +198,70 @@ func TestRunDecides(t *testing.T) {
 	<-done
 	if _, ok := decode(mustGet(t, client))["a"]; ok {
 		t.Error("own entry still there after shutdown")
+	}
+}
+
+// TestRunStepDownNoOneTook: an unhealthy leader steps down to the one
+// candidate whose entry says it can take over; when the Lease is still
+// free a lease duration later (that pod is gone: entries are not
+// heartbeats), its entry is removed and the unhealthy candidate takes the
+// Lease back (its gate admits), to lead degraded. When someone does take
+// over, nothing is removed and the gate stays shut.
+func TestRunStepDownNoOneTook(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		taken bool
+	}{{"no one took", false}, {"taken", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const leaseDuration = 300 * time.Millisecond
+			client := fake.NewClientset(candidatesLease(`{"b":{"healthy":true,"ok":true,"seq":1}}`))
+			leasetest.RefuseWatchLists(client)
+			h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: 20 * time.Millisecond, Failures: 1, Successes: 1,
+				Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: leaseDuration, Client: client})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.prober = &fakeProber{} // failing
+			el := newFakeElector(true)
+			el.token = 7
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = h.Run(ctx, el)
+			}()
+			defer func() { cancel(); <-done }()
+
+			poll(t, "the step-down", func() bool { _, s, _ := el.get(); return len(s) == 1 })
+			steppedDown := time.Now()
+			if tc.taken {
+				el.set(false, "b", 8)
+			}
+			_, _, triesBefore := el.get()
+			if !tc.taken {
+				poll(t, "b's entry removed", func() bool { _, ok := decode(mustGet(t, client))["b"]; return !ok })
+				if took := time.Since(steppedDown); took < leaseDuration-50*time.Millisecond {
+					t.Errorf("b's entry removed %v after the step-down, before a lease duration (%v)", took, leaseDuration)
+				}
+				poll(t, "the gate to admit the unhealthy candidate, and TryNow", func() bool {
+					_, _, tries := el.get()
+					return h.Gate().Admits() && tries > triesBefore
+				})
+				// It leads again: degraded, and the gate shuts (it admits
+				// new terms only).
+				el.set(true, "a", 9)
+				poll(t, "degraded", func() bool { d, _, _ := el.get(); return strings.Contains(d, "no healthy candidate") })
+				poll(t, "the gate shut", func() bool { return !h.Gate().Admits() })
+				return
+			}
+			time.Sleep(2 * leaseDuration)
+			if _, ok := decode(mustGet(t, client))["b"]; !ok {
+				t.Error("b's entry removed although b took over")
+			}
+			if h.Gate().Admits() {
+				t.Error("the gate admits an unhealthy candidate although b took over")
+			}
+		})
 	}
 }
 

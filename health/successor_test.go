@@ -63,20 +63,20 @@ func TestRevisionOrder(t *testing.T) {
 	}
 }
 
-// TestSuccessorOnlyHealthy: Successor names a fresh candidate whose app
-// is healthy and whose last probe passed, never an unhealthy one, an entry
-// not seen to change (maybe a dead pod's), or itself.
+// TestSuccessorOnlyHealthy: Successor names a candidate whose app is
+// healthy and whose last probe passed, never an unhealthy one, one whose
+// probe just failed, or itself.
 func TestSuccessorOnlyHealthy(t *testing.T) {
 	h := &Health{registry: newRegistry("ns", "app-candidates", "self", 10*time.Second, nil, nil, clocktesting.NewFakeClock(time.Unix(1000, 0)), nil)}
-	h.registry.observe(candidatesLease(`{"dead":{"healthy":true,"ok":true,"seq":1},"sick":{"healthy":false,"ok":false,"seq":1},"well":{"healthy":true,"ok":true,"seq":1},"self":{"healthy":true,"ok":true,"seq":1}}`))
-	if got := h.Successor(1); got != "" {
-		t.Fatalf("Successor = %q before any entry was seen to change, want none", got)
-	}
-	h.registry.observe(candidatesLease(`{"dead":{"healthy":true,"ok":true,"seq":1},"sick":{"healthy":false,"ok":false,"seq":2},"well":{"healthy":true,"ok":true,"seq":2},"self":{"healthy":true,"ok":true,"seq":2}}`))
+	h.registry.observe(candidatesLease(`{"failing":{"healthy":true,"ok":false,"seq":1},"sick":{"healthy":false,"ok":false,"seq":1},"well":{"healthy":true,"ok":true,"seq":1},"self":{"healthy":true,"ok":true,"seq":1}}`))
 	for token := range int64(16) {
 		if got := h.Successor(token); got != "well" {
 			t.Fatalf("Successor(%d) = %q, want well", token, got)
 		}
+	}
+	h.registry.observe(candidatesLease(`{"sick":{"healthy":false,"ok":false,"seq":2},"well":{"healthy":true,"ok":false,"seq":2},"self":{"healthy":true,"ok":true,"seq":2}}`))
+	if got := h.Successor(1); got != "" {
+		t.Fatalf("Successor = %q after every other probe failed, want none", got)
 	}
 }
 
