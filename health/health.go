@@ -46,6 +46,11 @@ const staleAfter = 3 * refreshEvery
 type Config struct {
 	// URL is the app's health endpoint: GET, 2xx is healthy.
 	URL string
+	// NameSuccessor, without a URL, keeps this candidate's entry in the
+	// candidates Lease with no app to probe (always healthy), so that a
+	// release names a successor, a crash takeover is ranked and
+	// HandoverAfter works, without health gating. With a URL it is implied.
+	NameSuccessor bool
 	// Period is the time between probes; each probe times out after half
 	// of it, so that probes never overlap.
 	Period time.Duration
@@ -78,8 +83,9 @@ type Config struct {
 	Clock clock.WithTicker
 }
 
-// Enabled reports whether health gating is configured.
-func (c Config) Enabled() bool { return c.URL != "" }
+// Enabled reports whether health gating or the candidates Lease alone
+// (NameSuccessor) is configured.
+func (c Config) Enabled() bool { return c.URL != "" || c.NameSuccessor }
 
 // CandidatesLease is the name of the candidates Lease.
 func (c Config) CandidatesLease() string { return c.Lease + CandidatesLeaseSuffix }
@@ -133,8 +139,8 @@ type Health struct {
 
 // New returns health gating for cfg.
 func New(cfg Config) (*Health, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("health: no URL")
+	if !cfg.Enabled() {
+		return nil, errors.New("health: no URL, and no NameSuccessor")
 	}
 	if cfg.Period <= 0 || cfg.Failures < 1 || cfg.Successes < 1 || cfg.LeaseDuration <= 0 {
 		return nil, errors.New("health: period, failures, successes and lease duration must be positive")
@@ -152,12 +158,22 @@ func New(cfg Config) (*Health, error) {
 	h := &Health{
 		cfg:     cfg,
 		clock:   clk,
-		prober:  urlProber{url: cfg.URL, client: newProbeClient(cfg.Period / 2)},
+		prober:  alwaysHealthy{},
 		publish: make(chan struct{}, 1),
 		metrics: newMetrics(),
 		kick:    make(chan struct{}, 1),
 		th:      thresholds{failures: cfg.Failures, successes: cfg.Successes},
 		lastErr: errors.New("the app has not answered its health probe yet"),
+	}
+	if cfg.URL != "" {
+		h.prober = urlProber{url: cfg.URL, client: newProbeClient(cfg.Period / 2)}
+	} else {
+		// No app to ask: healthy from the start, so that the gate never
+		// delays a campaign.
+		h.healthy.Store(true)
+		h.ok.Store(true)
+		h.th.healthy = true
+		h.lastErr = nil
 	}
 	h.registry = newRegistry(cfg.Namespace, cfg.CandidatesLease(), cfg.Identity, staleAfter, cfg.Client, cfg.WatchClient, clk, h.poke)
 	h.registry.revision = cfg.Revision
@@ -200,8 +216,14 @@ func (h *Health) Ready() error {
 	return fmt.Errorf("the app is unhealthy: %v", h.lastErr)
 }
 
-// Collectors returns the health metrics.
-func (h *Health) Collectors() []prometheus.Collector { return h.metrics.collectors }
+// Collectors returns the health metrics; none without an app to probe
+// (NameSuccessor alone): they would report a health no one measured.
+func (h *Health) Collectors() []prometheus.Collector {
+	if h.cfg.URL == "" {
+		return nil
+	}
+	return h.metrics.collectors
+}
 
 // prober asks the app once.
 type prober interface {
@@ -214,6 +236,11 @@ type urlProber struct {
 }
 
 func (p urlProber) probe(ctx context.Context) error { return probe(ctx, p.client, p.url) }
+
+// alwaysHealthy is the prober of NameSuccessor without a URL.
+type alwaysHealthy struct{}
+
+func (alwaysHealthy) probe(context.Context) error { return nil }
 
 // Run probes the app and acts on its health until ctx ends; el is the
 // elector built with Gate. At the end it removes this candidate's entry

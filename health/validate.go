@@ -41,15 +41,25 @@ func (c Config) Validate() error {
 	if !c.Enabled() {
 		return errors.Join(errs...)
 	}
-	if err := checkURL(c.URL); err != nil {
-		errs = append(errs, fmt.Errorf("--app-health-url %.200q: %w", c.URL, err))
+	if c.URL != "" {
+		if err := checkURL(c.URL); err != nil {
+			errs = append(errs, fmt.Errorf("--app-health-url %.200q: %w", c.URL, err))
+		}
 	}
 	if c.Lease != "" {
 		if msgs := validation.IsDNS1123Subdomain(c.CandidatesLease()); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("--lease-name %q is too long for health gating: its candidates Lease %q is not a valid name: %s", c.Lease, c.CandidatesLease(), msgs[0]))
+			errs = append(errs, fmt.Errorf("--lease-name %q is too long for %s: its candidates Lease %q is not a valid name: %s", c.Lease, c.feature(), c.CandidatesLease(), msgs[0]))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// feature names what needs the candidates Lease, for messages.
+func (c Config) feature() string {
+	if c.URL != "" {
+		return "health gating"
+	}
+	return "--name-successor"
 }
 
 // checkURL accepts http:// to a loopback IP address with a port: the app

@@ -86,6 +86,9 @@ func (o *Options) validateCampaign() []error {
 	if o.Health.URL != "" {
 		errs = append(errs, fmt.Errorf("--app-health-url gates this pod's candidacy, and --candidate=false has none; give one of them"))
 	}
+	if o.Health.NameSuccessor {
+		errs = append(errs, fmt.Errorf("--name-successor publishes this pod as a candidate, and --candidate=false is none; give one of them"))
+	}
 	if o.Advertise.Port != 0 {
 		errs = append(errs, fmt.Errorf("--advertise-port publishes the address of the leader this pod would be, and --candidate=false never leads; give one of them"))
 	}

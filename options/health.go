@@ -14,7 +14,9 @@ import (
 
 // healthOptions configures health-gated candidacy (--app-health-url).
 type healthOptions struct {
-	URL                 string
+	URL string
+	// NameSuccessor: the candidates Lease without health gating.
+	NameSuccessor       bool
 	Period              time.Duration
 	Failures, Successes int
 	// Revision is this pod's revision: a release names a successor of the
@@ -37,10 +39,11 @@ func newHealthOptions() healthOptions {
 // addFlags registers the health gating flags on fs.
 func (h *healthOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&h.URL, "app-health-url", h.URL, "Health-gated candidacy: the app's health endpoint, http://127.0.0.1:PORT/PATH (a loopback address; GET, 2xx is healthy). While the app is unhealthy this pod does not campaign and /readyz fails; a leader whose app turns unhealthy steps down when another candidate is healthy (needs the <lease-name>-candidates Lease). Empty (default): off.")
+	fs.BoolVar(&h.NameSuccessor, "name-successor", h.NameSuccessor, "Keep this candidate in the <lease-name>-candidates Lease without probing an app (implied by --app-health-url): a graceful release names its successor (a candidate of the newest --revision), a crash takeover is ranked instead of a race, and --handover-to-newer-revision works. An idle candidate writes its entry every 5 minutes. Needs that Lease and update on it.")
 	fs.DurationVar(&h.Period, "app-health-period", h.Period, "With --app-health-url: time between probes; each probe times out after half of it.")
 	fs.IntVar(&h.Failures, "app-health-failures", h.Failures, "With --app-health-url: consecutive failed probes that make the app unhealthy.")
-	fs.StringVar(&h.Revision, "revision", h.Revision, "With --app-health-url: this pod's revision, published with its health; a graceful release names a successor of the newest revision (default $POD_TEMPLATE_HASH, else $CONTROLLER_REVISION_HASH: the pod's labels, through the downward API). A label value.")
-	fs.DurationVar(&h.HandoverAfter, "handover-to-newer-revision", h.HandoverAfter, "With --app-health-url and a --revision: a leader of an older revision hands over (reason handed-over) once a candidate of the newest revision has been able to take over for this long, so that a rollout moves leadership once, before the old leader's pod is deleted. 0s (default): off; up to 10m.")
+	fs.StringVar(&h.Revision, "revision", h.Revision, "With --app-health-url or --name-successor: this pod's revision, published in its entry; a graceful release names a successor of the newest revision (default $POD_TEMPLATE_HASH, else $CONTROLLER_REVISION_HASH: the pod's labels, through the downward API). A label value.")
+	fs.DurationVar(&h.HandoverAfter, "handover-to-newer-revision", h.HandoverAfter, "With --app-health-url or --name-successor, and a --revision: a leader of an older revision hands over (reason handed-over) once a candidate of the newest revision has been able to take over for this long, so that a rollout moves leadership once, before the old leader's pod is deleted. 0s (default): off; up to 10m.")
 	fs.IntVar(&h.Successes, "app-health-successes", h.Successes, "With --app-health-url: consecutive successful probes that make the app healthy (it starts unhealthy).")
 }
 
@@ -60,13 +63,16 @@ func (o *Options) validateHealth() []error {
 	if o.Health.URL != "" && o.Partitions > 0 {
 		errs = append(errs, errors.New("--app-health-url gates one election; it cannot be combined with --partitions"))
 	}
+	if o.Health.NameSuccessor && o.Partitions > 0 {
+		errs = append(errs, errors.New("--name-successor names one election's successor; it cannot be combined with --partitions"))
+	}
 	return errs
 }
 
-// healthConfig is the part of the options health gating takes; empty when
-// it is off.
+// healthConfig is the part of the options health gating (or the
+// candidates Lease alone, --name-successor) takes; empty when both are off.
 func (o *Options) healthConfig() health.Config {
-	if o.Health.URL == "" {
+	if o.Health.URL == "" && !o.Health.NameSuccessor {
 		return health.Config{}
 	}
 	return o.healthSettings()
@@ -77,6 +83,7 @@ func (o *Options) healthConfig() health.Config {
 func (o *Options) healthSettings() health.Config {
 	return health.Config{
 		URL:           o.Health.URL,
+		NameSuccessor: o.Health.NameSuccessor,
 		Period:        o.Health.Period,
 		Failures:      o.Health.Failures,
 		Successes:     o.Health.Successes,

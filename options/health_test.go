@@ -31,6 +31,18 @@ func TestHealthOptions(t *testing.T) {
 		t.Error("health gating is on without --app-health-url")
 	}
 
+	// --name-successor alone: the candidates Lease without an app.
+	o, _, err = parse([]string{"--lease-name=my-app", "--identity=pod-a", "--name-successor", "--revision=abc"}, plainEnv.environment())
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	got = o.AppConfig("test", "").Health
+	want = health.Config{NameSuccessor: true, Period: 2 * time.Second, Failures: 3, Successes: 1,
+		Namespace: "default", Lease: "my-app", Identity: "pod-a", LeaseDuration: 15 * time.Second, Revision: "abc"}
+	if got != want || !got.Enabled() {
+		t.Errorf("--name-successor: health config = %+v, want %+v, enabled", got, want)
+	}
+
 	for _, url := range []string{"http://[::1]:1/", "http://127.0.0.2:65535/ready?x=1"} {
 		if _, _, err := parse([]string{"--lease-name=my-app", "--app-health-url=" + url}, plainEnv.environment()); err != nil {
 			t.Errorf("--app-health-url=%s: %v", url, err)
@@ -52,6 +64,9 @@ func TestHealthOptionsValidation(t *testing.T) {
 		{[]string{"--app-health-url=http://u:p@127.0.0.1:80/"}, "credentials"},
 		{[]string{"--app-health-url=127.0.0.1:80"}, "--app-health-url"},
 		{[]string{"--app-health-url=http://127.0.0.1:80/", "--partitions=2"}, "cannot be combined with --partitions"},
+		{[]string{"--name-successor", "--partitions=2"}, "--name-successor names one election's successor; it cannot be combined with --partitions"},
+		{[]string{"--name-successor", "--candidate=false", "--readiness=candidate"}, "--name-successor publishes this pod as a candidate, and --candidate=false is none"},
+		{[]string{"--name-successor", "--lease-name=" + strings.Repeat("a", 250)}, "too long for --name-successor"},
 		{[]string{"--app-health-period=99ms"}, "--app-health-period 99ms is outside the supported range 100ms..5m"},
 		{[]string{"--app-health-period=6m"}, "outside the supported range"},
 		{[]string{"--app-health-failures=0"}, "--app-health-failures must be within 1..100, got 0"},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,6 +31,8 @@ const successorHandover = 2 * retryPeriod
 // first leads, and revisions arrive in the order given), each with the
 // revision and app health given, and waits until every candidate's entry
 // says so and has been seen to change by the others.
+// With healthy nil the candidates run --name-successor instead: no app to
+// probe, every one healthy.
 func successorGroup(t *testing.T, revisions []string, healthy []bool) (*group, []*appHealth) {
 	t.Helper()
 	lease := leaseName(t)
@@ -37,9 +40,20 @@ func successorGroup(t *testing.T, revisions []string, healthy []bool) (*group, [
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
 	apps := make([]*appHealth, len(revisions))
+	withApps := healthy != nil
+	if !withApps {
+		healthy = make([]bool, len(revisions))
+		for i := range healthy {
+			healthy[i] = true
+		}
+	}
 	for i, rev := range revisions {
-		apps[i] = newAppHealth(t, healthy[i])
-		args := append(apps[i].args(), "--revision="+rev)
+		args := []string{"--name-successor"}
+		if withApps {
+			apps[i] = newAppHealth(t, healthy[i])
+			args = apps[i].args()
+		}
+		args = append(args, "--revision="+rev)
 		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, extraArgs: args}))
 		if i == 0 {
 			g.WaitLeader(30 * time.Second)
@@ -98,6 +112,39 @@ func TestSuccessorHealthyNewestNamed(t *testing.T) {
 	}
 	if took >= retryPeriod {
 		t.Errorf("the successor led %v after the release, not before the others' retry period %v", took, retryPeriod)
+	}
+}
+
+// TestSuccessorWithoutHealthGating: --name-successor alone (no app health
+// URL): a release names the candidate of the newest revision and it takes
+// over within one handover; /readyz knows nothing of an app.
+func TestSuccessorWithoutHealthGating(t *testing.T) {
+	g, _ := successorGroup(t, []string{"v1", "v1", "v2"}, nil)
+	members := g.Members()
+	leader, want := members[0], members[2]
+	if s, err := leader.state(); err != nil || !s.IsLeader {
+		t.Fatalf("%s does not lead: %+v %v", leader.name, s, err)
+	}
+	start := time.Now()
+	leader.release(t)
+	next := g.WaitLeader(retryPeriod+successorHandover, leader)
+	took := time.Since(start)
+	t.Logf("MEASURED release to the named successor %s, no health gating: %v", next.name, took.Round(time.Millisecond))
+	if got := namedSuccessor(t, leader); got != want.name {
+		t.Errorf("release named %q, want %s (newest revision)", got, want.name)
+	}
+	if next != want {
+		t.Errorf("%s leads, want the named successor %s", next.name, want.name)
+	}
+	if took >= retryPeriod {
+		t.Errorf("the successor led %v after the release, not before the others' retry period %v", took, retryPeriod)
+	}
+	code, body, err := members[1].probe("/readyz")
+	if err != nil || strings.Contains(body, "app") {
+		t.Errorf("a follower's /readyz = %d %q, %v; want nothing about an app", code, body, err)
+	}
+	if _, body, err := members[1].probe("/metrics"); err != nil || strings.Contains(body, "leader_elector_app_healthy") {
+		t.Errorf("/metrics has leader_elector_app_healthy without an app to probe (%v)", err)
 	}
 }
 
