@@ -119,6 +119,53 @@ func TestChartHealthGating(t *testing.T) {
 	}
 }
 
+// TestChartSuccessor: successor.enabled renders --name-successor (not with
+// healthGating, which implies it), the handover delay and the revision
+// labels, ships the candidates Lease and names it in the Role; the sidecar
+// accepts the arguments. In partition mode it is ignored.
+func TestChartSuccessor(t *testing.T) {
+	full := release + "-leader-elector"
+	objs, d := demo(t, "--set", "successor.enabled=true", "--set", "successor.handoverToNewerRevisionSeconds=20")
+	checkHealthObjects(t, objs, full, []rbacv1.PolicyRule{leasesRule(t, full, full+"-candidates"), eventsRule})
+	sc, _, err := Sidecar(&d.Spec.Template.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sc.Args, "--name-successor") || slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, "--app-health") }) {
+		t.Errorf("args %v: want --name-successor and no health gating flags", sc.Args)
+	}
+	if got, ok := FlagValue(sc.Args, "handover-to-newer-revision"); !ok || got != "20s" {
+		t.Errorf("--handover-to-newer-revision = %q (given %v), want 20s", got, ok)
+	}
+	var revisionEnv []string
+	for _, e := range sc.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && strings.Contains(e.ValueFrom.FieldRef.FieldPath, "hash") {
+			revisionEnv = append(revisionEnv, e.Name)
+		}
+	}
+	if want := []string{"POD_TEMPLATE_HASH", "CONTROLLER_REVISION_HASH"}; !slices.Equal(revisionEnv, want) {
+		t.Errorf("revision env %v, want %v from the pod's labels", revisionEnv, want)
+	}
+	if !binaryVerdict(t, sc.Args) {
+		t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
+	}
+
+	// With health gating: its flags, which imply --name-successor.
+	_, d = demo(t, "--set", "successor.enabled=true", "--set", "healthGating.enabled=true")
+	sc, _, _ = Sidecar(&d.Spec.Template.Spec)
+	if slices.Contains(sc.Args, "--name-successor") || !slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, "--app-health-url=") }) {
+		t.Errorf("args %v: want --app-health-url and no --name-successor", sc.Args)
+	}
+
+	// In partition mode: ignored, no candidates Lease.
+	objs = helmTemplate(t, "--set", "successor.enabled=true", "--set", "partitions.count=4")
+	for _, u := range objs.OfKind("Lease") {
+		if strings.HasSuffix(u.GetName(), "-candidates") {
+			t.Errorf("partition mode ships %s", u.GetName())
+		}
+	}
+}
+
 // TestKustomizeHealthGating: the component adds the candidates Lease and
 // names it in the base's Lease rule; an overlay's namePrefix renames both.
 func TestKustomizeHealthGating(t *testing.T) {

@@ -95,6 +95,14 @@ http://127.0.0.1:8081/healthz
 {{/*
 The Lease where health gating's candidates publish their health.
 */}}
+{{- define "leader-elector.candidatesOn" -}}
+{{- if and (or .Values.healthGating.enabled .Values.successor.enabled) (eq (int .Values.partitions.count) 0) .Values.election.candidate }}true{{ end }}
+{{- end }}
+
+{{/*
+The Lease where the candidates publish their entries (health gating's
+health, the successor's revision).
+*/}}
 {{- define "leader-elector.candidatesLeaseName" -}}
 {{- printf "%s-candidates" (include "leader-elector.leaseName" .) }}
 {{- end }}
@@ -230,7 +238,11 @@ ServiceAccount's token.
     - --app-health-period={{ include "leader-elector.seconds" .Values.healthGating.periodSeconds }}
     - --app-health-failures={{ .Values.healthGating.failures }}
     - --app-health-successes={{ .Values.healthGating.successes }}
-    - --handover-to-newer-revision={{ .Values.healthGating.handoverToNewerRevisionSeconds }}s
+    {{- else if include "leader-elector.candidatesOn" . }}
+    - --name-successor
+    {{- end }}
+    {{- if include "leader-elector.candidatesOn" . }}
+    - --handover-to-newer-revision={{ .Values.successor.handoverToNewerRevisionSeconds }}s
     {{- end }}
     {{- if eq .Values.routing.mode "endpointslice" }}
     - --service={{ include "leader-elector.routeService" . }}
@@ -260,7 +272,7 @@ ServiceAccount's token.
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
-    {{- if .Values.healthGating.enabled }}
+    {{- if include "leader-elector.candidatesOn" . }}
     # The pod's revision (--revision): a release names a successor of the
     # newest. A Deployment's pods carry the first label, a StatefulSet's
     # the second; the missing one is empty.
@@ -550,8 +562,8 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if and .Values.healthGating.enabled (not (include "leader-elector.healthURL" .)) }}
 {{- fail "healthGating.enabled needs healthGating.url (http://127.0.0.1:<port>/<path>, the app's health endpoint)" }}
 {{- end }}
-{{- if and .Values.healthGating.enabled (gt (len (include "leader-elector.candidatesLeaseName" .)) 253) }}
-{{- fail (printf "healthGating needs a lease name of at most 242 characters (the candidates Lease adds \"-candidates\"), got %q" (include "leader-elector.leaseName" .)) }}
+{{- if and (include "leader-elector.candidatesOn" .) (gt (len (include "leader-elector.candidatesLeaseName" .)) 253) }}
+{{- fail (printf "healthGating and successor.enabled need a lease name of at most 242 characters (the candidates Lease adds \"-candidates\"), got %q" (include "leader-elector.leaseName" .)) }}
 {{- end }}
 {{- if not (has .Values.election.campaign (list "auto" "manual")) }}
 {{- fail (printf "election.campaign must be auto or manual, got %q" .Values.election.campaign) }}
