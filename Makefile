@@ -465,6 +465,10 @@ e2e-matrix: monitoring-deps packaging-tools qemu-deps ## the e2e suite against e
 # TestProxyNoFailedRequest): clients of the Service through 20 handovers,
 # 5 rolling updates and a crash, against leader-only readiness. It does not
 # pass yet, so it is not part of e2e-cluster (docs/routing.md).
+.PHONY: rollout-proof
+rollout-proof: ## 10 rolling updates of the chart's demo with and without successors on the real node: leadership moves once per rollout with them (needs root; ~15 min)
+	LEADER_ELECTOR_ROLLOUT_RUNS=10 $(MAKE) e2e-cluster RUN='^TestRolloutMovesLeadershipOnce$$'
+
 .PHONY: proxy-proof
 proxy-proof: ## the proxy's real-node proof (outside CI: it fails one run in a few, docs/routing.md): failed requests through handovers, rollouts and a crash (needs root)
 	LEADER_ELECTOR_PROXY_PROOF=1 $(MAKE) e2e-cluster RUN='^TestProxyNoFailedRequest$$'
