@@ -95,24 +95,7 @@ func namedSuccessor(t *testing.T, c *candidate) string {
 func TestSuccessorHealthyNewestNamed(t *testing.T) {
 	g, _ := successorGroup(t, []string{"v1", "v1", "v2", "v2"}, []bool{true, true, true, false})
 	members := g.Members()
-	leader, want := members[0], members[2]
-	if s, err := leader.state(); err != nil || !s.IsLeader {
-		t.Fatalf("%s does not lead: %+v %v", leader.name, s, err)
-	}
-	start := time.Now()
-	leader.release(t)
-	next := g.WaitLeader(retryPeriod+successorHandover, leader)
-	took := time.Since(start)
-	t.Logf("MEASURED release to the named successor %s: %v", next.name, took.Round(time.Millisecond))
-	if got := namedSuccessor(t, leader); got != want.name {
-		t.Errorf("release named %q, want %s (healthy, newest revision); %s is unhealthy, %s of the old revision", got, want.name, members[3].name, members[1].name)
-	}
-	if next != want {
-		t.Errorf("%s leads, want the named successor %s", next.name, want.name)
-	}
-	if took >= retryPeriod {
-		t.Errorf("the successor led %v after the release, not before the others' retry period %v", took, retryPeriod)
-	}
+	releaseToSuccessor(t, g, members[0], members[2], fmt.Sprintf("healthy, newest revision; %s is unhealthy, %s of the old revision", members[3].name, members[1].name))
 }
 
 // TestSuccessorWithoutHealthGating: --name-successor alone (no app health
@@ -121,7 +104,21 @@ func TestSuccessorHealthyNewestNamed(t *testing.T) {
 func TestSuccessorWithoutHealthGating(t *testing.T) {
 	g, _ := successorGroup(t, []string{"v1", "v1", "v2"}, nil)
 	members := g.Members()
-	leader, want := members[0], members[2]
+	releaseToSuccessor(t, g, members[0], members[2], "newest revision, no health gating")
+	code, body, err := members[1].probe("/readyz")
+	if err != nil || strings.Contains(body, "app") {
+		t.Errorf("a follower's /readyz = %d %q, %v; want nothing about an app", code, body, err)
+	}
+	if _, body, err := members[1].probe("/metrics"); err != nil || strings.Contains(body, "leader_elector_app_healthy") {
+		t.Errorf("/metrics has leader_elector_app_healthy without an app to probe (%v)", err)
+	}
+}
+
+// releaseToSuccessor: leader, leading, releases; the release names want
+// (why says why it is the one) and want leads within one handover, before
+// the others' retry period.
+func releaseToSuccessor(t *testing.T, g *group, leader, want *candidate, why string) {
+	t.Helper()
 	if s, err := leader.state(); err != nil || !s.IsLeader {
 		t.Fatalf("%s does not lead: %+v %v", leader.name, s, err)
 	}
@@ -129,22 +126,15 @@ func TestSuccessorWithoutHealthGating(t *testing.T) {
 	leader.release(t)
 	next := g.WaitLeader(retryPeriod+successorHandover, leader)
 	took := time.Since(start)
-	t.Logf("MEASURED release to the named successor %s, no health gating: %v", next.name, took.Round(time.Millisecond))
+	t.Logf("MEASURED release to the named successor %s (%s): %v", next.name, why, took.Round(time.Millisecond))
 	if got := namedSuccessor(t, leader); got != want.name {
-		t.Errorf("release named %q, want %s (newest revision)", got, want.name)
+		t.Errorf("release named %q, want %s (%s)", got, want.name, why)
 	}
 	if next != want {
 		t.Errorf("%s leads, want the named successor %s", next.name, want.name)
 	}
 	if took >= retryPeriod {
 		t.Errorf("the successor led %v after the release, not before the others' retry period %v", took, retryPeriod)
-	}
-	code, body, err := members[1].probe("/readyz")
-	if err != nil || strings.Contains(body, "app") {
-		t.Errorf("a follower's /readyz = %d %q, %v; want nothing about an app", code, body, err)
-	}
-	if _, body, err := members[1].probe("/metrics"); err != nil || strings.Contains(body, "leader_elector_app_healthy") {
-		t.Errorf("/metrics has leader_elector_app_healthy without an app to probe (%v)", err)
 	}
 }
 

@@ -92,19 +92,9 @@ func (d *deployment) observe(t *testing.T) *observer {
 			DeleteFunc: func(any) { o.sliceChanged(slices, nil) },
 		},
 	})
-	byName := fields.OneTermEqualSelector("metadata.name", d.lease).String()
 	_, leaseInformer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				opts.FieldSelector = byName
-				return d.client.CoordinationV1().Leases(d.namespace).List(ctx, opts)
-			},
-			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				opts.FieldSelector = byName
-				return d.client.CoordinationV1().Leases(d.namespace).Watch(ctx, opts)
-			},
-		},
-		ObjectType: &coordinationv1.Lease{},
+		ListerWatcher: d.leaseListWatch(),
+		ObjectType:    &coordinationv1.Lease{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { o.leaseChanged(obj) },
 			UpdateFunc: func(_, obj any) { o.leaseChanged(obj) },
@@ -127,6 +117,21 @@ func (d *deployment) observe(t *testing.T) *observer {
 
 // sliceChanged records the ready endpoints of every slice in the store
 // when they changed, and checks the fencing token of the slice written.
+// leaseListWatch lists and watches d's Lease alone (by name).
+func (d *deployment) leaseListWatch() cache.ListerWatcher {
+	byName := fields.OneTermEqualSelector("metadata.name", d.lease).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = byName
+			return d.client.CoordinationV1().Leases(d.namespace).List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = byName
+			return d.client.CoordinationV1().Leases(d.namespace).Watch(ctx, opts)
+		},
+	}
+}
+
 func (o *observer) sliceChanged(store cache.Store, obj any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -14,11 +14,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -169,7 +165,6 @@ func (d *deployment) watchHolders(t *testing.T) *holderWatch {
 	t.Helper()
 	w := &holderWatch{}
 	ctx, cancel := context.WithCancel(context.Background())
-	byName := fields.OneTermEqualSelector("metadata.name", d.lease).String()
 	seen := func(obj any) {
 		l, ok := obj.(*coordinationv1.Lease)
 		if !ok || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
@@ -182,17 +177,8 @@ func (d *deployment) watchHolders(t *testing.T) *holderWatch {
 		}
 	}
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				opts.FieldSelector = byName
-				return d.client.CoordinationV1().Leases(d.namespace).List(ctx, opts)
-			},
-			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				opts.FieldSelector = byName
-				return d.client.CoordinationV1().Leases(d.namespace).Watch(ctx, opts)
-			},
-		},
-		ObjectType: &coordinationv1.Lease{},
+		ListerWatcher: d.leaseListWatch(),
+		ObjectType:    &coordinationv1.Lease{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    seen,
 			UpdateFunc: func(_, obj any) { seen(obj) },
