@@ -46,6 +46,10 @@ const staleAfter = 3 * refreshEvery
 type Config struct {
 	// URL is the app's health endpoint: GET, 2xx is healthy.
 	URL string
+	// CheckPod makes a candidate read its own pod (Identity in Namespace)
+	// before a new term and never start one once the pod is terminating
+	// (ownPod). It needs get on pods.
+	CheckPod bool
 	// NameSuccessor, without a URL, keeps this candidate's entry in the
 	// candidates Lease with no app to probe (always healthy), so that a
 	// release names a successor, a crash takeover is ranked and
@@ -123,6 +127,8 @@ type Health struct {
 	// reclaim lets an unhealthy candidate take the Lease back after a
 	// step-down no one took over from (checkTaken).
 	reclaim atomic.Bool
+	// pod tells whether this pod is terminating; nil unless CheckPod.
+	pod *ownPod
 
 	mu sync.Mutex
 	th thresholds
@@ -175,6 +181,9 @@ func New(cfg Config) (*Health, error) {
 		h.th.healthy = true
 		h.lastErr = nil
 	}
+	if cfg.CheckPod && cfg.Identity != "" {
+		h.pod = &ownPod{client: cfg.Client, namespace: cfg.Namespace, name: cfg.Identity}
+	}
 	h.registry = newRegistry(cfg.Namespace, cfg.CandidatesLease(), cfg.Identity, staleAfter, cfg.Client, cfg.WatchClient, clk, h.poke)
 	h.registry.revision = cfg.Revision
 	// Someone pruned this candidate's entry (it did not take a Lease in
@@ -198,9 +207,13 @@ func (h *Health) Gate() election.Gate { return gate{h} }
 
 type gate struct{ h *Health }
 
-func (g gate) Admits() bool { return g.h.admits() }
+func (g gate) Admits() bool { return g.h.admits() && !g.h.pod.terminating() }
 
-func (g gate) Admit() (func(), bool) { return func() {}, g.h.admits() }
+// Admit also reads this pod, unless that is settled (ownPod): a
+// terminating pod never starts a term.
+func (g gate) Admit() (func(), bool) {
+	return func() {}, g.h.admits() && !g.h.pod.check(context.Background())
+}
 
 // admits: a healthy app, or a step-down no one took over from (reclaim).
 func (h *Health) admits() bool { return h.healthy.Load() || h.reclaim.Load() }

@@ -16,7 +16,9 @@ import (
 type healthOptions struct {
 	URL string
 	// NameSuccessor: the candidates Lease without health gating.
-	NameSuccessor       bool
+	NameSuccessor bool
+	// CheckPod: never start a term once this pod is terminating.
+	CheckPod            bool
 	Period              time.Duration
 	Failures, Successes int
 	// Revision is this pod's revision: a release names a successor of the
@@ -40,6 +42,7 @@ func newHealthOptions() healthOptions {
 func (h *healthOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&h.URL, "app-health-url", h.URL, "Health-gated candidacy: the app's health endpoint, http://127.0.0.1:PORT/PATH (a loopback address; GET, 2xx is healthy). While the app is unhealthy this pod does not campaign and /readyz fails; a leader whose app turns unhealthy steps down when another candidate is healthy (needs the <lease-name>-candidates Lease). Empty (default): off.")
 	fs.BoolVar(&h.NameSuccessor, "name-successor", h.NameSuccessor, "Keep this candidate in the <lease-name>-candidates Lease without probing an app (implied by --app-health-url): a graceful release names its successor (a candidate of the newest --revision), a crash takeover is ranked instead of a race, and --handover-to-newer-revision works. An idle candidate writes its entry every 5 minutes. Needs that Lease and update on it.")
+	fs.BoolVar(&h.CheckPod, "check-pod-terminating", h.CheckPod, "With --app-health-url or --name-successor: before starting a term, read this pod (--identity in the Lease's namespace; needs get on pods) and never take the Lease once it is terminating, so that in a rollout an old pod does not lead between the old leader and a new one.")
 	fs.DurationVar(&h.Period, "app-health-period", h.Period, "With --app-health-url: time between probes; each probe times out after half of it.")
 	fs.IntVar(&h.Failures, "app-health-failures", h.Failures, "With --app-health-url: consecutive failed probes that make the app unhealthy.")
 	fs.StringVar(&h.Revision, "revision", h.Revision, "With --app-health-url or --name-successor: this pod's revision, published in its entry; a graceful release names a successor of the newest revision (default $POD_TEMPLATE_HASH, else $CONTROLLER_REVISION_HASH: the pod's labels, through the downward API). A label value.")
@@ -63,6 +66,9 @@ func (o *Options) validateHealth() []error {
 	if o.Health.URL != "" && o.Partitions > 0 {
 		errs = append(errs, errors.New("--app-health-url gates one election; it cannot be combined with --partitions"))
 	}
+	if o.Health.CheckPod && o.Health.URL == "" && !o.Health.NameSuccessor {
+		errs = append(errs, errors.New("--check-pod-terminating guards the terms of a candidate with --app-health-url or --name-successor; give one of them"))
+	}
 	if o.Health.NameSuccessor && o.Partitions > 0 {
 		errs = append(errs, errors.New("--name-successor names one election's successor; it cannot be combined with --partitions"))
 	}
@@ -84,6 +90,7 @@ func (o *Options) healthSettings() health.Config {
 	return health.Config{
 		URL:           o.Health.URL,
 		NameSuccessor: o.Health.NameSuccessor,
+		CheckPod:      o.Health.CheckPod,
 		Period:        o.Health.Period,
 		Failures:      o.Health.Failures,
 		Successes:     o.Health.Successes,

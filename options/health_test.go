@@ -64,6 +64,7 @@ func TestHealthOptionsValidation(t *testing.T) {
 		{[]string{"--app-health-url=http://u:p@127.0.0.1:80/"}, "credentials"},
 		{[]string{"--app-health-url=127.0.0.1:80"}, "--app-health-url"},
 		{[]string{"--app-health-url=http://127.0.0.1:80/", "--partitions=2"}, "cannot be combined with --partitions"},
+		{[]string{"--check-pod-terminating"}, "--check-pod-terminating guards the terms of a candidate with --app-health-url or --name-successor"},
 		{[]string{"--name-successor", "--partitions=2"}, "--name-successor names one election's successor; it cannot be combined with --partitions"},
 		{[]string{"--name-successor", "--candidate=false", "--readiness=candidate"}, "--name-successor publishes this pod as a candidate, and --candidate=false is none"},
 		{[]string{"--name-successor", "--lease-name=" + strings.Repeat("a", 250)}, "too long for --name-successor"},

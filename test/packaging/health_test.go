@@ -126,13 +126,18 @@ func TestChartHealthGating(t *testing.T) {
 func TestChartSuccessor(t *testing.T) {
 	full := release + "-leader-elector"
 	objs, d := demo(t, "--set", "successor.enabled=true", "--set", "successor.handoverToNewerRevisionSeconds=20")
-	checkHealthObjects(t, objs, full, []rbacv1.PolicyRule{leasesRule(t, full, full+"-candidates"), eventsRule})
+	// get on pods: a candidate reads its own pod before a new term.
+	getPods := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}
+	checkHealthObjects(t, objs, full, []rbacv1.PolicyRule{leasesRule(t, full, full+"-candidates"), eventsRule, getPods})
 	sc, _, err := Sidecar(&d.Spec.Template.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(sc.Args, "--name-successor") || slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, "--app-health") }) {
 		t.Errorf("args %v: want --name-successor and no health gating flags", sc.Args)
+	}
+	if !slices.Contains(sc.Args, "--check-pod-terminating") {
+		t.Errorf("args %v: want --check-pod-terminating (the Role grants get on pods)", sc.Args)
 	}
 	if got, ok := FlagValue(sc.Args, "handover-to-newer-revision"); !ok || got != "20s" {
 		t.Errorf("--handover-to-newer-revision = %q (given %v), want 20s", got, ok)

@@ -243,6 +243,9 @@ ServiceAccount's token.
     {{- end }}
     {{- if include "leader-elector.candidatesOn" . }}
     - --handover-to-newer-revision={{ .Values.successor.handoverToNewerRevisionSeconds }}s
+    {{- if .Values.successor.enabled }}
+    - --check-pod-terminating
+    {{- end }}
     {{- end }}
     {{- if eq .Values.routing.mode "endpointslice" }}
     - --service={{ include "leader-elector.routeService" . }}
