@@ -254,7 +254,17 @@ func TestRunStepDownNoOneTook(t *testing.T) {
 				poll(t, "the gate shut", func() bool { return !h.Gate().Admits() })
 				return
 			}
-			time.Sleep(2 * leaseDuration)
+			// The loop sees b's term at once (the elector's change wakes
+			// it) and stops following the step-down: well before the lease
+			// duration at which it would have pruned b.
+			poll(t, "the step-down no longer followed", func() bool {
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				return h.handedTo == nil
+			})
+			if took := time.Since(steppedDown); took >= leaseDuration {
+				t.Errorf("the take seen %v after the step-down, not before a lease duration (%v): it was not seen as a take", took, leaseDuration)
+			}
 			if _, ok := decode(mustGet(t, client))["b"]; !ok {
 				t.Error("b's entry removed although b took over")
 			}

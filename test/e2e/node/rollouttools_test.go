@@ -13,7 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
@@ -93,12 +92,7 @@ func TestRolloutTools(t *testing.T) {
 			t.Errorf("kubectl rollout status after the upgrade: %v:\n%s", err, out)
 		}
 		t.Logf("MEASURED readiness candidate: kubectl rollout status after helm upgrade --wait succeeded in %v", since(began))
-		if err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, d.settleTimeout(), true, func(ctx context.Context) (bool, error) {
-			h, err := d.holder(ctx)
-			return err == nil && h != "", nil
-		}); err != nil {
-			t.Errorf("no pod leads after the upgrade")
-		}
+		d.waitLeads(t)
 	})
 }
 
