@@ -87,7 +87,7 @@ tools-core: ## build (or reuse from the cache) etcd and kube-apiserver only: wha
 # The core of the e2e suite, for the fast stage: a first election, a graceful
 # handover and a crash failover, on a real etcd and kube-apiserver, under the
 # invariant monitor. The whole suite (make e2e) runs them again.
-E2E_SMOKE := ^(TestFirstElection|TestGracefulHandover|TestCrashFailover)$$
+E2E_SMOKE := ^(TestFirstElection|TestGracefulHandover|TestCrashFailover)$$/^kubernetes$$
 .PHONY: tools-core e2e-smoke
 e2e-smoke: tools-core ## the core e2e tests only (elect, hand over, crash): part of make check
 	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 10m -v -run '$(E2E_SMOKE)' ./test/e2e/ 2>&1 | tee e2e-smoke.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \

@@ -265,15 +265,20 @@ func TestElectorWaitsOutBackoff(t *testing.T) {
 				e.cache.Observe(leaseVersion("", "2", t0))
 				e.cache.Observe(leaseVersion("pod-b", "3", t0))
 			}
-			// Released: the attempt timer is armed a millisecond after
-			// the wait, so that the moment has certainly passed.
+			// Released: with nothing to wait for, the attempt timer is
+			// due at once; after a wait it is armed a millisecond late, so
+			// that the moment has certainly passed.
 			e.cache.Observe(leaseVersion("", "4", clk.Now()))
 			expectHeldFor(t, ctx, e, clk, tc.wantWait)
-			clk.step(time.Millisecond - time.Nanosecond)
-			if n := rounds.Load(); n != 0 {
-				t.Fatalf("%d rounds started before the attempt was due", n)
+			if tc.wantWait > 0 {
+				clk.step(time.Millisecond - time.Nanosecond)
+				if n := rounds.Load(); n != 0 {
+					t.Fatalf("%d rounds started before the attempt was due", n)
+				}
+				clk.step(time.Nanosecond)
+			} else {
+				clk.step(0)
 			}
-			clk.step(time.Nanosecond)
 			if n := rounds.Load(); n != 1 {
 				t.Fatalf("%d rounds started when the attempt was due, want 1", n)
 			}

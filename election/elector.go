@@ -552,8 +552,16 @@ func (e *Elector) scheduleAttempt() {
 	if !ok || e.releasing != nil || !e.running {
 		return
 	}
-	// A millisecond late, so that the expiry has certainly passed.
-	d := max(at.Sub(e.clock.Now()), 0) + time.Millisecond
+	// A millisecond late when it waits for an expiry or a back-off, so
+	// that the moment has certainly passed when the lock checks it again;
+	// a Lease released (or a wait already over) is tried at once: that
+	// millisecond was a tenth of a handover on the local store.
+	d := at.Sub(e.clock.Now())
+	if d > 0 {
+		d += time.Millisecond
+	} else {
+		d = 0
+	}
 	e.attempt = e.clock.AfterFunc(d, e.attemptNow)
 }
 

@@ -355,8 +355,14 @@ func (s *store) writeNext(ctx context.Context, basedOn []byte, next state, hw hi
 	return true, nil
 }
 
-// lockPoll is how often lock tries a lock another process holds.
-const lockPoll = time.Millisecond
+// lockPoll is how often lock tries a lock another process holds, at most;
+// it starts at lockPollFirst and doubles, because the lock is held only
+// for a few renames (tens of microseconds), and a reader that waited a
+// whole millisecond would add it to every handover.
+const (
+	lockPollFirst = 20 * time.Microsecond
+	lockPoll      = time.Millisecond
+)
 
 // lock takes the flock of the lock file, exclusive or shared (how), before
 // ctx ends. It polls a non-blocking flock instead of blocking in it: a
@@ -367,6 +373,9 @@ func (s *store) lock(ctx context.Context, how int) (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open the lease file's lock: %w", err)
 	}
+	// A loop of its own rather than wait.Backoff: that one ends after its
+	// steps, and this one must go on at lockPoll until ctx ends.
+	delay := lockPollFirst
 	for {
 		err = unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		if err == nil {
@@ -379,7 +388,8 @@ func (s *store) lock(ctx context.Context, how int) (unlock func(), err error) {
 		select {
 		case <-ctx.Done():
 			err = fmt.Errorf("another process holds it: %w", ctx.Err())
-		case <-time.After(lockPoll):
+		case <-time.After(delay):
+			delay = min(2*delay, lockPoll)
 			continue
 		}
 		break

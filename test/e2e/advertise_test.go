@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/leader-elector/leader-elector/holderaddress"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,7 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/leader-elector/leader-elector/holderaddress"
 )
 
 // TestAdvertiseAddress: three candidates advertise distinct addresses
@@ -27,17 +29,20 @@ import (
 // 20 ms) never pair a holder with another pod's address or with a token
 // the Lease did not name that holder with, and once a killed leader's lease has
 // expired no pod shows it or its address. Every version of the Lease the
-// API server holds carries the address of exactly the term it names.
-func TestAdvertiseAddress(t *testing.T) {
+// store delivers carries the address of exactly the term it names. On both
+// lease stores.
+func TestAdvertiseAddress(t *testing.T) { onEachStore(t, testAdvertiseAddress) }
+
+func testAdvertiseAddress(t *testing.T, store leaseStore) {
 	lease := leaseName(t)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
-	leases := watchLeaseVersions(t, lease)
+	leases := watchLeaseVersions(t, store.client, lease)
 
 	addressOf := map[string]string{}
 	start := func(name string, port int) {
 		addressOf[name] = fmt.Sprintf("127.0.0.1:%d", port)
-		g.Add(startCandidate(t, name, candidateOptions{lease: lease, extraArgs: []string{"--advertise-address=127.0.0.1", fmt.Sprintf("--advertise-port=%d", port)}}))
+		g.Add(startCandidate(t, name, store.on(candidateOptions{lease: lease, extraArgs: []string{"--advertise-address=127.0.0.1", fmt.Sprintf("--advertise-port=%d", port)}})))
 	}
 	for i := range 3 {
 		start(fmt.Sprintf("%s-%d", lease, i), 17001+i)
@@ -97,7 +102,7 @@ func TestAdvertiseAddress(t *testing.T) {
 	g.monitor.mu.Lock()
 	obs := append([]observation(nil), g.monitor.obs...)
 	g.monitor.mu.Unlock()
-	// The terms the Lease named (every version the API server delivered).
+	// The terms the Lease named (every version the store delivered).
 	versions := leases()
 	terms := map[string]bool{}
 	for _, l := range versions {
@@ -146,12 +151,14 @@ func TestAdvertiseAddress(t *testing.T) {
 	}
 }
 
-// watchLeaseVersions records every version of the Lease the API server
-// delivers from now until the test ends; the returned function lists them.
-func watchLeaseVersions(t *testing.T, lease string) func() []coordinationv1.Lease {
+// watchLeaseVersions records every version of the Lease the store behind
+// client delivers from now until the test ends; the returned function
+// lists them. (A file store's watch may skip a version written moments
+// before the next: it reads the file once per change it is told of.)
+func watchLeaseVersions(t *testing.T, client kubernetes.Interface, lease string) func() []coordinationv1.Lease {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", lease).String()})
+	w, err := client.CoordinationV1().Leases("default").Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", lease).String()})
 	if err != nil {
 		cancel()
 		t.Fatalf("watch the Lease: %v", err)

@@ -123,9 +123,11 @@ func mustProbe(t *testing.T, c *candidate, path string) string {
 const termSpacing = time.Second
 
 // TestGracefulHandover: SIGTERM to the leader flips its API at once, clears
-// the Lease, exits 0, and a standby takes over.
-func TestGracefulHandover(t *testing.T) {
-	g := newGroup(t, 3, candidateOptions{})
+// the Lease, exits 0, and a standby takes over; on both lease stores.
+func TestGracefulHandover(t *testing.T) { onEachStore(t, testGracefulHandover) }
+
+func testGracefulHandover(t *testing.T, s leaseStore) {
+	g := newGroup(t, 3, s.on(candidateOptions{}))
 	var handovers []time.Duration
 	var previous *candidate
 	var termBegan time.Time
@@ -152,7 +154,7 @@ func TestGracefulHandover(t *testing.T) {
 			t.Fatalf("round %d: leader %s exit code %d, %v", round, leader.name, code, err)
 		}
 		released := time.Since(sent)
-		lease, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{})
+		lease, err := s.client.CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,14 +165,14 @@ func TestGracefulHandover(t *testing.T) {
 			t.Errorf("round %d: %s did not log its release", round, leader.name)
 		}
 		waitChangeLogged(t, leader, "Stopped leading", "shutdown")
-		waitChangeRecorded(t, leader, g.lease, "stopped leading", "shutdown")
+		s.waitChangeRecorded(t, leader, g.lease, "stopped leading", "shutdown")
 		after, _ := next.state()
 		if after.FencingToken <= before.FencingToken {
 			t.Errorf("round %d: fencing token %d after handover, was %d", round, after.FencingToken, before.FencingToken)
 		}
 		t.Logf("round %d: %s exited %v after SIGTERM; %s leads %v after SIGTERM (token %d → %d)", round, leader.name, released.Round(time.Millisecond), next.name, took.Round(time.Millisecond), before.FencingToken, after.FencingToken)
 		// Replace the one that left so there are always standbys.
-		g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+		g.Add(startCandidate(t, leader.name+"r", s.on(candidateOptions{lease: g.lease})))
 		previous = leader
 	}
 	t.Logf("MEASURED graceful handover (SIGTERM → new leader answers isLeader): %v", handovers)
@@ -194,9 +196,11 @@ func TestGracefulHandover(t *testing.T) {
 // TestCrashFailover: SIGKILL of the leader; a standby takes over once the
 // Lease expires, within takeoverBound (it tries at the expiry, not at
 // client-go's next retry), and never while the old claim may still run (the
-// monitor checks that).
-func TestCrashFailover(t *testing.T) {
-	g := newGroup(t, 3, candidateOptions{})
+// monitor checks that); on both lease stores.
+func TestCrashFailover(t *testing.T) { onEachStore(t, testCrashFailover) }
+
+func testCrashFailover(t *testing.T, s leaseStore) {
+	g := newGroup(t, 3, s.on(candidateOptions{}))
 	var failovers []time.Duration
 	var previous *candidate
 	for round := range 2 {
@@ -213,19 +217,22 @@ func TestCrashFailover(t *testing.T) {
 			t.Errorf("round %d: failover took %v, bound %v (lease duration + e2eSlack)", round, took, takeoverBound)
 		}
 		t.Logf("round %d: %s killed; %s leads after %v", round, leader.name, next.name, took.Round(time.Millisecond))
-		g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease}))
+		g.Add(startCandidate(t, leader.name+"r", s.on(candidateOptions{lease: g.lease})))
 		previous = leader
 	}
 	t.Logf("MEASURED crash failover (SIGKILL → new leader): %v", failovers)
 }
 
 // TestFrozenLeader: the leader is stopped (SIGSTOP) while a standby takes
-// over; on SIGCONT its very first answer is "not leader".
-func TestFrozenLeader(t *testing.T) {
-	g := newGroup(t, 2, candidateOptions{})
+// over; on SIGCONT its very first answer is "not leader"; on both lease
+// stores.
+func TestFrozenLeader(t *testing.T) { onEachStore(t, testFrozenLeader) }
+
+func testFrozenLeader(t *testing.T, s leaseStore) {
+	g := newGroup(t, 2, s.on(candidateOptions{}))
 	leader := g.WaitLeader(giveUp)
 	frozen := time.Now()
-	leader.signal(syscall.SIGSTOP)
+	freezeOutsideTheLock(t, leader)
 	next := g.WaitLeader(takeoverBound, leader)
 	t.Logf("%s frozen; %s leads after %v", leader.name, next.name, time.Since(frozen).Round(time.Millisecond))
 
@@ -280,13 +287,15 @@ func TestFrozenLeader(t *testing.T) {
 	}
 	// Its term ended by time, while it was frozen.
 	waitChangeLogged(t, leader, "Stopped leading", "renew-deadline")
-	waitChangeRecorded(t, leader, g.lease, "stopped leading", "renew-deadline")
+	s.waitChangeRecorded(t, leader, g.lease, "stopped leading", "renew-deadline")
 }
 
 // TestRelease: POST /release on the leader hands over; on a follower it
-// does nothing (released: false).
-func TestRelease(t *testing.T) {
-	g := newGroup(t, 3, candidateOptions{})
+// does nothing (released: false); on both lease stores.
+func TestRelease(t *testing.T) { onEachStore(t, testRelease) }
+
+func testRelease(t *testing.T, s leaseStore) {
+	g := newGroup(t, 3, s.on(candidateOptions{}))
 	leader := g.WaitLeader(giveUp)
 	var follower *candidate
 	for _, c := range g.Members() {
@@ -306,9 +315,9 @@ func TestRelease(t *testing.T) {
 	next := g.WaitLeader(handoverBound, leader)
 	t.Logf("MEASURED release: %s leads %v after POST /release", next.name, time.Since(sent).Round(time.Millisecond))
 	waitChangeLogged(t, leader, "Stopped leading", "released")
-	waitChangeRecorded(t, leader, g.lease, "stopped leading", "released")
+	s.waitChangeRecorded(t, leader, g.lease, "stopped leading", "released")
 	waitChangeLogged(t, next, "Became leader", "acquired")
-	waitChangeRecorded(t, next, g.lease, "became leader", "acquired")
+	s.waitChangeRecorded(t, next, g.lease, "became leader", "acquired")
 	// The released pod sits out a lease duration, then is a candidate again.
 	time.Sleep(leaseDuration + e2eSlack)
 	if s, err := leader.state(); err != nil || s.IsLeader || s.Holder != next.name {

@@ -3,16 +3,11 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // fileStoreSlack covers, on top of the configured timings, what a file
@@ -35,209 +30,6 @@ func newFileGroup(t *testing.T, n int) (*group, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "lease.json")
 	return newGroup(t, n, candidateOptions{leaseFile: path}), path
-}
-
-// TestFileStoreElection: on --lease-store=file: one candidate of three
-// leads; SIGTERM hands over gracefully (the token grows); SIGKILL is taken
-// over once the lease expires; the monitor sees at most one claimant.
-func TestFileStoreElection(t *testing.T) {
-	g, path := newFileGroup(t, 3)
-	var handovers []time.Duration
-	var previous *candidate
-	for round := range 3 {
-		leader := g.WaitLeader(30*time.Second, previous)
-		before, err := leader.state()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sent := time.Now()
-		leader.signal(syscall.SIGTERM)
-		next := g.WaitLeader(leaseDuration+fileStoreSlack, leader)
-		handovers = append(handovers, time.Since(sent))
-		if code, err := leader.waitExit(10 * time.Second); err != nil || code != 0 {
-			t.Fatalf("round %d: %s exit code %d, %v", round, leader.name, code, err)
-		}
-		waitChangeLogged(t, leader, "Stopped leading", "shutdown")
-		after, _ := next.state()
-		if after.FencingToken <= before.FencingToken {
-			t.Errorf("round %d: fencing token %d after handover, was %d", round, after.FencingToken, before.FencingToken)
-		}
-		g.Add(startCandidate(t, leader.name+"r", candidateOptions{lease: g.lease, leaseFile: path}))
-		previous = leader
-	}
-	t.Logf("MEASURED file store graceful handover (SIGTERM → new leader answers isLeader): %v", handovers)
-
-	leader := g.WaitLeader(30*time.Second, previous)
-	killed := time.Now()
-	leader.signal(syscall.SIGKILL)
-	if _, err := leader.waitExit(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	bound := leaseDuration + time.Duration(1.2*float64(retryPeriod)) + fileStoreSlack
-	next := g.WaitLeader(bound+5*time.Second, leader)
-	if took := time.Since(killed); took > bound {
-		t.Errorf("crash takeover took %v, bound %v", took, bound)
-	} else {
-		t.Logf("MEASURED file store crash takeover (SIGKILL → %s leads): %v", next.name, took.Round(time.Millisecond))
-	}
-}
-
-// TestFileStoreFrozenLeader: a leader frozen (SIGSTOP) past its renew
-// deadline while another takes over answers isLeader: false on resume,
-// before it could write anything.
-func TestFileStoreFrozenLeader(t *testing.T) {
-	g, _ := newFileGroup(t, 2)
-	leader := g.WaitLeader(30 * time.Second)
-	freezeOutsideTheLock(t, leader)
-	next := g.WaitLeader(leaseDuration+5*time.Second, leader)
-	answers := make(chan api.Leader, 1)
-	errs := make(chan error, 1)
-	written := make(chan struct{})
-	var once sync.Once
-	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { once.Do(func() { close(written) }) },
-	})
-	go func() {
-		s, err := leader.h.API().Leader(ctx)
-		answers <- s
-		errs <- err
-	}()
-	select {
-	case <-written:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the request never reached the frozen process's socket")
-	}
-	leader.signal(syscall.SIGCONT)
-	a, err := <-answers, <-errs
-	if err != nil || a.IsLeader {
-		t.Errorf("first answer after resume: %+v, %v; want isLeader false", a, err)
-	}
-	if s, err := next.state(); err != nil || !s.IsLeader {
-		t.Errorf("%s lost leadership after the old leader resumed: %+v %v", next.name, s, err)
-	}
-	waitChangeLogged(t, leader, "Stopped leading", "renew-deadline")
-}
-
-// freezeOutsideTheLock freezes c (SIGSTOP) at a moment it holds no file
-// lock: frozen while it holds the lease file's lock (a write's check and
-// renames, or a read), it stalls everyone's writes until it resumes, as
-// docs/api.md says, and no takeover can happen. The test is of the other
-// case, so a freeze that caught the lock is thawed and tried again.
-func freezeOutsideTheLock(t *testing.T, c *candidate) {
-	t.Helper()
-	for range 50 {
-		c.signal(syscall.SIGSTOP)
-		if !holdsFlock(t, c.h.Pid()) {
-			return
-		}
-		c.signal(syscall.SIGCONT)
-		time.Sleep(7 * time.Millisecond)
-	}
-	t.Fatalf("%s held a file lock at each of 50 freezes", c.name)
-}
-
-// holdsFlock reports whether process pid holds a flock (/proc/locks).
-func holdsFlock(t *testing.T, pid int) bool {
-	t.Helper()
-	b, err := os.ReadFile("/proc/locks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		// "1: FLOCK  ADVISORY  WRITE 9633 08:01:1234 0 EOF"; a waiter's
-		// line has "->" after the number.
-		f := strings.Fields(line)
-		if len(f) >= 5 && f[1] == "FLOCK" && f[4] == strconv.Itoa(pid) {
-			return true
-		}
-	}
-	return false
-}
-
-// TestFileStoreReleaseAcquireSSE: POST /release hands over, a follower's
-// SSE stream tells it that it leads, and POST /acquire after the sit-out
-// takes the Lease back in a new term.
-func TestFileStoreReleaseAcquireSSE(t *testing.T) {
-	g, _ := newFileGroup(t, 2)
-	leader := g.WaitLeader(30 * time.Second)
-	var follower *candidate
-	for _, c := range g.Members() {
-		if c != leader {
-			follower = c
-		}
-	}
-	resp, err := http.Get(follower.apiURL + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	leads := make(chan api.Leader, 1)
-	go func() {
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			var s api.Leader
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && json.Unmarshal([]byte(data), &s) == nil && s.IsLeader {
-				leads <- s
-				return
-			}
-		}
-	}()
-	before, _ := leader.state()
-	sent := time.Now()
-	if r := leader.release(t); !r.Released || r.IsLeader {
-		t.Fatalf("POST /release on the leader = %+v", r)
-	}
-	select {
-	case s := <-leads:
-		if s.FencingToken <= before.FencingToken {
-			t.Errorf("SSE: token %d after the release, was %d", s.FencingToken, before.FencingToken)
-		}
-		t.Logf("MEASURED file store release: the follower's SSE says it leads %v after POST /release", time.Since(sent).Round(time.Millisecond))
-	case <-time.After(leaseDuration):
-		t.Fatal("no SSE event with isLeader true within a lease duration of the release")
-	}
-	if r := follower.release(t); !r.Released {
-		t.Fatalf("POST /release on the new leader = %+v", r)
-	}
-	a, _ := leader.acquire(t, "")
-	if !a.Acquired || a.FencingToken <= before.FencingToken {
-		t.Errorf("POST /acquire = %+v, want a new term above %d", a, before.FencingToken)
-	}
-}
-
-// TestFileStoreSupervisor: leader-elector run on sidecars of the file
-// store never runs two children, through a release, a frozen sidecar and a
-// killed one.
-func TestFileStoreSupervisor(t *testing.T) {
-	g, _ := newFileGroup(t, 3)
-	pidFile := filepath.Join(t.TempDir(), "children")
-	m := startChildMonitor(t, pidFile)
-	for _, c := range g.Members() {
-		startSupervisor(t, c, []string{"--stop-grace=500ms"}, slowStopScript(pidFile))
-	}
-	current := m.waitNewChild(t, 0, leaseDuration+10*time.Second)
-	for _, f := range []struct {
-		name   string
-		inject func(*candidate) func()
-	}{
-		{"graceful release", func(l *candidate) func() { l.release(t); return func() {} }},
-		{"SIGSTOP of the sidecar", func(l *candidate) func() {
-			l.signal(syscall.SIGSTOP)
-			return func() { l.signal(syscall.SIGCONT) }
-		}},
-		{"SIGKILL of the sidecar", func(l *candidate) func() { l.h.Kill(); return func() {} }},
-	} {
-		leader := g.WaitLeader(leaseDuration + 10*time.Second)
-		undo := f.inject(leader)
-		next := m.waitNewChild(t, current.pid, leaseDuration+15*time.Second)
-		undo()
-		old := m.waitDead(t, current.pid, 5*time.Second)
-		if margin := next.start - old.dead; margin <= 0 {
-			t.Errorf("%s: the new child started %v before the old one was seen dead", f.name, -margin)
-		}
-		current = next
-	}
-	m.check(t)
 }
 
 // TestFileStoreBadFile: a lease file truncated, replaced by an older copy
@@ -350,5 +142,54 @@ func TestFileStoreFullDisk(t *testing.T) {
 	next := g.WaitLeader(3*leaseDuration + fileStoreSlack)
 	if s, _ := next.state(); s.FencingToken <= before.FencingToken {
 		t.Errorf("token %d after the disk had room again, was %d", s.FencingToken, before.FencingToken)
+	}
+}
+
+// TestFileStoreObserver: a --candidate=false sidecar on the lease file
+// follows who leads through a handover and a crash, answers POST /acquire
+// with 409 and POST /release with released: false, is ready (readiness
+// candidate), and never writes the file: with the only candidate left
+// frozen until its lease has long expired, the moment an observer that
+// campaigned would take the Lease, the file stays byte for byte the same.
+// (On Kubernetes TestObserver proves the same with the shipped read-only
+// Role and the API server's audit log.)
+func TestFileStoreObserver(t *testing.T) {
+	g, path := newFileGroup(t, 2)
+	obs := startCandidate(t, "observer", candidateOptions{lease: g.lease, leaseFile: path, extraArgs: []string{"--candidate=false"}})
+	g.Add(obs) // the monitor checks it never claims
+
+	leader := g.WaitLeader(giveUp)
+	harnesstest.WaitFollowing(t, obs, leader)
+	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
+	}
+	code, _, body, err := obs.do("POST", "/acquire", nil)
+	if err != nil || code != http.StatusConflict || !strings.Contains(string(body), "observer") {
+		t.Errorf("observer POST /acquire = %d %s %v, want 409 saying it is an observer", code, body, err)
+	}
+	if r := obs.release(t); r.Released || r.Holder != leader.name {
+		t.Errorf("observer POST /release = %+v, want released false", r)
+	}
+
+	leader.release(t)
+	next := g.WaitLeader(handoverBound, leader)
+	harnesstest.WaitFollowing(t, obs, next)
+	next.h.Kill()
+	last := g.WaitLeader(takeoverBound, next)
+	harnesstest.WaitFollowing(t, obs, last)
+
+	freezeOutsideTheLock(t, last)
+	defer last.signal(syscall.SIGCONT)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(leaseDuration + 2*retryPeriod + fileStoreSlack)
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("the lease file changed while its only candidate was frozen past its lease (the observer wrote it):\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -140,7 +140,7 @@ func createProxyPods(t *testing.T, sa string, ipOf map[string]string) {
 // Lease named; no request fails.
 func TestProxyForwardsToTheLeaderAcrossHandovers(t *testing.T) {
 	lease := leaseName(t)
-	versions := watchLeaseVersions(t, lease)
+	versions := watchLeaseVersions(t, controlPlane.AdminClient(), lease)
 	g, names, proxyAddr := startProxyGroup(t, lease)
 	leader := g.WaitLeader(30 * time.Second)
 
