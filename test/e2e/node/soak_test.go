@@ -52,7 +52,7 @@ const (
 	soakParallelEnv = "LEADER_ELECTOR_SOAK_CONCURRENCY"
 
 	soakDefaultDuration = 5 * time.Minute
-	soakDefaultModes    = "readiness,endpointslice,label,partitions,health,supervisor"
+	soakDefaultModes    = "readiness,endpointslice,label,partitions,health,supervisor,rollout"
 	// soakLease is the chart's election.leaseDurationSeconds in the soak:
 	// short, so that a run sees many takeovers.
 	soakLease = 4 * time.Second
@@ -76,6 +76,12 @@ var soakModes = map[string][]string{
 	// The demo's work runs under `leader-elector run`: the supervised
 	// children, seen from /proc, must never run at once.
 	"supervisor": {"supervisor.enabled=true", "supervisor.stopGrace=500ms"},
+	// Rollout-heavy: named successors (the chart's successor.enabled,
+	// with --check-pod-terminating) and a leader of an older revision
+	// handing over 2 s after a new-revision candidate is ready, while
+	// rolling restarts come nine times as often as in the other modes,
+	// overlapping each other and the other faults.
+	"rollout": {"successor.enabled=true", "successor.handoverToNewerRevisionSeconds=2"},
 }
 
 type soakConfig struct {
@@ -289,6 +295,7 @@ var soakFaults = []struct {
 	{"slow-answers", 2, false, ""},
 	{"watch-cut", 2, false, ""},
 	{"app-unhealthy", 4, false, "health"},
+	{"rollout-restart", 8, false, "rollout"},
 }
 
 // proxyProfiles are the network faults the fault proxy makes, by kind.
