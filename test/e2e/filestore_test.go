@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,8 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
-
-	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // fileStoreSlack covers, on top of the configured timings, what a file
@@ -158,25 +155,7 @@ func TestFileStoreObserver(t *testing.T) {
 	obs := startCandidate(t, "observer", candidateOptions{lease: g.lease, leaseFile: path, extraArgs: []string{"--candidate=false"}})
 	g.Add(obs) // the monitor checks it never claims
 
-	leader := g.WaitLeader(giveUp)
-	harnesstest.WaitFollowing(t, obs, leader)
-	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
-		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
-	}
-	code, _, body, err := obs.do("POST", "/acquire", nil)
-	if err != nil || code != http.StatusConflict || !strings.Contains(string(body), "observer") {
-		t.Errorf("observer POST /acquire = %d %s %v, want 409 saying it is an observer", code, body, err)
-	}
-	if r := obs.release(t); r.Released || r.Holder != leader.name {
-		t.Errorf("observer POST /release = %+v, want released false", r)
-	}
-
-	leader.release(t)
-	next := g.WaitLeader(handoverBound, leader)
-	harnesstest.WaitFollowing(t, obs, next)
-	next.h.Kill()
-	last := g.WaitLeader(takeoverBound, next)
-	harnesstest.WaitFollowing(t, obs, last)
+	last := observerFollowsAndRefuses(t, g, obs)
 
 	freezeOutsideTheLock(t, last)
 	defer last.signal(syscall.SIGCONT)

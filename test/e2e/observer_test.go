@@ -67,26 +67,7 @@ func TestObserver(t *testing.T) {
 	obs := startCandidate(t, "observer", candidateOptions{lease: lease, kubeconfig: kubeconfig, extraArgs: []string{"--candidate=false"}})
 	g.Add(obs) // the monitor checks it never claims
 
-	leader := g.WaitLeader(giveUp)
-	harnesstest.WaitFollowing(t, obs, leader)
-	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
-		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
-	}
-	code, _, body, err := obs.do("POST", "/acquire", nil)
-	if err != nil || code != http.StatusConflict || !strings.Contains(string(body), "observer") {
-		t.Errorf("observer POST /acquire = %d %s %v, want 409 saying it is an observer", code, body, err)
-	}
-	if r := obs.release(t); r.Released || r.Holder != leader.name {
-		t.Errorf("observer POST /release = %+v, want released false", r)
-	}
-
-	// It follows a handover and a crash.
-	leader.release(t)
-	next := g.WaitLeader(handoverBound, leader)
-	harnesstest.WaitFollowing(t, obs, next)
-	next.h.Kill()
-	last := g.WaitLeader(takeoverBound, next)
-	harnesstest.WaitFollowing(t, obs, last)
+	observerFollowsAndRefuses(t, g, obs)
 
 	// The observer stops (SIGTERM: what it does on shutdown counts too),
 	// which ends its watch: the apiserver audits a request when it
@@ -158,4 +139,32 @@ func observerKubeconfig(t *testing.T, cp *cluster.ControlPlane, rules []rbacv1.P
 		t.Fatal(err)
 	}
 	return kubeconfig
+}
+
+// observerFollowsAndRefuses checks an observer (--candidate=false) in g on
+// either lease store: it follows the leader, is ready (readiness
+// candidate), answers POST /acquire with 409 and POST /release with
+// released: false, and follows a handover and a crash. It returns the
+// leader after the crash.
+func observerFollowsAndRefuses(t *testing.T, g *group, obs *candidate) *candidate {
+	t.Helper()
+	leader := g.WaitLeader(giveUp)
+	harnesstest.WaitFollowing(t, obs, leader)
+	if code, body, err := obs.probe("/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("observer /readyz = %d %s %v, want 200 (readiness candidate)", code, body, err)
+	}
+	code, _, body, err := obs.do("POST", "/acquire", nil)
+	if err != nil || code != http.StatusConflict || !strings.Contains(string(body), "observer") {
+		t.Errorf("observer POST /acquire = %d %s %v, want 409 saying it is an observer", code, body, err)
+	}
+	if r := obs.release(t); r.Released || r.Holder != leader.name {
+		t.Errorf("observer POST /release = %+v, want released false", r)
+	}
+	leader.release(t)
+	next := g.WaitLeader(handoverBound, leader)
+	harnesstest.WaitFollowing(t, obs, next)
+	next.h.Kill()
+	last := g.WaitLeader(takeoverBound, next)
+	harnesstest.WaitFollowing(t, obs, last)
+	return last
 }
