@@ -50,6 +50,7 @@ const (
 	soakCommitEnv   = "LEADER_ELECTOR_SOAK_COMMIT"
 	soakGapEnv      = "LEADER_ELECTOR_SOAK_MEAN_GAP"
 	soakParallelEnv = "LEADER_ELECTOR_SOAK_CONCURRENCY"
+	soakReplicasEnv = "LEADER_ELECTOR_SOAK_REPLICAS"
 
 	soakDefaultDuration = 5 * time.Minute
 	soakDefaultModes    = "readiness,endpointslice,label,partitions,health,supervisor,rollout"
@@ -59,8 +60,13 @@ const (
 	// soakDefaultGap is the mean time between two fault injections (an
 	// exponential distribution: faults overlap now and then).
 	soakDefaultGap = 3 * time.Second
-	// soakDefaultConcurrency bounds the faults active at once.
+	// soakDefaultConcurrency bounds the faults active at once; a long run
+	// may raise it to soakMaxConcurrency (with more replicas, so that the
+	// faults have pods to hit).
 	soakDefaultConcurrency = 2
+	soakMaxConcurrency     = 16
+	// soakDefaultReplicas is the demo's replicas; a long run may set 2..7.
+	soakDefaultReplicas = 3
 )
 
 // soakModes are the chart values of each mode the soak runs.
@@ -88,6 +94,7 @@ type soakConfig struct {
 	duration time.Duration
 	gap      time.Duration
 	parallel int
+	replicas int
 	seed     uint64
 	modes    []string
 	report   string
@@ -98,7 +105,7 @@ type soakConfig struct {
 // test (never a silent default).
 func readSoakConfig(t *testing.T) soakConfig {
 	t.Helper()
-	c := soakConfig{duration: soakDefaultDuration, gap: soakDefaultGap, parallel: soakDefaultConcurrency, seed: uint64(time.Now().UnixNano()), report: os.Getenv(soakReportEnv), commit: os.Getenv(soakCommitEnv)}
+	c := soakConfig{duration: soakDefaultDuration, gap: soakDefaultGap, parallel: soakDefaultConcurrency, replicas: soakDefaultReplicas, seed: uint64(time.Now().UnixNano()), report: os.Getenv(soakReportEnv), commit: os.Getenv(soakCommitEnv)}
 	if v := os.Getenv(soakDurationEnv); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < time.Minute {
@@ -115,10 +122,17 @@ func readSoakConfig(t *testing.T) soakConfig {
 	}
 	if v := os.Getenv(soakParallelEnv); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 5 {
-			t.Fatalf("%s=%q: want 1..5", soakParallelEnv, v)
+		if err != nil || n < 1 || n > soakMaxConcurrency {
+			t.Fatalf("%s=%q: want 1..%d", soakParallelEnv, v, soakMaxConcurrency)
 		}
 		c.parallel = n
+	}
+	if v := os.Getenv(soakReplicasEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 || n > 7 {
+			t.Fatalf("%s=%q: want 2..7", soakReplicasEnv, v)
+		}
+		c.replicas = n
 	}
 	if v := os.Getenv(soakSeedEnv); v != "" {
 		s, err := strconv.ParseUint(v, 10, 64)
@@ -179,7 +193,7 @@ func TestSoak(t *testing.T) {
 	per := cfg.duration / time.Duration(len(cfg.modes))
 	var results []*soakRun
 	for _, mode := range cfg.modes {
-		r := &soakRun{mode: mode, gap: cfg.gap, parallel: cfg.parallel, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+		r := &soakRun{mode: mode, gap: cfg.gap, parallel: cfg.parallel, replicas: cfg.replicas, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
 		results = append(results, r)
 		t.Run(mode, func(t *testing.T) { r.run(t, per) })
 	}
@@ -197,6 +211,7 @@ type soakRun struct {
 	mode     string
 	gap      time.Duration
 	parallel int
+	replicas int
 	rng      *rand.Rand
 	d        *deployment
 
@@ -341,7 +356,7 @@ func (r *soakRun) pickFault() (string, bool) {
 
 func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	r.duration = duration
-	r.d = deployChart(t, append([]string{"demo.replicas=3",
+	r.d = deployChart(t, append([]string{"demo.replicas=" + strconv.Itoa(r.replicas),
 		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1"}, soakModes[r.mode]...)...)
 	if r.d.partitions > 0 {
 		r.waitPartitionsSettled(t)
@@ -1098,8 +1113,8 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		misses += len(r.misses)
 	}
 	fmt.Fprintf(&b, "# Soak report\n\n")
-	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v SEED=%d MODES=%s GAP=%v CONCURRENCY=%d`)\n", cfg.commit, cfg.seed, cfg.duration, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel)
-	fmt.Fprintf(&b, "- duration %v over %d modes; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; 3 replicas\n", cfg.duration, len(cfg.modes), cfg.gap, cfg.parallel, soakLease)
+	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d`)\n", cfg.commit, cfg.seed, cfg.duration, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas)
+	fmt.Fprintf(&b, "- duration %v over %d modes; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas\n", cfg.duration, len(cfg.modes), cfg.gap, cfg.parallel, soakLease, cfg.replicas)
 	fmt.Fprintf(&b, "- **%d faults injected, %d violations, %d recovery-bound misses**\n\n", total, violations, misses)
 	for _, r := range runs {
 		fmt.Fprintf(&b, "## %s (%v)\n\n", r.mode, r.duration)
