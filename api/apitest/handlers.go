@@ -44,6 +44,7 @@ func (s *Sidecar) release(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expire()
 	l := &s.leader
 	switch {
 	case !l.isLeader:
@@ -74,6 +75,7 @@ func (s *Sidecar) acquire(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.mu.Lock()
+		s.expire()
 		over, l := s.termOver(known), s.leader
 		s.mu.Unlock()
 		if !over {
@@ -96,6 +98,7 @@ func (s *Sidecar) acquire(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expire()
 	if s.leader.holder == "" {
 		s.leadLocked(s.leader.fencingToken+1, s.cfg.AcquireValidFor)
 	}

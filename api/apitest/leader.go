@@ -157,6 +157,7 @@ func (s *Sidecar) SetSuccessor(name string) {
 func (s *Sidecar) Leader() api.Leader {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expire()
 	return s.leaderJSON()
 }
 
@@ -188,6 +189,7 @@ func (s *Sidecar) leaderJSON() api.Leader {
 // answer is the state as an answer writes it: with validForMs while this
 // pod leads. Called with mu held.
 func (s *Sidecar) answer() api.Leader {
+	s.expire()
 	l := s.leaderJSON()
 	if l.IsLeader {
 		ms := max(s.leader.validUntil.Sub(s.now()), 0).Milliseconds()

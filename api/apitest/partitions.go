@@ -150,6 +150,7 @@ func (s *Sidecar) SetMembers(n int) {
 func (s *Sidecar) Partitions() api.Partitions {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expire()
 	return s.partitionsJSON()
 }
 
@@ -239,6 +240,7 @@ func (s *Sidecar) partitionAction(w http.ResponseWriter, r *http.Request) {
 // answers 404 or 409 if it does not: termChanged is the message of a
 // term refused. Called with mu held.
 func (s *Sidecar) ownedIn(w http.ResponseWriter, i int, token int64, notOwnedReason string, termChanged func(current int64) string) (*partitionState, bool) {
+	s.expire()
 	if i >= len(s.parts.list) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such partition: %d (the group has partitions 0..%d)", i, len(s.parts.list)-1))
 		return nil, false

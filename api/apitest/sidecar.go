@@ -209,7 +209,10 @@ func (s *Sidecar) scheduleExpiry(deadline time.Time) {
 }
 
 // expire ends the claims whose validUntil has passed (renew-deadline, at
-// validUntil). Called with mu held.
+// validUntil). The expiry timer calls it a moment after the earliest
+// validUntil; every answer and every check of a claim calls it first too,
+// so that, as from the sidecar, no answer shows a claim past its
+// validUntil, not even in that moment. Called with mu held.
 func (s *Sidecar) expire() {
 	now := s.now()
 	if s.leader.isLeader && !now.Before(s.leader.validUntil) {

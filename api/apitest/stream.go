@@ -57,6 +57,7 @@ type streamState struct {
 // ("" if it has been told), as the sidecar writes them. Called with mu
 // held.
 func (s *Sidecar) nextEvents(st *streamState) string {
+	s.expire()
 	event, rev, data := "leader", s.leader.revision, any(s.leaderJSON())
 	if s.cfg.Partitions > 0 {
 		event, rev, data = "partitions", s.parts.revision, s.partitionsJSON()

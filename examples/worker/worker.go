@@ -69,6 +69,9 @@ func Run(ctx context.Context, sidecar string, consume func(ctx context.Context, 
 				c.expire.Reset(left)
 				continue
 			}
+			if left <= 0 {
+				continue // a late answer: the claim ended before it came
+			}
 			pctx, stop := context.WithCancel(ctx)
 			running[o.owned] = &consumer{ctx: pctx, stop: stop, expire: time.AfterFunc(left, stop)}
 			go consume(pctx, o.Partition, o.FencingToken)
