@@ -113,6 +113,9 @@ func Run(ctx context.Context, c Config) error {
 			left := time.Until(o.ValidUntil.Time)
 			r := running[k]
 			if r == nil || r.ctx.Err() != nil {
+				if left <= 0 {
+					continue // a late answer: the claim ended before it came
+				}
 				pctx, stop := context.WithCancel(ctx)
 				expire := time.AfterFunc(left, func() {
 					if pctx.Err() == nil {
