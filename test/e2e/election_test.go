@@ -20,10 +20,12 @@ import (
 
 // TestFirstElection: three candidates, one leader, and every view of it
 // agrees: the API, text/plain, the compatibility answer, /readyz, metrics and
-// the Lease itself.
-func TestFirstElection(t *testing.T) {
+// the Lease itself; on both lease stores.
+func TestFirstElection(t *testing.T) { onEachStore(t, testFirstElection) }
+
+func testFirstElection(t *testing.T, store leaseStore) {
 	start := time.Now()
-	g := newGroup(t, 3, candidateOptions{})
+	g := newGroup(t, 3, store.on(candidateOptions{}))
 	leader := g.WaitLeader(giveUp)
 	t.Logf("MEASURED first election: %v from starting 3 candidates to one leader", time.Since(start).Round(time.Millisecond))
 
@@ -38,7 +40,7 @@ func TestFirstElection(t *testing.T) {
 		t.Errorf("leaseDurationSeconds = %d, want %d", ls.LeaseDurationSeconds, leaseDuration/time.Second)
 	}
 
-	lease, err := controlPlane.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{})
+	lease, err := store.client.CoordinationV1().Leases("default").Get(context.Background(), g.lease, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
