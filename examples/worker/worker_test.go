@@ -47,10 +47,13 @@ func TestWorkerFollowsOwnership(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- worker.Run(ctx, s.URL, consume) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	ended := false
+	defer func() { // also when a check ends the test early
+		if !ended {
+			cancel()
+			<-done
+		}
+	}()
 
 	expect := func(want ...consumerEvent) {
 		t.Helper()
@@ -108,10 +111,10 @@ func TestWorkerFollowsOwnership(t *testing.T) {
 	// The worker stops every consumer when it ends.
 	cancel()
 	expect(consumerEvent{false, 0, 8}, consumerEvent{false, 2, 7})
+	ended = true
 	if err := <-done; err != context.Canceled {
 		t.Errorf("Run returned %v, want context.Canceled", err)
 	}
-	done <- nil // for the cleanup
 }
 
 // TestWorkerStartsNothingPastValidUntil: an answer that arrives after the
