@@ -5,20 +5,28 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
 // dumpState logs what is needed to debug a failed test before the namespace
-// goes: the pods and their containers, the namespace's events, the Lease,
-// the EndpointSlices, and the last lines of every container's log.
+// goes: the pods (with their labels: label routing publishes the leader in
+// one) and their containers, the namespace's events, the Lease, the
+// Service's EndpointSlices endpoint by endpoint, the last lines of every
+// container's log, and the last lines of kube-controller-manager's log (it
+// writes the EndpointSlices: a soak once saw the leader labelled and no
+// ready endpoint for over a minute after two API server restarts, and its
+// log was gone with the node).
 func dumpState(t *testing.T, d *deployment) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -30,13 +38,26 @@ func dumpState(t *testing.T, d *deployment) {
 	}
 	for i := range pods {
 		p := &pods[i]
-		fmt.Fprintf(&b, "pod %s: phase %s ready %v ip %s deleting %v\n", p.Name, p.Status.Phase, podReady(p), p.Status.PodIP, p.DeletionTimestamp != nil)
+		fmt.Fprintf(&b, "pod %s: phase %s ready %v ip %s deleting %v labels %v\n", p.Name, p.Status.Phase, podReady(p), p.Status.PodIP, p.DeletionTimestamp != nil, p.Labels)
 		for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 			fmt.Fprintf(&b, "  container %s: ready %v restarts %d state %s\n", cs.Name, cs.Ready, cs.RestartCount, containerState(cs.State))
 		}
 	}
 	if s, err := d.state(ctx); err == nil {
 		fmt.Fprintf(&b, "lease holder %q, ready endpoints %v\n", s.holder, s.readyEndpoints)
+	}
+	if list, err := d.client.DiscoveryV1().EndpointSlices(d.namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + d.service}); err == nil {
+		for _, sl := range list.Items {
+			fmt.Fprintf(&b, "EndpointSlice %s (resourceVersion %s, managed by %s):", sl.Name, sl.ResourceVersion, sl.Labels[discoveryv1.LabelManagedBy])
+			for _, e := range sl.Endpoints {
+				name := "?"
+				if e.TargetRef != nil {
+					name = e.TargetRef.Name
+				}
+				fmt.Fprintf(&b, " %s %v ready=%v;", name, e.Addresses, ptr.Deref(e.Conditions.Ready, false))
+			}
+			b.WriteString("\n")
+		}
 	}
 	if events, err := d.client.CoreV1().Events(d.namespace).List(ctx, metav1.ListOptions{}); err == nil {
 		sort.Slice(events.Items, func(i, j int) bool { return eventTime(&events.Items[i]).Before(eventTime(&events.Items[j])) })
@@ -49,6 +70,7 @@ func dumpState(t *testing.T, d *deployment) {
 			fmt.Fprintf(&b, "---- last lines of %s/%s ----\n%s\n", pods[i].Name, c, d.logs(ctx, pods[i].Name, c, 30))
 		}
 	}
+	fmt.Fprintf(&b, "---- last lines of kube-controller-manager ----\n%s\n", lastLines(theNode.LogPath("kube-controller-manager"), 40))
 	t.Log(b.String())
 }
 
@@ -82,4 +104,14 @@ func eventTime(e *corev1.Event) time.Time {
 		return e.LastTimestamp.Time
 	}
 	return e.CreationTimestamp.Time
+}
+
+// lastLines returns the last n lines of the file at path, or why it cannot.
+func lastLines(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
