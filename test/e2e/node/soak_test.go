@@ -1124,7 +1124,12 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		for _, f := range r.faults {
 			byKind[f.kind] = append(byKind[f.kind], f)
 		}
+		reported := map[string]bool{}
 		for _, sf := range soakFaults {
+			if reported[sf.kind] {
+				continue // a kind with a mode's extra weight has two entries
+			}
+			reported[sf.kind] = true
 			fs := byKind[sf.kind]
 			var ok, failed int
 			var takeovers, recoveries []time.Duration
