@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,12 +164,15 @@ func TestFileStoreObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(leaseDuration + 2*retryPeriod + fileStoreSlack)
-	after, err := os.ReadFile(path)
+	// Polled through the window: a write fails the test when it happens.
+	err = holdsFor(leaseDuration+2*retryPeriod+fileStoreSlack, 20*time.Millisecond, func() error {
+		now, err := os.ReadFile(path)
+		if err == nil && string(now) != string(before) {
+			err = fmt.Errorf("the lease file changed while its only candidate was frozen past its lease (the observer wrote it):\nbefore %s\nafter  %s", before, now)
+		}
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if string(after) != string(before) {
-		t.Errorf("the lease file changed while its only candidate was frozen past its lease (the observer wrote it):\nbefore %s\nafter  %s", before, after)
+		t.Error(err)
 	}
 }

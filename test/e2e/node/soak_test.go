@@ -310,7 +310,20 @@ var soakFaults = []struct {
 	{"slow-answers", 2, false, ""},
 	{"watch-cut", 2, false, ""},
 	{"app-unhealthy", 4, false, "health"},
-	{"rollout-restart", 8, false, "rollout"},
+}
+
+// soakModeWeights raise a fault's weight in one mode: the rollout mode
+// makes rolling restarts nine times as frequent as elsewhere.
+var soakModeWeights = map[string]map[string]int{
+	"rollout": {"rollout-restart": 9},
+}
+
+// weight is fault kind's weight in this run's mode.
+func (r *soakRun) weight(kind string, base int) int {
+	if w, ok := soakModeWeights[r.mode][kind]; ok {
+		return w
+	}
+	return base
 }
 
 // proxyProfiles are the network faults the fault proxy makes, by kind.
@@ -338,7 +351,7 @@ func (r *soakRun) pickFault() (string, bool) {
 	total := 0
 	for _, f := range soakFaults {
 		if f.mode == "" || f.mode == r.mode {
-			total += f.weight
+			total += r.weight(f.kind, f.weight)
 		}
 	}
 	n := r.rng.IntN(total)
@@ -346,10 +359,10 @@ func (r *soakRun) pickFault() (string, bool) {
 		if f.mode != "" && f.mode != r.mode {
 			continue
 		}
-		if n < f.weight {
+		if w := r.weight(f.kind, f.weight); n < w {
 			return f.kind, f.cp
 		}
-		n -= f.weight
+		n -= r.weight(f.kind, f.weight)
 	}
 	panic("unreachable")
 }
@@ -1124,12 +1137,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		for _, f := range r.faults {
 			byKind[f.kind] = append(byKind[f.kind], f)
 		}
-		reported := map[string]bool{}
 		for _, sf := range soakFaults {
-			if reported[sf.kind] {
-				continue // a kind with a mode's extra weight has two entries
-			}
-			reported[sf.kind] = true
 			fs := byKind[sf.kind]
 			var ok, failed int
 			var takeovers, recoveries []time.Duration
