@@ -163,6 +163,9 @@ type Partitions struct {
 	Identity string `json:"identity"`
 	// Partitions is this pod's N (--partitions).
 	Partitions int `json:"partitions"`
+	// LeaseDurationSeconds is the partition Leases' duration: no claim
+	// runs longer ahead than it.
+	LeaseDurationSeconds int32 `json:"leaseDurationSeconds"`
 	// EffectivePartitions is the N the group works with: the smallest N
 	// among the live members, at most Partitions. It differs from
 	// Partitions only while a rolling update changes N; partitions at or
@@ -190,6 +193,14 @@ type OwnedPartition struct {
 	FencingToken int64 `json:"fencingToken"`
 	Since        Time  `json:"since"`
 	ValidUntil   Time  `json:"validUntil"`
+	// RenewTime is the partition Lease's renewTime, as this pod last
+	// renewed it (ValidUntil − RenewTime is the sidecar's renew deadline).
+	RenewTime Time `json:"renewTime,omitzero"`
+	// ValidForMs is Leader.ValidForMs for this partition's claim: how many
+	// milliseconds of it were left when the sidecar wrote the answer, on
+	// its monotonic clock. Only in answers of GET /partitions, not in
+	// events and change notifications.
+	ValidForMs *int64 `json:"validForMs,omitempty"`
 	// Draining is true while the sidecar wants to hand the partition over
 	// (this pod owns more than its fair share): finish, checkpoint and POST
 	// /partitions/<i>/release before DrainDeadline, when the sidecar

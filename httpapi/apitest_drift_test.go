@@ -282,9 +282,9 @@ func (d *driftPartitions) CheckpointTerm(_ context.Context, i int, token int64, 
 
 func TestApitestSpeaksThePartitionsAPI(t *testing.T) {
 	f := newFakePartitions()
-	f.state = ownership.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", Partitions: 4, EffectivePartitions: 4, Members: 1, Member: true, FairShareMin: 4, FairShareMax: 4, Revision: 1}
+	f.state = ownership.State{Namespace: "default", Name: "my-app", Identity: "my-app-0", Partitions: 4, LeaseDuration: 15 * time.Second, EffectivePartitions: 4, Members: 1, Member: true, FairShareMin: 4, FairShareMax: 4, Revision: 1}
 	d := &driftPartitions{fakePartitions: f}
-	h := NewPartitionsAPIHandler(d, APIOptions{})
+	h := NewPartitionsAPIHandler(d, APIOptions{Clock: clocktesting.NewFakePassiveClock(driftNow)})
 	s := apitest.New(t, apitest.Config{Partitions: 4, Now: func() time.Time { return driftNow }})
 	real, fake := streams(t, h, s)
 	compareEvents(t, "at start", real, fake, 1)
@@ -297,10 +297,10 @@ func TestApitestSpeaksThePartitionsAPI(t *testing.T) {
 		real func(*ownership.State)
 	}{
 		{"own 1", func() { s.Own(1, 3, 10*time.Second) }, func(p *ownership.State) {
-			p.Owned = []ownership.Owned{{Partition: 1, FencingToken: 3, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second), Checkpoint: earlier}}
+			p.Owned = []ownership.Owned{{Partition: 1, FencingToken: 3, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second), RenewTime: driftNow, Deadline: driftNow.Add(10 * time.Second), Checkpoint: earlier}}
 		}},
 		{"own 3", func() { s.Own(3, 12, 10*time.Second) }, func(p *ownership.State) {
-			p.Owned = append(p.Owned, ownership.Owned{Partition: 3, FencingToken: 12, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second)})
+			p.Owned = append(p.Owned, ownership.Owned{Partition: 3, FencingToken: 12, Since: driftNow, ValidUntil: driftNow.Add(10 * time.Second), RenewTime: driftNow, Deadline: driftNow.Add(10 * time.Second)})
 		}},
 		{"drain 3", func() { s.Drain(3, 5*time.Second) }, func(p *ownership.State) {
 			p.Owned = append([]ownership.Owned(nil), p.Owned...)

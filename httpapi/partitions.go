@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/leadership"
@@ -48,7 +49,7 @@ type Partitions interface {
 func partitionsJSON(s ownership.State) api.Partitions {
 	owned := make([]api.OwnedPartition, 0, len(s.Owned))
 	for _, o := range s.Owned {
-		p := api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil},
+		p := api.OwnedPartition{Partition: o.Partition, FencingToken: o.FencingToken, Since: api.Time{Time: o.Since}, ValidUntil: api.Time{Time: o.ValidUntil}, RenewTime: api.Time{Time: o.RenewTime},
 			Draining: o.Draining, DrainDeadline: api.Time{Time: o.DrainDeadline}}
 		if o.Checkpoint != nil {
 			c := checkpointJSON(*o.Checkpoint)
@@ -57,16 +58,29 @@ func partitionsJSON(s ownership.State) api.Partitions {
 		owned = append(owned, p)
 	}
 	return api.Partitions{
-		Lease:               api.Lease{Namespace: s.Namespace, Name: s.Name},
-		Identity:            s.Identity,
-		Partitions:          s.Partitions,
-		EffectivePartitions: s.EffectivePartitions,
-		Members:             s.Members,
-		Member:              s.Member,
-		FairShare:           api.FairShare{Min: s.FairShareMin, Max: s.FairShareMax},
-		Owned:               owned,
-		Revision:            s.Revision,
+		Lease:                api.Lease{Namespace: s.Namespace, Name: s.Name},
+		Identity:             s.Identity,
+		Partitions:           s.Partitions,
+		LeaseDurationSeconds: int32(s.LeaseDuration / time.Second),
+		EffectivePartitions:  s.EffectivePartitions,
+		Members:              s.Members,
+		Member:               s.Member,
+		FairShare:            api.FairShare{Min: s.FairShareMin, Max: s.FairShareMax},
+		Owned:                owned,
+		Revision:             s.Revision,
 	}
+}
+
+// partitionsAnswer is s as an answer writes it (GET /partitions, POST
+// /partitions/<i>/release): each owned partition with validForMs measured
+// at now, when the answer is written, against its monotonic Deadline.
+func partitionsAnswer(s ownership.State, now time.Time) api.Partitions {
+	p := partitionsJSON(s)
+	for k, o := range s.Owned {
+		ms := max(o.Deadline.Sub(now), 0).Milliseconds()
+		p.Owned[k].ValidForMs = &ms
+	}
+	return p
 }
 
 // PartitionsBody is the JSON body of GET /partitions at s, with the trailing
@@ -91,7 +105,10 @@ func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = defaultKeepAlive
 	}
-	a := &partitionsAPI{p: p, keepAlive: opts.KeepAlive}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	a := &partitionsAPI{p: p, keepAlive: opts.KeepAlive, clock: opts.Clock}
 	notLeaderMode := func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, r.URL.Path+" is not served in partition mode (--partitions); use GET /partitions")
 	}
@@ -108,6 +125,8 @@ func NewPartitionsAPIHandler(p Partitions, opts APIOptions) http.Handler {
 type partitionsAPI struct {
 	p         Partitions
 	keepAlive time.Duration
+	// clock is what validForMs is measured on (APIOptions.Clock).
+	clock clock.PassiveClock
 	// chunks are the SSE events of the last change, shared by the streams.
 	chunks eventChunks
 }
@@ -132,7 +151,7 @@ func (a *partitionsAPI) partitions(w http.ResponseWriter, r *http.Request) {
 	if q.wait > 0 {
 		state = waitFor(w, r, q, a.source())
 	}
-	writeJSON(w, http.StatusOK, partitionsJSON(state))
+	writeJSON(w, http.StatusOK, partitionsAnswer(state, a.clock.Now()))
 }
 
 func (a *partitionsAPI) events(w http.ResponseWriter, r *http.Request) {
@@ -196,7 +215,7 @@ func (a *partitionsAPI) release(w http.ResponseWriter, r *http.Request, i int, t
 		// failed, so another member takes it when it expires.
 		writeError(w, http.StatusBadGateway, fmt.Sprintf("stopped owning partition %d, but could not clear its Lease (it expires on its own): %v", i, err))
 	default:
-		writeJSON(w, http.StatusOK, partitionsJSON(state))
+		writeJSON(w, http.StatusOK, partitionsAnswer(state, a.clock.Now()))
 	}
 }
 

@@ -37,7 +37,7 @@ func newFakePartitions() *fakePartitions {
 	return &fakePartitions{
 		changed: make(chan struct{}),
 		state: ownership.State{
-			Namespace: "default", Name: "work", Identity: "pod-a", Partitions: 4, EffectivePartitions: 4, Members: 2, Member: true,
+			Namespace: "default", Name: "work", Identity: "pod-a", Partitions: 4, LeaseDuration: 15 * time.Second, EffectivePartitions: 4, Members: 2, Member: true,
 			FairShareMin: 2, FairShareMax: 2, Revision: 7,
 			Owned: []ownership.Owned{
 				{Partition: 1, FencingToken: 3, Since: valid.Add(-time.Minute), ValidUntil: valid},
@@ -114,7 +114,7 @@ func TestPartitionsAPI(t *testing.T) {
 		wantBody           string
 	}{
 		{"state", http.MethodGet, "/partitions", http.StatusOK,
-			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"effectivePartitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","draining":false},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","draining":true,"drainDeadline":"2026-11-29T08:00:05.000000Z"}],"revision":7}`},
+			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"leaseDurationSeconds":15,"effectivePartitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":false},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":true,"drainDeadline":"2026-11-29T08:00:05.000000Z"}],"revision":7}`},
 		{"release", http.MethodPost, "/partitions/1/release", http.StatusOK, `"owned":[{"partition":3,`},
 		{"out of range", http.MethodPost, "/partitions/4/release", http.StatusNotFound, `{"error":"no such partition: 4`},
 		{"not owned", http.MethodPost, "/partitions/2/release", http.StatusConflict, `{"error":"this pod does not own the partition: 2"}`},
@@ -270,7 +270,7 @@ func TestPartitionsCheckpointLimits(t *testing.T) {
 	})
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/partitions", nil))
-	if want := `"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","draining":false,"checkpoint":{"value":"offset=7","holder":"pod-b","fencingToken":2,"time":"2026-11-29T07:00:00.000000Z"}},{"partition":3,"fencingToken":12,`; !strings.Contains(rec.Body.String(), want) {
+	if want := `"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":false,"checkpoint":{"value":"offset=7","holder":"pod-b","fencingToken":2,"time":"2026-11-29T07:00:00.000000Z"}},{"partition":3,"fencingToken":12,`; !strings.Contains(rec.Body.String(), want) {
 		t.Errorf("GET /partitions: %s, want %s", rec.Body, want)
 	}
 }

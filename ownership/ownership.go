@@ -20,6 +20,9 @@ type State struct {
 	Identity string
 	// Partitions is N, this pod's --partitions.
 	Partitions int
+	// LeaseDuration is the partition Leases' duration (--lease-duration):
+	// no claim runs longer ahead than it.
+	LeaseDuration time.Duration
 	// EffectivePartitions is the N the group works with (partition.EffectiveN): the
 	// smallest N of the live members, at most Partitions. It differs from
 	// Partitions only while the members disagree on N (a rolling update
@@ -52,6 +55,15 @@ type Owned struct {
 	// Since is when this pod's claim began; ValidUntil is when it ends
 	// unless renewed.
 	Since, ValidUntil time.Time
+	// RenewTime is the partition Lease's spec.renewTime as this pod last
+	// wrote it: its last renewal's start (ValidUntil − RenewTime is the
+	// renew deadline).
+	RenewTime time.Time
+	// Deadline is ValidUntil with the monotonic clock reading the claim is
+	// measured on (leadership.State.Deadline): what is left of the claim,
+	// measured from it, does not move with a step of the wall clock. It
+	// does not survive serialisation.
+	Deadline time.Time
 	// Draining: this pod is to hand the partition over (it owns more than
 	// its fair share); the app should finish, checkpoint and release it
 	// before DrainDeadline, when the pod releases it anyway. It stays owned,

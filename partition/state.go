@@ -31,6 +31,7 @@ func (m *Member) stateLocked(v view) ownership.State {
 		Name:                m.cfg.Name,
 		Identity:            m.cfg.Identity,
 		Partitions:          len(m.partitions),
+		LeaseDuration:       m.cfg.LeaseDuration,
 		EffectivePartitions: v.effective,
 		Members:             len(v.members),
 		Member:              v.member,
@@ -40,7 +41,7 @@ func (m *Member) stateLocked(v view) ownership.State {
 	}
 	for _, i := range v.mine {
 		st := v.states[i]
-		o := ownership.Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil, Checkpoint: m.checkpoint(i)}
+		o := ownership.Owned{Partition: i, FencingToken: st.FencingToken, Since: st.LeaderSince, ValidUntil: st.ValidUntil, RenewTime: st.RenewTime, Deadline: st.Deadline, Checkpoint: m.checkpoint(i)}
 		if m.draining[i] {
 			o.Draining, o.DrainDeadline = true, m.drainDeadline
 		}

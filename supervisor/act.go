@@ -54,7 +54,11 @@ func (s *supervisor) act(ctx context.Context, a action) (done bool, code int) {
 	case forward:
 		_ = s.child.cmd.Process.Signal(a.sig)
 	case release:
-		s.release(ctx)
+		if s.cfg.Partition != nil {
+			s.releasePartition(ctx)
+		} else {
+			s.release(ctx)
+		}
 	case abort:
 		s.abort()
 	case exit:
@@ -72,11 +76,21 @@ func (s *supervisor) fireHook(leading bool, term Term) {
 	if command == "" {
 		return
 	}
-	s.hooks.fire(hookRun{name: name, command: command, env: childEnv(term)})
+	s.hooks.fire(hookRun{name: name, command: command, env: s.childEnv(term)})
 }
 
-// childEnv is what the child and the hooks get about the term.
-func childEnv(term Term) []string {
+// childEnv is what the child and the hooks get about the term; in
+// partition mode, also the partition and the group's N.
+func (s *supervisor) childEnv(term Term) []string {
+	env := termEnv(term)
+	if pt := s.cfg.Partition; pt != nil {
+		env = append(env, EnvPartition+"="+strconv.Itoa(pt.Partition), EnvPartitions+"="+strconv.Itoa(term.Partitions))
+	}
+	return env
+}
+
+// termEnv is what the child and the hooks get about the term.
+func termEnv(term Term) []string {
 	l := term.Leader
 	env := []string{
 		EnvFencingToken + "=" + strconv.FormatInt(term.Token, 10),
@@ -100,7 +114,7 @@ func (s *supervisor) start(term Term, now Mono) (code int, ok bool) {
 	}
 	cmd := exec.Command(s.cfg.Command[0], s.cfg.Command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), childEnv(term)...)
+	cmd.Env = append(os.Environ(), s.childEnv(term)...)
 	// Pdeathsig: if the supervisor dies the child is killed at once (the
 	// watchdog would kill it too, when it sees its stdin close).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: wd.cmd.Process.Pid, Pdeathsig: syscall.SIGKILL}

@@ -99,9 +99,9 @@ func TestObserveTakesTheArrivalAtTheFirstByte(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(api.Leader{IsLeader: true, FencingToken: 1, Revision: 1})
 	}))
 	t.Cleanup(srv.Close)
-	s := &supervisor{cfg: Config{Clock: clock}}
 	c := api.NewClient(srv.URL, &http.Client{Timeout: 10 * time.Second})
-	o := s.observe(context.Background(), c.Leader)
+	s := &supervisor{cfg: Config{Clock: clock, API: c}}
+	o := s.observe(context.Background(), s.ask)
 	if o.Err != nil {
 		t.Fatal(o.Err)
 	}

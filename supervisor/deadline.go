@@ -43,6 +43,12 @@ type Observation struct {
 	RecvMono Mono
 	Leader   api.Leader
 	Err      error
+	// Partition mode only (Config.Partition): the partition's claim is
+	// draining, to be handed over by DrainDeadline; Partitions is the
+	// group's N.
+	Draining      bool
+	DrainDeadline time.Time
+	Partitions    int
 }
 
 // wallStepTolerance is how far the wall clock may run from the monotonic
@@ -122,6 +128,17 @@ func wallDeadline(o Observation) Mono {
 	return o.SentMono + Mono(o.Leader.ValidUntil.Sub(o.SentWall.Round(0)))
 }
 
+// drainBy is the answer's DrainDeadline on CLOCK_MONOTONIC, taken as an
+// offset from the request's send on the wall clock (the sidecar runs on
+// the same machine). It bounds how long a drained child may take, not the
+// claim: the claim's Deadline does that, whatever the wall clock does.
+func drainBy(o Observation) Mono {
+	if o.DrainDeadline.IsZero() {
+		return o.SentMono
+	}
+	return max(o.SentMono+Mono(o.DrainDeadline.Sub(o.SentWall.Round(0))), o.SentMono)
+}
+
 // RenewDeadline is the sidecar's --renew-deadline as an answer shows it:
 // validUntil is the last renewal's start + the renew deadline, and the
 // Lease's renewTime (written by this pod's sidecar, which holds it) is
@@ -146,6 +163,12 @@ type Term struct {
 	Deadline Mono
 	// Leader is the latest answer taken.
 	Leader api.Leader
+	// Partition mode only: Draining, the claim is to be handed over, its
+	// child stopped by DrainBy (on CLOCK_MONOTONIC, never after Deadline);
+	// Partitions is the group's N as last answered.
+	Draining   bool
+	DrainBy    Mono
+	Partitions int
 }
 
 // Observe takes one answer. A failed request teaches nothing (it extends
@@ -163,17 +186,26 @@ func (t *Term) Observe(o Observation) bool {
 		return false
 	}
 	wasLeading, wasToken := t.Leading, t.Token
-	t.known, t.Revision, t.Leader = true, l.Revision, l
+	t.known, t.Revision, t.Leader, t.Partitions = true, l.Revision, l, o.Partitions
 	if !l.IsLeader {
-		t.Leading = false
+		t.Leading, t.Draining = false, false
 		return wasLeading
 	}
 	d := Deadline(o)
-	if wasLeading && wasToken == l.FencingToken && t.Deadline > d {
+	sameTerm := wasLeading && wasToken == l.FencingToken
+	if sameTerm && t.Deadline > d {
 		d = t.Deadline
 	}
+	if !sameTerm {
+		t.Draining = false
+	}
+	// A drain, once begun, is not taken back within the term: its child
+	// has been told to stop.
+	if o.Draining && !t.Draining {
+		t.Draining, t.DrainBy = true, min(drainBy(o), d)
+	}
 	t.Leading, t.Token, t.Deadline = true, l.FencingToken, d
-	return !wasLeading || wasToken != l.FencingToken
+	return !sameTerm
 }
 
 // Valid reports whether the claim still holds at now.

@@ -20,6 +20,8 @@ type rules struct {
 	startDelay     time.Duration
 	onExit         string
 	restartBackoff time.Duration
+	// partition: partition mode's term-bound supervisor (partition.go).
+	partition bool
 }
 
 func rulesOf(cfg Config) rules {
@@ -29,6 +31,7 @@ func rulesOf(cfg Config) rules {
 		startDelay:     cfg.StartDelay,
 		onExit:         cfg.OnExit,
 		restartBackoff: cfg.RestartBackoff,
+		partition:      cfg.Partition != nil,
 	}
 }
 
@@ -132,7 +135,8 @@ type (
 	reapOrphaned struct{}
 	// forward sends sig to the child.
 	forward struct{ sig os.Signal }
-	// release asks the sidecar to release the leadership.
+	// release asks the sidecar to release the leadership (in partition
+	// mode: the partition, in the supervisor's term).
 	release struct{}
 	// abort kills the child at once and waits for it.
 	abort struct{}
@@ -216,6 +220,17 @@ func (r rules) onChildExited(s *state, ev childExited, now Mono) (acts []action,
 		acts = append(acts, info("The watchdog killed the child at the end of the claim: the supervisor was paused"))
 		stopped = true
 	}
+	if r.partition && (stopped || s.shutdown || r.onExit != OnExitRestart) {
+		// The term's work is over (stopped: drained, lost, run out; or
+		// the child gave up): hand the partition back now that the
+		// child is gone, which acknowledges a drain, and end. A stop
+		// was the supervisor's, so it ends as a success.
+		code := ev.code
+		if stopped && !s.shutdown {
+			code = 0
+		}
+		return append(acts, release{}, exit{code}), true
+	}
 	switch {
 	case s.shutdown:
 		return append(acts, exit{ev.code}), true
@@ -266,12 +281,22 @@ func (r rules) apply(s *state, now Mono) []action {
 	// Hooks follow the claim as the supervisor knows it: it begins with a
 	// term, and ends when the sidecar says so or when it runs out
 	// unrenewed.
-	if valid := s.term.Valid(now) && !s.shutdown; valid != s.hookLeading {
+	// (Partition mode has no hooks: Validate refuses them.)
+	if valid := s.term.Valid(now) && !s.shutdown; valid != s.hookLeading && !r.partition {
 		s.hookLeading = valid
 		acts = append(acts, fireHook{leading: valid, term: s.term})
 	}
 	if s.child == nil && s.shutdown {
 		return append(acts, exit{0})
+	}
+	if r.partition && s.child == nil && s.term.known && (!s.term.Valid(now) || s.term.Draining) {
+		// The term ended, or began draining, before a child ran (or
+		// between restarts): nothing is left to supervise. A drain is
+		// acknowledged at once.
+		if s.term.Valid(now) {
+			acts = append(acts, release{})
+		}
+		return append(acts, info("The partition's term is over; nothing to supervise"), exit{0})
 	}
 	if r.hasCommand && s.child == nil && s.term.Valid(now) && now >= s.restartAt {
 		start, refuse := r.startOnClaim(s, now)
@@ -326,10 +351,15 @@ func (r rules) bound(s *state, now Mono) []action {
 			reason = "this pod stopped leading"
 		case s.term.Token != c.token:
 			reason = "a new term began"
+		case s.term.Draining:
+			// The child has until the drain's deadline, when the
+			// sidecar releases the partition anyway.
+			reason = "the partition is draining"
+			acts = append(acts, stopBy(c, syscall.SIGTERM, now, max(s.term.DrainBy-Mono(killAhead), now), reason)...)
 		case now >= c.killAt-Mono(r.stopGrace):
 			reason = "the claim ends within --stop-grace and was not renewed"
 		}
-		if reason != "" {
+		if reason != "" && !c.stopping {
 			acts = append(acts, r.stop(c, syscall.SIGTERM, now, reason)...)
 		}
 	}
@@ -344,8 +374,14 @@ func (r rules) bound(s *state, now Mono) []action {
 // stop sends sig to the child and gives it --stop-grace, never beyond the
 // claim.
 func (r rules) stop(c *childState, sig syscall.Signal, now Mono, reason string) []action {
+	return stopBy(c, sig, now, now+Mono(r.stopGrace), reason)
+}
+
+// stopBy sends sig to the child and SIGKILLs it at by, never beyond the
+// claim.
+func stopBy(c *childState, sig syscall.Signal, now, by Mono, reason string) []action {
 	c.stopping = true
-	c.killAt = min(c.killAt, now+Mono(r.stopGrace))
+	c.killAt = min(c.killAt, by)
 	// The watchdog holds the earlier deadline before the signal goes.
 	return append(arm(c), stopChild{sig: sig, reason: reason, killIn: time.Duration(c.killAt - now)})
 }

@@ -291,3 +291,67 @@ func TestDecideIsPure(t *testing.T) {
 		t.Errorf("the returned state's child %+v: want a stopping copy", *next.child)
 	}
 }
+
+// drained is claim with the partition draining, to be handed over drainIn
+// after at.
+func drained(token int64, rev uint64, at, validFor, drainIn time.Duration) observed {
+	o := claim(token, rev, at, validFor)
+	o.o.Draining, o.o.DrainDeadline = true, wall0.Add(at+drainIn)
+	return o
+}
+
+// TestDecidePartition: the rules of one partition term's supervisor (run
+// --partitions).
+func TestDecidePartition(t *testing.T) {
+	r := defaultRules
+	r.partition, r.startDelay = true, 0
+	restart := r
+	restart.onExit = OnExitRestart
+	for _, tc := range []struct {
+		name  string
+		rules rules
+		steps []step
+	}{
+		{"a drain: SIGTERM at once, SIGKILL 100ms before its deadline; the exit releases the partition and ends", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 1000 * ms, ev: drained(5, 2, 1000*ms, 10*time.Second, 5*time.Second), want: []string{"arm 5.9s", "SIGTERM, SIGKILL in 4.9s: the partition is draining"}, wake: 5900 * ms},
+			{at: 1500 * ms, ev: exited(0), want: []string{"kill remains", "release", "exit 0"}},
+		}},
+		{"a drain's SIGKILL never comes after the claim's", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 3*time.Second), want: []string{"start token 5"}},
+			{at: 500 * ms, ev: drained(5, 2, 500*ms, 2500*ms, 10*time.Second), want: []string{"SIGTERM, SIGKILL in 2.4s: the partition is draining"}, wake: 2900 * ms},
+			{at: 2900 * ms, ev: wake{}, want: []string{"SIGKILL"}},
+			{at: 2950 * ms, ev: exited(137), want: []string{"kill remains", "release", "exit 0"}},
+		}},
+		{"the term ends (taken, or run out): the child stops; its exit ends the supervisor, the release is refused harmlessly", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 1000 * ms, ev: follower(2, 1000*ms), want: []string{"arm 3s", "SIGTERM, SIGKILL in 2s: this pod stopped leading"}},
+			{at: 1200 * ms, ev: exited(0), want: []string{"kill remains", "release", "exit 0"}},
+		}},
+		{"the child's own exit (release): the partition goes back, the child's code", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 700 * ms, ev: exited(3), want: []string{"kill remains", "release", "exit 3"}},
+		}},
+		{"the child's own exit (restart): it starts again within the term", restart, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 700 * ms, ev: exited(3), want: []string{"kill remains"}, wake: 1700 * ms},
+			{at: 1700 * ms, ev: wake{}, want: []string{"start token 5"}},
+		}},
+		{"a drain during the restart's back-off: released at once, nothing started", restart, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 700 * ms, ev: exited(3), want: []string{"kill remains"}, wake: 1700 * ms},
+			{at: 1000 * ms, ev: drained(5, 2, 1000*ms, 10*time.Second, 5*time.Second), want: []string{"release", "exit 0"}},
+		}},
+		{"the term is over before a child ran: nothing to supervise", r, []step{
+			{at: 0, ev: wake{}, want: nil, wake: never},
+			{at: 10 * ms, ev: follower(1, 10*ms), want: []string{"exit 0"}},
+		}},
+		{"SIGTERM: the child stops within --stop-grace, the partition is released, the child's code", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 1000 * ms, ev: signaled{syscall.SIGTERM}, want: []string{"arm 3s", "SIGTERM, SIGKILL in 2s: the supervisor is stopping"}},
+			{at: 1100 * ms, ev: exited(143), want: []string{"kill remains", "release", "exit 143"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { play(t, tc.rules, tc.steps) })
+	}
+}

@@ -28,6 +28,8 @@ const usage = `Usage: leader-elector run [flags] -- CMD [ARGS...]
 Runs CMD only while this pod leads, as told by the sidecar's application API,
 and kills it no later than the moment the claim ends (docs/supervisor.md);
 --on-start-leading / --on-stop-leading run a command on each transition.
+With --partitions, runs CMD once per partition this pod owns, each within
+its partition's claim (docs/supervisor.md#partition-mode).
 Exit codes: the child's; 1 the supervisor failed; 2 bad flags, or
 --stop-grace does not fit in the claim; 126 CMD cannot be executed; 127 CMD
 not found.
@@ -78,8 +80,38 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	signals := make(chan os.Signal, 8)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(signals)
+	if o.Partitions && o.PartitionTerm == nil {
+		return RunPartitions(klog.NewContext(context.Background(), logger), o.partitionsConfig(self, args, signals, stderr))
+	}
 	cfg := o.config(self, signals, stderr)
+	if pt := o.PartitionTerm; pt != nil {
+		cfg.Partition = pt
+		logger = logger.WithValues("partition", pt.Partition, "fencingToken", pt.Token)
+	}
 	return Run(klog.NewContext(context.Background(), logger), cfg)
+}
+
+// partitionsConfig is the dispatcher's config: each partition term's
+// supervisor is this binary with args (the flags, "--", the command) and
+// --partition-term.
+func (o *Options) partitionsConfig(self string, args []string, signals <-chan os.Signal, stderr io.Writer) PartitionsConfig {
+	base, _ := baseURL(o.URL, o.lookupEnv) // checked by Validate
+	return PartitionsConfig{
+		LongPoll: api.NewClient(base, &http.Client{Timeout: longPollWait + 5*time.Second}),
+		Supervise: func(pt PartitionTerm) *exec.Cmd {
+			cmd := exec.Command(self, append([]string{"run", "--partition-term=" + pt.String()}, args...)...)
+			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+			// If the dispatcher dies its supervisors die at once, and with
+			// them their children (their own Pdeathsig, and their
+			// watchdogs).
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			return cmd
+		},
+		PollInterval:   o.PollInterval,
+		RestartBackoff: o.RestartBackoff,
+		Signals:        signals,
+		Stderr:         stderr,
+	}
 }
 
 // config is the supervisor's Config for valid options.

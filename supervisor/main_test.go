@@ -36,6 +36,11 @@ func TestMainRefusesBadInput(t *testing.T) {
 		{"unknown on-exit", []string{"--on-exit=panic", "--", "true"}, nil, 2, `--on-exit "panic" is unknown`},
 		{"bad url", []string{"--url=localhost:4040", "--", "true"}, nil, 2, "want http://host:port"},
 		{"bad url env", []string{"--", "true"}, map[string]string{"LEADER_ELECTOR_URL": "http://x/y"}, 2, "$LEADER_ELECTOR_URL"},
+		{"partitions without a command", []string{"--partitions", "--on-start-leading=true"}, nil, 2, "--partitions runs the command after -- once per owned partition: want a command"},
+		{"partitions with a hook", []string{"--partitions", "--on-stop-leading=true", "--", "true"}, nil, 2, "--on-start-leading and --on-stop-leading follow one leadership; they cannot be combined with --partitions"},
+		{"partitions with on-exit=exit", []string{"--partitions", "--on-exit=exit", "--", "true"}, nil, 2, "--on-exit=exit cannot be combined with --partitions"},
+		{"partition-term alone", []string{"--partition-term=1@2", "--", "true"}, nil, 2, "--partition-term is internal to --partitions"},
+		{"partition-term malformed", []string{"--partitions", "--partition-term=1", "--", "true"}, nil, 2, `want P@T, two numbers, got "1"`},
 		{"not found", []string{"--", "no-such-command-anywhere"}, nil, 127, `cannot execute "no-such-command-anywhere"`},
 		{"not executable", []string{"--", noExec}, nil, 126, "permission denied"},
 	} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -30,6 +31,12 @@ type Options struct {
 	CopyTo         string
 	RestartBackoff time.Duration
 	LogFormat      string
+	// Partitions: partition mode, one supervised child per owned
+	// partition (partitions.go).
+	Partitions bool
+	// PartitionTerm is set (hidden --partition-term=P@T) in the supervisor
+	// process of one partition term that partition mode starts.
+	PartitionTerm *PartitionTerm
 	// Verbosity is -v, klog's verbosity (klog itself applies it).
 	Verbosity int
 	// Command is what follows --.
@@ -69,9 +76,56 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HookTimeout, "hook-timeout", o.HookTimeout, "A hook still running after this long is killed with its process group.")
 	fs.StringVar(&o.CopyTo, "copy-to", o.CopyTo, "Copy this binary to the given path (mode 0755) and exit: for an init container that puts it in a volume shared with the app's container (the image has no shell and no cp).")
 	fs.DurationVar(&o.RestartBackoff, "restart-backoff", o.RestartBackoff, "The first delay of --on-exit=restart; it doubles up to 30s while the child keeps exiting.")
+	fs.BoolVar(&o.Partitions, "partitions", o.Partitions, "Partition mode: run the command once per partition this pod owns (the sidecar runs with --partitions), each child within its partition's claim, with $"+EnvPartition+" and $"+EnvPartitions+"; a draining partition's child gets SIGTERM at once, is killed at the drain's deadline, and its exit releases the partition.")
+	fs.Var(partitionTermFlag{&o.PartitionTerm}, "partition-term", "Internal: the one partition term this process supervises (set by --partitions).")
+	_ = fs.MarkHidden("partition-term")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, `The supervisor's log format: "text" (klog's) or "json" (the Kubernetes JSON log format), as the sidecar's (default $`+EnvLogFormat+`, else "text").`)
 	fs.AddGoFlag(logging.VerbosityFlag())
 }
+
+// validatePartitions checks what --partitions does not take.
+func (o *Options) validatePartitions() []error {
+	var errs []error
+	if o.PartitionTerm != nil && !o.Partitions {
+		errs = append(errs, errors.New("--partition-term is internal to --partitions"))
+	}
+	if !o.Partitions {
+		return errs
+	}
+	if len(o.Command) == 0 {
+		errs = append(errs, errors.New("--partitions runs the command after -- once per owned partition: want a command"))
+	}
+	if o.OnStartLeading != "" || o.OnStopLeading != "" {
+		errs = append(errs, errors.New("--on-start-leading and --on-stop-leading follow one leadership; they cannot be combined with --partitions (the child's start and exit are the partition's)"))
+	}
+	if o.OnExit == OnExitExit {
+		errs = append(errs, errors.New("--on-exit=exit cannot be combined with --partitions: one partition's child would end every other's; use release (the partition goes back to the group) or restart"))
+	}
+	return errs
+}
+
+// partitionTermFlag parses --partition-term=P@T.
+type partitionTermFlag struct{ pt **PartitionTerm }
+
+func (f partitionTermFlag) String() string {
+	if *f.pt == nil {
+		return ""
+	}
+	return (*f.pt).String()
+}
+
+func (f partitionTermFlag) Set(v string) error {
+	p, t, ok := strings.Cut(v, "@")
+	i, err1 := strconv.Atoi(p)
+	token, err2 := strconv.ParseInt(t, 10, 64)
+	if !ok || err1 != nil || err2 != nil || i < 0 || token < 0 {
+		return fmt.Errorf("want P@T, two numbers, got %q", v)
+	}
+	*f.pt = &PartitionTerm{Partition: i, Token: token}
+	return nil
+}
+
+func (partitionTermFlag) Type() string { return "partition@token" }
 
 // newFlagSet registers o's flags on a new flag set.
 func newFlagSet(o *Options) *pflag.FlagSet {
@@ -154,6 +208,7 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--on-exit %q is unknown (want release, restart or exit)", o.OnExit))
 	}
+	errs = append(errs, o.validatePartitions()...)
 	if !logging.ValidFormat(o.LogFormat) {
 		errs = append(errs, fmt.Errorf("%s %q is unknown (want \"text\" or \"json\")", o.logFormatFrom, o.LogFormat))
 	}

@@ -25,10 +25,15 @@ import (
 
 // The tests of the supervisor against a fake sidecar (the API's answers
 // are what the tests set) with real child processes and the real
-// watchdog: the test binary runs as the watchdog when given WatchdogArg.
+// watchdog: the test binary runs as the watchdog when given WatchdogArg,
+// and as `leader-elector run` when given "run".
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == WatchdogArg {
 		os.Exit(RunWatchdog(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	// A partition's supervisor, as `run --partitions` starts it.
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		os.Exit(Main(os.Args[2:], os.LookupEnv, os.Stdout, os.Stderr))
 	}
 	raiseParallel()
 	os.Exit(m.Run())

@@ -104,6 +104,9 @@ type Config struct {
 	// Stderr is the watchdog's standard error (its one line when it
 	// kills); the supervisor itself logs through Run's context.
 	Stderr io.Writer
+	// Partition, if set, is partition mode's one partition term: the
+	// supervisor serves it alone (partition.go) and exits when it is over.
+	Partition *PartitionTerm
 }
 
 // supervisor runs one Config: the loop that gathers events for decide and
@@ -209,7 +212,7 @@ func (s *supervisor) poll(ctx context.Context, out chan<- Observation) {
 	defer t.Stop()
 	for {
 		select {
-		case out <- s.observe(ctx, s.cfg.API.Leader):
+		case out <- s.observe(ctx, s.ask):
 		case <-ctx.Done():
 			return
 		}
@@ -226,8 +229,8 @@ func (s *supervisor) poll(ctx context.Context, out chan<- Observation) {
 func (s *supervisor) longPoll(ctx context.Context, out chan<- Observation) {
 	var rev uint64
 	for {
-		o := s.observe(ctx, func(ctx context.Context) (api.Leader, error) {
-			return s.cfg.LongPoll.WaitLeader(ctx, rev, longPollWait)
+		o := s.observe(ctx, func(ctx context.Context, o *Observation) error {
+			return s.askWait(ctx, rev, o)
 		})
 		select {
 		case out <- o:
@@ -251,7 +254,7 @@ func (s *supervisor) longPoll(ctx context.Context, out chan<- Observation) {
 // first byte comes, before its body is read and decoded: the sidecar wrote
 // validForMs before that byte, and every moment after it would only make
 // the window's upper end (Deadline) later.
-func (s *supervisor) observe(ctx context.Context, ask func(context.Context) (api.Leader, error)) Observation {
+func (s *supervisor) observe(ctx context.Context, ask func(context.Context, *Observation) error) Observation {
 	clock := s.cfg.Clock
 	var (
 		mu       sync.Mutex
@@ -266,7 +269,7 @@ func (s *supervisor) observe(ctx context.Context, ask func(context.Context) (api
 		recvWall, recvMono, arrived = wall, mono, true
 	}}
 	o := Observation{SentWall: clock.Wall(), SentMono: clock.Mono()}
-	o.Leader, o.Err = ask(httptrace.WithClientTrace(ctx, trace))
+	o.Err = ask(httptrace.WithClientTrace(ctx, trace), &o)
 	mu.Lock()
 	defer mu.Unlock()
 	if !arrived {

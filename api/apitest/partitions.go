@@ -23,9 +23,11 @@ type partitionState struct {
 	owned             bool
 	fencingToken      int64
 	since, validUntil time.Time
-	draining          bool
-	drainDeadline     time.Time
-	checkpoint        *api.Checkpoint
+	// renewTime is Own's last call: the claim's renewal.
+	renewTime     time.Time
+	draining      bool
+	drainDeadline time.Time
+	checkpoint    *api.Checkpoint
 }
 
 func newPartitionsState(n int) partitionsState {
@@ -61,7 +63,7 @@ func (s *Sidecar) Own(i int, token int64, validFor time.Duration) {
 		s.fail("Own(%d, %d) while owning it in term %d: Disown it first", i, token, p.fencingToken)
 	}
 	now := s.now()
-	p.validUntil = now.Add(validFor)
+	p.validUntil, p.renewTime = now.Add(validFor), now
 	if !p.owned {
 		p.owned, p.fencingToken, p.since = true, token, now
 		p.draining, p.drainDeadline = false, time.Time{}
@@ -146,7 +148,8 @@ func (s *Sidecar) SetMembers(n int) {
 	}
 }
 
-// Partitions returns the state GET /partitions answers now.
+// Partitions returns the state GET /partitions answers now (without
+// validForMs).
 func (s *Sidecar) Partitions() api.Partitions {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,20 +167,34 @@ func (s *Sidecar) partitionsJSON() api.Partitions {
 			continue
 		}
 		owned = append(owned, api.OwnedPartition{Partition: i, FencingToken: p.fencingToken,
-			Since: api.Time{Time: p.since}, ValidUntil: api.Time{Time: p.validUntil},
+			Since: api.Time{Time: p.since}, ValidUntil: api.Time{Time: p.validUntil}, RenewTime: api.Time{Time: p.renewTime},
 			Draining: p.draining, DrainDeadline: api.Time{Time: p.drainDeadline}, Checkpoint: p.checkpoint})
 	}
 	return api.Partitions{
-		Lease:               api.Lease{Namespace: s.cfg.Namespace, Name: s.cfg.Name},
-		Identity:            s.cfg.Identity,
-		Partitions:          n,
-		EffectivePartitions: n,
-		Members:             m,
-		Member:              true,
-		FairShare:           api.FairShare{Min: n / m, Max: (n + m - 1) / m},
-		Owned:               owned,
-		Revision:            s.parts.revision,
+		Lease:                api.Lease{Namespace: s.cfg.Namespace, Name: s.cfg.Name},
+		Identity:             s.cfg.Identity,
+		Partitions:           n,
+		LeaseDurationSeconds: s.cfg.LeaseDurationSeconds,
+		EffectivePartitions:  n,
+		Members:              m,
+		Member:               true,
+		FairShare:            api.FairShare{Min: n / m, Max: (n + m - 1) / m},
+		Owned:                owned,
+		Revision:             s.parts.revision,
 	}
+}
+
+// partitionsAnswer is the state as an answer writes it: with each owned
+// partition's validForMs. Called with mu held.
+func (s *Sidecar) partitionsAnswer() api.Partitions {
+	s.expire()
+	p := s.partitionsJSON()
+	now := s.now()
+	for k, o := range p.Owned {
+		ms := max(o.ValidUntil.Sub(now), 0).Milliseconds()
+		p.Owned[k].ValidForMs = &ms
+	}
+	return p
 }
 
 // expireParts ends the ownerships whose validUntil has passed. Called with
@@ -200,7 +217,10 @@ func (s *Sidecar) getPartitions(w http.ResponseWriter, r *http.Request) {
 	if q.wait > 0 {
 		s.waitFor(r, q, func() uint64 { return s.parts.revision })
 	}
-	writeJSON(w, http.StatusOK, s.Partitions())
+	s.mu.Lock()
+	p := s.partitionsAnswer()
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, p)
 }
 
 // partitionAction answers POST /partitions/<i>/release and PUT
@@ -268,7 +288,7 @@ func (s *Sidecar) releasePartition(w http.ResponseWriter, i int, token int64) {
 		return
 	}
 	s.disownLocked(p)
-	writeJSON(w, http.StatusOK, s.partitionsJSON())
+	writeJSON(w, http.StatusOK, s.partitionsAnswer())
 }
 
 // storeCheckpoint answers PUT /partitions/<i>/checkpoint[?fencingToken=].
