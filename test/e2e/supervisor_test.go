@@ -97,8 +97,11 @@ func (s *supervisor) exitCode(timeout time.Duration) int {
 // it started (the kernel's start time) and when it was first seen dead,
 // both on CLOCK_BOOTTIME, the clock of /proc/<pid>/stat's start time.
 type workload struct {
-	pid       int
-	token     string
+	pid   int
+	token string
+	// key is the partition, in partition mode ("" in leader mode): the
+	// invariant holds per key.
+	key       string
 	start     time.Duration
 	lastAlive time.Duration
 	dead      time.Duration // 0 while alive
@@ -108,6 +111,8 @@ type workload struct {
 // childMonitor watches the children's processes, not their logs: every
 // 2 ms it reads the shared file for new pids and /proc for each known
 // child's state, and records a violation whenever two are alive at once.
+// A line is "<pid> <token>", or "<pid> <token> <partition>" for a
+// partition's child: then the invariant is per partition.
 type childMonitor struct {
 	path string
 	mu   sync.Mutex
@@ -174,7 +179,7 @@ func (m *childMonitor) sample() {
 	defer m.mu.Unlock()
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 2 {
+		if len(f) != 2 && len(f) != 3 {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
@@ -183,27 +188,52 @@ func (m *childMonitor) sample() {
 		}
 		alive, start := procState(pid)
 		w := &workload{pid: pid, token: f[1], start: start}
+		if len(f) == 3 {
+			w.key = f[2]
+		}
 		if !alive {
 			// It died between writing its line and this sample.
 			w.dead, w.deadWall = now, wall
 		}
 		m.kids[pid] = w
 	}
-	var living []string
+	living := map[string][]string{}
 	for _, w := range m.kids {
 		if w.dead != 0 {
 			continue
 		}
 		if alive, _ := procState(w.pid); alive {
 			w.lastAlive = now
-			living = append(living, fmt.Sprintf("%d (token %s)", w.pid, w.token))
+			living[w.key] = append(living[w.key], fmt.Sprintf("%d (token %s)", w.pid, w.token))
 		} else {
 			w.dead, w.deadWall = now, wall
 		}
 	}
-	if len(living) > 1 {
-		m.violations = append(m.violations, fmt.Sprintf("at %v: %s", now, strings.Join(living, ", ")))
+	for key, l := range living {
+		if len(l) > 1 {
+			m.violations = append(m.violations, fmt.Sprintf("at %v%s: %s", now, keyNote(key), strings.Join(l, ", ")))
+		}
 	}
+}
+
+func keyNote(key string) string {
+	if key == "" {
+		return ""
+	}
+	return " (partition " + key + ")"
+}
+
+// aliveTokens returns the tokens of the children alive, by partition.
+func (m *childMonitor) aliveTokens() map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for _, w := range m.kids {
+		if w.dead == 0 {
+			out[w.key] = append(out[w.key], w.token)
+		}
+	}
+	return out
 }
 
 // alive returns the one child alive, or nil.
@@ -237,15 +267,24 @@ func (m *childMonitor) check(t *testing.T) {
 	for _, v := range m.violations {
 		t.Errorf("two children alive at once %s", v)
 	}
-	kids := make([]*workload, 0, len(m.kids))
+	byKey := map[string][]*workload{}
 	for _, w := range m.kids {
-		kids = append(kids, w)
+		byKey[w.key] = append(byKey[w.key], w)
 	}
-	sort.Slice(kids, func(i, j int) bool { return kids[i].start < kids[j].start })
-	for i := 1; i < len(kids); i++ {
-		prev, next := kids[i-1], kids[i]
-		if prev.dead == 0 || prev.dead > next.start {
-			t.Errorf("child %d (token %s) started at %v while child %d (token %s) had not been seen dead (%v)", next.pid, next.token, next.start, prev.pid, prev.token, prev.dead)
+	for key, kids := range byKey {
+		sort.Slice(kids, func(i, j int) bool { return kids[i].start < kids[j].start })
+		for i := 1; i < len(kids); i++ {
+			prev, next := kids[i-1], kids[i]
+			if prev.dead == 0 || prev.dead > next.start {
+				t.Errorf("child %d (token %s%s) started at %v while child %d (token %s) had not been seen dead (%v)", next.pid, next.token, keyNote(key), next.start, prev.pid, prev.token, prev.dead)
+			}
+			// A partition's terms only grow (a child restarted within
+			// its term keeps the token).
+			p, _ := strconv.ParseInt(prev.token, 10, 64)
+			n, _ := strconv.ParseInt(next.token, 10, 64)
+			if key != "" && n < p {
+				t.Errorf("partition %s: child %d ran under token %s after child %d under %s: the token went back", key, next.pid, next.token, prev.pid, prev.token)
+			}
 		}
 	}
 }
