@@ -178,6 +178,11 @@ type Partitions struct {
 	// Owned is never null: an empty list when nothing is owned.
 	Owned    []OwnedPartition `json:"owned"`
 	Revision uint64           `json:"revision"`
+	// Degraded is true while health gating (--app-health-url) cannot move
+	// partitions away from unhealthy apps because every member's app is
+	// unhealthy; DegradedReason says so.
+	Degraded       bool   `json:"degraded"`
+	DegradedReason string `json:"degradedReason,omitempty"`
 }
 
 // FairShare is how many partitions each member should own.

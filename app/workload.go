@@ -38,12 +38,39 @@ func newWorkload(cfg Config, c *clients) (*workload, error) {
 func newPartitionMember(cfg Config, c *clients) (*workload, error) {
 	pcfg := cfg.Partition
 	pcfg.Client, pcfg.WatchClient, pcfg.ServerClock = c.requests, c.watches, c.serverClock
+	// Health gating in partition mode: the app's probe alone; the member
+	// publishes the result and moves partitions by it.
+	var probe *health.AppProbe
+	var member *partition.Member
+	if h := cfg.Health; h.URL != "" {
+		var err error
+		if probe, err = health.NewAppProbe(h.URL, h.Period, h.Failures, h.Successes, func() { member.AppHealthChanged() }); err != nil {
+			return nil, err
+		}
+		pcfg.AppHealth = probe
+	}
 	m, err := partition.New(pcfg)
 	if err != nil {
 		return nil, err
 	}
+	member = m
+	run := m.Run
+	if probe != nil {
+		run = func(ctx context.Context) error {
+			probeCtx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				probe.Run(probeCtx)
+			}()
+			err := m.Run(ctx)
+			stop()
+			<-done
+			return err
+		}
+	}
 	w := &workload{
-		run:        m.Run,
+		run:        run,
 		collectors: m.Collectors(),
 		api:        httpapi.NewPartitionsAPIHandler(m, httpapi.APIOptions{}),
 		probes: func(g prometheus.Gatherer) http.Handler {

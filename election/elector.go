@@ -160,6 +160,11 @@ type GroupMember struct {
 	// Labels are set on the Lease when this pod creates or writes it, so
 	// that the group's label selector finds it.
 	Labels map[string]string
+	// DynamicLabels, if set, returns more labels, read again before every
+	// write of the Lease (a renewal included): a member's state that the
+	// group reads from its Lease, as its app's health. They are written
+	// over Labels.
+	DynamicLabels func() map[string]string
 	// OwnLease says that the Lease is named after this candidate and no
 	// other candidate contends it (a partition membership Lease): when it
 	// is missing, it is created already held. Otherwise a missing Lease is
@@ -338,6 +343,8 @@ func (e *Elector) newLock() *observingLock {
 			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.Identity, EventRecorder: cfg.Events},
 			Labels:     cfg.Group.Labels,
 		},
+		labels:  cfg.Group.Labels,
+		dynamic: cfg.Group.DynamicLabels,
 		tracker: t,
 		cache:   e.cache,
 		metrics: e.metrics,

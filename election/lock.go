@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -85,6 +86,10 @@ type observingLock struct {
 	// candidate a place, the place's wait replaces the back-off.
 	takeoverRank func(holder string, token int64) int
 	retryPeriod  time.Duration
+	// labels are GroupMember.Labels; dynamic is GroupMember.DynamicLabels,
+	// merged over them into inner's labels before every write.
+	labels  map[string]string
+	dynamic func() map[string]string
 	// ownLease: the Lease is named after this candidate and nobody else
 	// contends it (a partition membership Lease), so a missing Lease is
 	// created already held.
@@ -459,6 +464,15 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	ctx = context.WithoutCancel(ctx)
 	start := l.tracker.clock.Now()
 	l.using.Lock()
+	if l.dynamic != nil {
+		// A fresh map each time: client-go reads it while it writes.
+		labels := maps.Clone(l.labels)
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		maps.Copy(labels, l.dynamic())
+		l.inner.Labels = labels
+	}
 	err := do(ctx, ler)
 	l.using.Unlock()
 	if err != nil {

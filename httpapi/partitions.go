@@ -68,6 +68,8 @@ func partitionsJSON(s ownership.State) api.Partitions {
 		FairShare:            api.FairShare{Min: s.FairShareMin, Max: s.FairShareMax},
 		Owned:                owned,
 		Revision:             s.Revision,
+		Degraded:             s.Degraded,
+		DegradedReason:       s.DegradedReason,
 	}
 }
 

@@ -114,7 +114,7 @@ func TestPartitionsAPI(t *testing.T) {
 		wantBody           string
 	}{
 		{"state", http.MethodGet, "/partitions", http.StatusOK,
-			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"leaseDurationSeconds":15,"effectivePartitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":false},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":true,"drainDeadline":"2026-11-29T08:00:05.000000Z"}],"revision":7}`},
+			`{"lease":{"namespace":"default","name":"work"},"identity":"pod-a","partitions":4,"leaseDurationSeconds":15,"effectivePartitions":4,"members":2,"member":true,"fairShare":{"min":2,"max":2},"owned":[{"partition":1,"fencingToken":3,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":false},{"partition":3,"fencingToken":12,"since":"2026-11-29T07:59:10.123456Z","validUntil":"2026-11-29T08:00:10.123456Z","validForMs":0,"draining":true,"drainDeadline":"2026-11-29T08:00:05.000000Z"}],"revision":7,"degraded":false}`},
 		{"release", http.MethodPost, "/partitions/1/release", http.StatusOK, `"owned":[{"partition":3,`},
 		{"out of range", http.MethodPost, "/partitions/4/release", http.StatusNotFound, `{"error":"no such partition: 4`},
 		{"not owned", http.MethodPost, "/partitions/2/release", http.StatusConflict, `{"error":"this pod does not own the partition: 2"}`},

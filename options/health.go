@@ -40,7 +40,7 @@ func newHealthOptions() healthOptions {
 
 // addFlags registers the health gating flags on fs.
 func (h *healthOptions) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&h.URL, "app-health-url", h.URL, "Health-gated candidacy: the app's health endpoint, http://127.0.0.1:PORT/PATH (a loopback address; GET, 2xx is healthy). While the app is unhealthy this pod does not campaign and /readyz fails; a leader whose app turns unhealthy steps down when another candidate is healthy (needs the <lease-name>-candidates Lease). Empty (default): off.")
+	fs.StringVar(&h.URL, "app-health-url", h.URL, "Health-gated candidacy: the app's health endpoint, http://127.0.0.1:PORT/PATH (a loopback address; GET, 2xx is healthy). While the app is unhealthy this pod does not campaign and /readyz fails; a leader whose app turns unhealthy steps down when another candidate is healthy (needs the <lease-name>-candidates Lease). With --partitions: a member whose app is unhealthy gives its partitions to the healthy members (through a drain) and takes its share back once healthy. Empty (default): off.")
 	fs.BoolVar(&h.NameSuccessor, "name-successor", h.NameSuccessor, "Keep this candidate in the <lease-name>-candidates Lease without probing an app (implied by --app-health-url): a graceful release names its successor (a candidate of the newest --revision), a crash takeover is ranked instead of a race, and --handover-to-newer-revision works. An idle candidate writes its entry every 5 minutes. Needs that Lease and update on it.")
 	fs.BoolVar(&h.CheckPod, "check-pod-terminating", h.CheckPod, "With --app-health-url or --name-successor: before starting a term, read this pod (--identity in the Lease's namespace; needs get on pods) and never take the Lease once it is terminating, so that in a rollout an old pod does not lead between the old leader and a new one.")
 	fs.DurationVar(&h.Period, "app-health-period", h.Period, "With --app-health-url: time between probes; each probe times out after half of it.")
@@ -63,8 +63,11 @@ func (o *Options) validateHealth() []error {
 	if o.Health.HandoverAfter < 0 || o.Health.HandoverAfter > maxHandoverAfter {
 		errs = append(errs, fmt.Errorf("--handover-to-newer-revision %v is outside the supported range 0s..10m", o.Health.HandoverAfter))
 	}
-	if o.Health.URL != "" && o.Partitions > 0 {
-		errs = append(errs, errors.New("--app-health-url gates one election; it cannot be combined with --partitions"))
+	if o.Health.CheckPod && o.Partitions > 0 {
+		errs = append(errs, errors.New("--check-pod-terminating guards one election's terms; it cannot be combined with --partitions"))
+	}
+	if o.Health.HandoverAfter > 0 && o.Partitions > 0 {
+		errs = append(errs, errors.New("--handover-to-newer-revision hands one election over; it cannot be combined with --partitions"))
 	}
 	if o.Health.CheckPod && o.Health.URL == "" && !o.Health.NameSuccessor {
 		errs = append(errs, errors.New("--check-pod-terminating guards the terms of a candidate with --app-health-url or --name-successor; give one of them"))

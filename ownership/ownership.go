@@ -42,8 +42,13 @@ type State struct {
 	FairShareMin, FairShareMax int
 	// Revision increases by one on every change of Members, of the
 	// effective N or of the owned partitions, their fencing tokens and
-	// whether they are draining.
+	// whether they are draining, and of Degraded.
 	Revision uint64
+	// Degraded is true while health gating cannot work as meant: every
+	// member's app is unhealthy, so the partitions stay where they are;
+	// DegradedReason says so.
+	Degraded       bool
+	DegradedReason string
 }
 
 // Owned is one partition this pod owns.

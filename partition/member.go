@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -47,8 +48,17 @@ type Config struct {
 	Client, WatchClient kubernetes.Interface
 	// ServerClock as in election.Config.
 	ServerClock *serverclock.Clock
+	// AppHealth, if set, gates this pod's share on its app's health
+	// (--app-health-url): see shareAmong.
+	AppHealth AppHealth
 	// Clock is for tests; nil means the real clock.
 	Clock clock.WithDelayedExecution
+}
+
+// AppHealth is the app's health as health gating probes it.
+type AppHealth interface {
+	// Healthy reports the app's health and, while it is unhealthy, why.
+	Healthy() (bool, error)
 }
 
 // Validate checks the group's own rules; the electors check the rest.
@@ -155,8 +165,17 @@ func New(cfg Config) (*Member, error) {
 	m.group = NewLeaseGroup(cfg.Namespace, groupLabels(cfg.Name), watches, clk, m.poke)
 	elector := func(name, kind string, gate election.Gate) (*election.Elector, error) {
 		labels := leaseLabels(cfg.Name, kind)
+		var dynamic func() map[string]string
 		if kind == KindMember {
 			labels = memberLabels(cfg.Name, cfg.Partitions)
+			if cfg.AppHealth != nil {
+				// Every renewal publishes the app's health, for the
+				// others' shares (shareAmong).
+				dynamic = func() map[string]string {
+					healthy, _ := cfg.AppHealth.Healthy()
+					return map[string]string{AppHealthyLabel: strconv.FormatBool(healthy)}
+				}
+			}
 		}
 		// A membership Lease goes with its pod (it is named after it);
 		// partition Leases stay, with their fencing tokens.
@@ -165,9 +184,10 @@ func New(cfg Config) (*Member, error) {
 		return election.New(election.Config{
 			LeaseSpec: spec,
 			Group: election.GroupMember{
-				Feed:     m.group,
-				Labels:   labels,
-				OwnLease: kind == KindMember,
+				Feed:          m.group,
+				Labels:        labels,
+				DynamicLabels: dynamic,
+				OwnLease:      kind == KindMember,
 			},
 			ServerClock: cfg.ServerClock,
 			Client:      cfg.Client,
@@ -192,6 +212,10 @@ func New(cfg Config) (*Member, error) {
 	m.metrics = newMetrics(m)
 	return m, nil
 }
+
+// AppHealthChanged tells the member that its app's health changed: it
+// moves towards its new share at once.
+func (m *Member) AppHealthChanged() { m.poke() }
 
 // poke wakes the reconcile loop; it never blocks.
 func (m *Member) poke() {
@@ -535,6 +559,11 @@ type view struct {
 	states        []leadership.State
 	// target is this pod's fair share of the effective N under Targets.
 	target int
+	// sharing are the members the partitions are shared among (see
+	// shareAmong); degraded says why, when not every unhealthy member
+	// could give its partitions up.
+	sharing  []string
+	degraded string
 }
 
 // assess takes this pod's view of the group: every state is time-bounded,
@@ -570,8 +599,41 @@ func (m *Member) assess() view {
 		}
 	}
 	counts[m.cfg.Identity] = len(v.inRange)
-	v.target = Targets(v.effective, v.members, counts)[m.cfg.Identity]
+	v.sharing, v.degraded = m.shareAmong(v)
+	v.target = Targets(v.effective, v.sharing, counts)[m.cfg.Identity]
 	return v
+}
+
+// shareAmong returns the members the partitions are shared among. With
+// health gating, a member whose app is unhealthy (its membership Lease's
+// AppHealthyLabel is "false"; this pod asks its own probe) gets no share:
+// its partitions drain to the healthy members, as a surplus does, and it
+// takes them back once healthy. When no member is healthy, nothing moves
+// (every member keeps its share) and the member reports why, degraded.
+// A member without the label (no gating) counts as healthy.
+func (m *Member) shareAmong(v view) (sharing []string, degraded string) {
+	if m.cfg.AppHealth == nil {
+		return v.members, ""
+	}
+	healthyLabels := m.group.HolderLabels(memberPrefix(m.cfg.Name), AppHealthyLabel)
+	own, err := m.cfg.AppHealth.Healthy()
+	for _, who := range v.members {
+		healthy := healthyLabels[who] != "false"
+		if who == m.cfg.Identity {
+			healthy = own
+		}
+		if healthy {
+			sharing = append(sharing, who)
+		}
+	}
+	if len(sharing) == 0 && len(v.members) > 0 {
+		reason := "every member's app is unhealthy; the partitions stay where they are"
+		if err != nil {
+			reason += ": " + err.Error()
+		}
+		return v.members, reason
+	}
+	return sharing, ""
 }
 
 func insertSorted(sorted []string, s string) []string {

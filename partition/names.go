@@ -24,6 +24,10 @@ const (
 	// with its creation and every renewal: no version of a membership Lease
 	// lacks it, and it costs no write of its own.
 	PartitionsLabel = "leader-elector.io/partitions"
+	// AppHealthyLabel, on a membership Lease with health gating
+	// (--app-health-url), is "true" or "false": the member's app's health
+	// at its last renewal.
+	AppHealthyLabel = "leader-elector.io/app-healthy"
 )
 
 // MaxPartitions is the most partitions a group may have.

@@ -25,7 +25,7 @@ func (m *Member) Watch() (ownership.State, <-chan struct{}) {
 }
 
 func (m *Member) stateLocked(v view) ownership.State {
-	lo, hi := FairShare(v.effective, len(v.members))
+	lo, hi := FairShare(v.effective, len(v.sharing))
 	s := ownership.State{
 		Namespace:           m.cfg.Namespace,
 		Name:                m.cfg.Name,
@@ -38,6 +38,8 @@ func (m *Member) stateLocked(v view) ownership.State {
 		FairShareMin:        lo,
 		FairShareMax:        hi,
 		Revision:            m.revision,
+		Degraded:            v.degraded != "",
+		DegradedReason:      v.degraded,
 	}
 	for _, i := range v.mine {
 		st := v.states[i]
@@ -68,7 +70,7 @@ func (m *Member) publishLocked(v view) {
 		m.membersChanged = now
 		m.settled = false
 	}
-	if !m.settled && Fair(v.effective, v.members, v.owners[:v.effective]) {
+	if !m.settled && Fair(v.effective, v.sharing, v.owners[:v.effective]) {
 		m.settled = true
 		m.metrics.assignment.Observe(now.Sub(m.membersChanged).Seconds())
 	}
@@ -103,7 +105,7 @@ func (m *Member) logChanges(v view) {
 
 func publishedKey(v view) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%t|%d|%s|", v.member, v.effective, strings.Join(v.members, ","))
+	fmt.Fprintf(&b, "%t|%d|%s|%s|%s|", v.member, v.effective, strings.Join(v.members, ","), strings.Join(v.sharing, ","), v.degraded)
 	for _, i := range v.mine {
 		fmt.Fprintf(&b, "%d:%d:%d,", i, v.states[i].FencingToken, v.states[i].LeaderSince.UnixNano())
 	}

@@ -134,10 +134,18 @@ func (s *Sidecar) SetHolder(holder string, token int64) {
 }
 
 // SetDegraded marks this pod degraded with reason ("" clears it), as
-// health gating does when the app is unhealthy and no one can take over.
+// health gating does when the app is unhealthy and no one can take over
+// (in partition mode: when every member's app is unhealthy).
 func (s *Sidecar) SetDegraded(reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cfg.Partitions > 0 {
+		if s.parts.degraded != reason {
+			s.parts.degraded = reason
+			s.bump(&s.parts.revision)
+		}
+		return
+	}
 	if s.leader.degraded != reason {
 		s.leader.degraded = reason
 		s.bump(&s.leader.revision)

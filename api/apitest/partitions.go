@@ -17,6 +17,8 @@ type partitionsState struct {
 	members  int
 	list     []partitionState
 	revision uint64
+	// degraded is SetDegraded's reason ("" none).
+	degraded string
 }
 
 type partitionState struct {
@@ -181,6 +183,8 @@ func (s *Sidecar) partitionsJSON() api.Partitions {
 		FairShare:            api.FairShare{Min: n / m, Max: (n + m - 1) / m},
 		Owned:                owned,
 		Revision:             s.parts.revision,
+		Degraded:             s.parts.degraded != "",
+		DegradedReason:       s.parts.degraded,
 	}
 }
 

@@ -88,6 +88,30 @@ func TestChartHealthGating(t *testing.T) {
 		t.Errorf("the demo app does not serve /healthz on 8081 from /tmp/www/healthz:\n%s", app)
 	}
 
+	// In partition mode: the probe's flags, and no candidates Lease (the
+	// members publish their health on their membership Leases).
+	objs, d = demo(t, "--set", "healthGating.enabled=true", "--set", "partitions.count=2")
+	sc, _, err = Sidecar(&d.Spec.Template.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := FlagValue(sc.Args, "app-health-url"); !ok || got != "http://127.0.0.1:8081/healthz" {
+		t.Errorf("partition mode: --app-health-url = %q (given %v)", got, ok)
+	}
+	if slices.ContainsFunc(sc.Args, func(a string) bool {
+		return strings.HasPrefix(a, "--name-successor") || strings.HasPrefix(a, "--check-pod")
+	}) {
+		t.Errorf("partition mode: leader mode's successor flags in %v", sc.Args)
+	}
+	for _, u := range objs.OfKind("Lease") {
+		if strings.HasSuffix(u.GetName(), "-candidates") {
+			t.Errorf("partition mode ships the candidates Lease %s", u.GetName())
+		}
+	}
+	if !binaryVerdict(t, sc.Args) {
+		t.Errorf("leader-elector refuses the chart's partition-mode arguments %v", sc.Args)
+	}
+
 	// Off by default: no flag, no candidates Lease, the Role names one Lease.
 	_, d = demo(t)
 	sc, _, _ = Sidecar(&d.Spec.Template.Spec)
@@ -106,7 +130,6 @@ func TestChartHealthGating(t *testing.T) {
 	}{
 		{"no URL without the demo", []string{"--set", "healthGating.enabled=true"}, "healthGating.enabled needs healthGating.url"},
 		{"not loopback", []string{"--set", "healthGating.enabled=true", "--set", "healthGating.url=http://10.0.0.1:80/"}, "healthGating/url"},
-		{"with partitions", []string{"--set", "healthGating.enabled=true", "--set", "demo.enabled=true", "--set", "partitions.count=2"}, "cannot be combined with partitions.count"},
 		{"period too short", []string{"--set", "healthGating.enabled=true", "--set", "demo.enabled=true", "--set-json", "healthGating.periodSeconds=0.05"}, "healthGating/periodSeconds"},
 		{"no failures", []string{"--set", "healthGating.enabled=true", "--set", "demo.enabled=true", "--set", "healthGating.failures=0"}, "healthGating/failures"},
 	} {

@@ -559,9 +559,6 @@ supported release has ValidatingAdmissionPolicy v1 (1.30) and native sidecars
 {{- if and .Values.proxy.enabled (has (int .Values.proxy.peerPort) (list (int .Values.sidecar.httpPort) (int .Values.sidecar.probePort))) }}
 {{- fail (printf "proxy.peerPort %v overlaps sidecar.httpPort or sidecar.probePort: each needs its own port" .Values.proxy.peerPort) }}
 {{- end }}
-{{- if and .Values.healthGating.enabled (gt (int .Values.partitions.count) 0) }}
-{{- fail "healthGating gates one election; it cannot be combined with partitions.count" }}
-{{- end }}
 {{- if and .Values.healthGating.enabled (not (include "leader-elector.healthURL" .)) }}
 {{- fail "healthGating.enabled needs healthGating.url (http://127.0.0.1:<port>/<path>, the app's health endpoint)" }}
 {{- end }}
