@@ -96,6 +96,10 @@ type options struct {
 	// another, timed from the first one's start to the full and fair
 	// assignment (it replaces the start measure).
 	PartitionBurst int
+	// PartitionAck gives every member an app that acknowledges a drain at
+	// once (POST /partitions/<i>/release in the partition's term), as a
+	// `leader-elector run --partitions` child that exits on SIGTERM does.
+	PartitionAck bool
 	// ProxyBench runs the proxy benchmark instead (bench/proxy.go), with
 	// Proxy's counts; it needs no control plane.
 	ProxyBench bool
@@ -150,7 +154,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "run the partition-mode benchmark instead, with this many partitions (0: the leader election benchmark)")
 	fs.IntVar(&o.PartitionMembers, "partition-members", o.PartitionMembers, "members of the partition group once stable")
 	fs.IntVar(&o.PartitionRounds, "partition-rounds", o.PartitionRounds, "joins and crashes measured in the partition benchmark")
-	fs.DurationVar(&o.PartitionDrainTimeout, "partition-drain-timeout", o.PartitionDrainTimeout, "every member's --drain-timeout (the members never release a draining partition themselves)")
+	fs.DurationVar(&o.PartitionDrainTimeout, "partition-drain-timeout", o.PartitionDrainTimeout, "every member's --drain-timeout (without --partition-ack the members never release a draining partition themselves)")
+	fs.BoolVar(&o.PartitionAck, "partition-ack", o.PartitionAck, "every member's app acknowledges a drain at once (POST /partitions/<i>/release), as a child of leader-elector run --partitions that exits on SIGTERM")
 	fs.IntVar(&o.PartitionBurst, "partition-burst", o.PartitionBurst, "first measure a burst join: one member owns every partition, then this many start one after another (0: off)")
 	fs.BoolVar(&o.ProxyBench, "proxy", o.ProxyBench, "run the forwarding proxy's benchmark instead: added latency, throughput and memory against a direct loopback connection")
 	fs.IntVar(&o.Proxy.Samples, "proxy-samples", o.Proxy.Samples, "with --proxy: round trips timed on one keep-alive connection")

@@ -188,8 +188,8 @@ func (r *rebalancer) burst(ctx context.Context) error {
 		return fmt.Errorf("burst join: %w", err)
 	}
 	r.res.burst, r.res.burstMembers = took, r.opts.PartitionBurst
-	logf("burst join 1 -> %d: the members started within %v; full and fair %v after the first one started (drain timeout %v)",
-		1+r.opts.PartitionBurst, joined.Round(time.Millisecond), took.Round(time.Millisecond), r.opts.PartitionDrainTimeout)
+	logf("burst join 1 -> %d: the members started within %v; full and fair %v after the first one started (drain timeout %v, acknowledged: %t)",
+		1+r.opts.PartitionBurst, joined.Round(time.Millisecond), took.Round(time.Millisecond), r.opts.PartitionDrainTimeout, r.opts.PartitionAck)
 	return nil
 }
 
@@ -229,13 +229,50 @@ func (r *rebalancer) bound() time.Duration {
 	return 3*r.opts.LeaseDuration + 20*r.opts.RetryPeriod + 30*time.Second
 }
 
-// startMember starts a member, whose requests the audit log counts.
+// startMember starts a member, whose requests the audit log counts, with
+// its acknowledging app (--partition-ack).
 func (r *rebalancer) startMember(ctx context.Context) error {
 	c, err := r.g.start(ctx)
-	if err == nil {
-		r.res.users[c.user] = true
+	if err != nil {
+		return err
 	}
-	return err
+	r.res.users[c.user] = true
+	if r.opts.PartitionAck {
+		go acknowledgeDrains(ctx, c)
+	}
+	return nil
+}
+
+// acknowledgeDrains is a member's app that releases each draining
+// partition as soon as it sees it, in the partition's term, until the
+// member exits.
+func acknowledgeDrains(ctx context.Context, c *candidate) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	api := c.API()
+	var rev uint64
+	for ctx.Err() == nil {
+		s, err := api.WaitPartitions(ctx, rev, 30*time.Second)
+		if err != nil {
+			if pause(ctx, 100*time.Millisecond) != nil {
+				return
+			}
+			continue
+		}
+		rev = s.Revision
+		for _, o := range s.Owned {
+			if o.Draining {
+				_, _ = api.ReleasePartitionTerm(ctx, o.Partition, o.FencingToken)
+			}
+		}
+	}
 }
 
 // measure waits for a full and fair assignment after the change at from
@@ -398,8 +435,12 @@ func countRebalanceRequests(cp *cluster.ControlPlane, res *partitionResult) erro
 // renderPartitions prints the figures as a markdown table and notes.
 func renderPartitions(opts *options, res *partitionResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Partition mode: %d partitions, %d members; lease %v, renew %v, retry %v; drain timeout %v (no app releases a draining partition).\n\n",
-		opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.PartitionDrainTimeout)
+	apps := "no app releases a draining partition"
+	if opts.PartitionAck {
+		apps = "every member's app releases a draining partition as soon as it sees it"
+	}
+	fmt.Fprintf(&b, "Partition mode: %d partitions, %d members; lease %v, renew %v, retry %v; drain timeout %v (%s).\n\n",
+		opts.Partitions, opts.PartitionMembers, opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod, opts.PartitionDrainTimeout, apps)
 	b.WriteString("| measure | median | max | runs |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| join → full and fair assignment (from the new member's start) | %s | %s | %d |\n", ms(percentile(res.joins, 0.5)), ms(maxDuration(res.joins)), len(res.joins))
 	fmt.Fprintf(&b, "| crash (SIGKILL) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.crashes, 0.5)), ms(maxDuration(res.crashes)), len(res.crashes))

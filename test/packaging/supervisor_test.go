@@ -75,6 +75,18 @@ func TestChartSupervisor(t *testing.T) {
 		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)
 	}
 
+	// In partition mode the work runs once per owned partition.
+	_, d = demo(t, "--set", "supervisor.enabled=true", "--set", "partitions.count=4")
+	app = d.Spec.Template.Spec.Containers[slices.IndexFunc(d.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })]
+	wrap = append(slices.Clone(wrap[:len(wrap)-1]), "--partitions", "--")
+	wrap[3] = "--stop-grace=2s"
+	if at := slices.Index(app.Args, wrap[0]); at < 0 || !slices.Equal(app.Args[at:at+len(wrap)], wrap) {
+		t.Errorf("partition mode: the app's work is not wrapped in %v: %v", wrap, app.Args)
+	}
+	if !strings.Contains(strings.Join(app.Args, "\n"), "$LEADER_ELECTOR_PARTITION") {
+		t.Errorf("partition mode: the demo's work does not use its partition: %v", app.Args)
+	}
+
 	_, d = demo(t)
 	spec = &d.Spec.Template.Spec
 	if slices.ContainsFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "leader-elector-copy" }) ||

@@ -398,6 +398,9 @@ of a list; the app's own command and arguments follow it.
 - run
 - --log-format={{ .Values.sidecar.logFormat }}
 - --stop-grace={{ .Values.supervisor.stopGrace }}
+{{- if gt (int .Values.partitions.count) 0 }}
+- --partitions
+{{- end }}
 - --
 {{- end }}
 
