@@ -29,10 +29,13 @@ type partitionResult struct {
 	burst          time.Duration
 	burstMembers   int
 	joins, crashes []time.Duration
-	safety         invariant.Report
-	idle           idleResult
-	owned          map[*candidate]int
-	mem            map[*candidate]memory
+	// leaves (SIGTERM) and resumes (SIGCONT of a member frozen until the
+	// others had taken its partitions).
+	leaves, resumes []time.Duration
+	safety          invariant.Report
+	idle            idleResult
+	owned           map[*candidate]int
+	mem             map[*candidate]memory
 	// runtime is each member's Go runtime gauges (harness.RuntimeGauges)
 	// at the same moment: where the memory per partition goes.
 	runtime map[*candidate]map[string]float64
@@ -46,7 +49,7 @@ type partitionResult struct {
 
 // rebalanceWindow is one rebalance and the group's API requests during it.
 type rebalanceWindow struct {
-	kind     string // "start", "join" or "crash"
+	kind     string // "start", "join", "crash", "leave" or "resume"
 	from, to time.Time
 	requests int
 }
@@ -219,6 +222,45 @@ func (r *rebalancer) round(ctx context.Context, n int) error {
 	}
 	r.res.crashes = append(r.res.crashes, took)
 	logf("crash %d: full and fair after %v", n, took.Round(time.Millisecond))
+
+	// A graceful leave: the member releases its partitions at once.
+	live = r.g.Live()
+	if len(live) < 3 {
+		return nil
+	}
+	leaver := live[n%len(live)]
+	start = time.Now()
+	if err := leaver.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	<-leaver.Done()
+	if took, err = r.measure(ctx, "leave", start, r.bound()); err != nil {
+		return fmt.Errorf("leave %d: %w", n, err)
+	}
+	r.res.leaves = append(r.res.leaves, took)
+	logf("leave %d: full and fair after %v", n, took.Round(time.Millisecond))
+
+	// A freeze and a resume: the others take the frozen member's
+	// partitions when their Leases expire; after SIGCONT it rejoins.
+	live = r.g.Live()
+	frozen := live[0]
+	if err := frozen.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	others := slices.DeleteFunc(slices.Clone(live), func(c *candidate) bool { return c == frozen })
+	if _, err := waitPartitionsFairAmong(ctx, func() []*candidate { return others }, r.opts.Partitions, time.Now(), r.bound()); err != nil {
+		_ = frozen.Signal(syscall.SIGCONT)
+		return fmt.Errorf("freeze %d: %w", n, err)
+	}
+	start = time.Now()
+	if err := frozen.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	if took, err = r.measure(ctx, "resume", start, r.bound()); err != nil {
+		return fmt.Errorf("resume %d: %w", n, err)
+	}
+	r.res.resumes = append(r.res.resumes, took)
+	logf("resume %d: full and fair after %v", n, took.Round(time.Millisecond))
 	return nil
 }
 
@@ -338,11 +380,17 @@ func pollPartitions(ctx context.Context, c *candidate, checker *invariant.Partit
 // members, every partition is owned by exactly one of them and each owns
 // ⌊N/M⌋ or ⌈N/M⌉, and returns the time since start.
 func waitPartitionsFair(ctx context.Context, g *group, n int, start time.Time, timeout time.Duration) (time.Duration, error) {
+	return waitPartitionsFairAmong(ctx, g.Live, n, start, timeout)
+}
+
+// waitPartitionsFairAmong is waitPartitionsFair among the members that
+// members returns (a frozen one left out).
+func waitPartitionsFairAmong(ctx context.Context, members func() []*candidate, n int, start time.Time, timeout time.Duration) (time.Duration, error) {
 	deadline := time.Now().Add(timeout)
 	why := ""
 	for time.Now().Before(deadline) {
 		var ok bool
-		if ok, why = partitionsFair(ctx, g.Live(), n); ok {
+		if ok, why = partitionsFair(ctx, members(), n); ok {
 			return time.Since(start), nil
 		}
 		if err := pause(ctx, 5*time.Millisecond); err != nil {
@@ -444,6 +492,12 @@ func renderPartitions(opts *options, res *partitionResult) string {
 	b.WriteString("| measure | median | max | runs |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| join → full and fair assignment (from the new member's start) | %s | %s | %d |\n", ms(percentile(res.joins, 0.5)), ms(maxDuration(res.joins)), len(res.joins))
 	fmt.Fprintf(&b, "| crash (SIGKILL) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.crashes, 0.5)), ms(maxDuration(res.crashes)), len(res.crashes))
+	if len(res.leaves) > 0 {
+		fmt.Fprintf(&b, "| graceful leave (SIGTERM) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.leaves, 0.5)), ms(maxDuration(res.leaves)), len(res.leaves))
+	}
+	if len(res.resumes) > 0 {
+		fmt.Fprintf(&b, "| resume (SIGCONT of a member frozen until the others took its partitions) → full and fair assignment | %s | %s | %d |\n", ms(percentile(res.resumes, 0.5)), ms(maxDuration(res.resumes)), len(res.resumes))
+	}
 	if res.burstMembers > 0 {
 		fmt.Fprintf(&b, "| burst join: 1 member owns every partition, %d start one after another → full and fair assignment (from the first one's start) | %s | %s | 1 |\n", res.burstMembers, ms(res.burst), ms(res.burst))
 	}
@@ -455,7 +509,7 @@ func renderPartitions(opts *options, res *partitionResult) string {
 		atRest += res.idle.rate(c)
 	}
 	fmt.Fprintf(&b, "\nAPI requests per second of the whole group (audit log): at rest %.1f (expected (partitions + members) ÷ retry period = %.1f)", atRest, float64(opts.Partitions+opts.PartitionMembers)/opts.RetryPeriod.Seconds())
-	for _, kind := range []string{"start", "join", "crash"} {
+	for _, kind := range []string{"start", "join", "crash", "leave", "resume"} {
 		var rates []float64
 		for _, w := range res.windows {
 			if w.kind == kind {

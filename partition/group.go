@@ -114,12 +114,14 @@ func (g *LeaseGroup) observe(obj any) {
 	g.mu.Lock()
 	c, isFed := g.fed[lease.Name]
 	var o *election.Observer
+	relabelled := false
 	if !isFed {
 		o = g.observers[lease.Name]
 		if o == nil {
 			o = election.NewObserver(g.clock, g.namespace, lease.Name, g.onChange)
 			g.observers[lease.Name] = o
 		}
+		relabelled = !maps.Equal(g.labels[lease.Name], lease.Labels)
 		g.labels[lease.Name] = lease.Labels
 	}
 	g.mu.Unlock()
@@ -128,6 +130,11 @@ func (g *LeaseGroup) observe(obj any) {
 		return
 	}
 	o.Observe(lease)
+	if relabelled && g.onChange != nil {
+		// A member's labels are part of the view (its N, its app's
+		// health); the observer tells of holder changes only.
+		g.onChange()
+	}
 }
 
 func (g *LeaseGroup) observeDeleted(obj any) {
@@ -177,28 +184,44 @@ func (g *LeaseGroup) Holders(prefix string) []string {
 // its labels with every renewal (see election.GroupMember.Labels), so the value is the one
 // of its current term.
 func (g *LeaseGroup) HolderLabels(prefix, key string) map[string]string {
+	values := g.HolderLabelValues(prefix, key)
+	out := make(map[string]string, len(values))
+	for h, v := range values {
+		out[h] = v[0]
+	}
+	return out
+}
+
+// HolderLabelValues is HolderLabels for several keys in one walk of the
+// observed Leases (a member reads its peers' N and app health on every
+// look at the group): each holder's values, in the order of keys.
+func (g *LeaseGroup) HolderLabelValues(prefix string, keys ...string) map[string][]string {
 	type observed struct {
-		o     *election.Observer
-		value string
+		o      *election.Observer
+		values []string
 	}
 	g.mu.Lock()
 	leases := make([]observed, 0, len(g.observers))
 	for name, o := range g.observers {
 		if strings.HasPrefix(name, prefix) {
-			leases = append(leases, observed{o, g.labels[name][key]})
+			values := make([]string, len(keys))
+			for i, k := range keys {
+				values[i] = g.labels[name][k]
+			}
+			leases = append(leases, observed{o, values})
 		}
 	}
 	g.mu.Unlock()
-	holders := map[string]string{}
+	holders := map[string][]string{}
 	now := g.clock.Now()
 	for _, l := range leases {
 		s := l.o.Snapshot()
 		stale := !s.RenewTime.IsZero() && now.Sub(s.RenewTime) >= time.Duration(s.LeaseDurationSeconds)*time.Second
 		if h := s.Holder; h != "" && !stale {
-			// Two Leases with one holder: keep the smaller value, so that
-			// the answer does not depend on the map's order.
-			if v, seen := holders[h]; !seen || l.value < v {
-				holders[h] = l.value
+			// Two Leases with one holder: keep the smaller values, so
+			// that the answer does not depend on the map's order.
+			if v, seen := holders[h]; !seen || slices.Compare(l.values, v) < 0 {
+				holders[h] = l.values
 			}
 		}
 	}

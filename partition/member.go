@@ -126,6 +126,7 @@ type Member struct {
 	// effective N) change;
 	// settled is whether it has seen a full and fair assignment since.
 	members        []string
+	sharing        []string
 	effective      int
 	membersChanged time.Time
 	settled        bool
@@ -574,9 +575,17 @@ func (m *Member) assess() view {
 		states: make([]leadership.State, len(m.partitions)),
 	}
 	v.member = m.membership.Snapshot().IsLeader
-	published := m.group.HolderLabels(memberPrefix(m.cfg.Name), PartitionsLabel)
-	v.members = slices.Sorted(maps.Keys(published))
-	v.effective = EffectiveN(len(m.partitions), slices.Collect(maps.Values(published)))
+	// One walk of the membership Leases for each member's N and its
+	// app's health.
+	labels := m.group.HolderLabelValues(memberPrefix(m.cfg.Name), PartitionsLabel, AppHealthyLabel)
+	published := make([]string, 0, len(labels))
+	unhealthy := map[string]bool{}
+	for who, values := range labels {
+		published = append(published, values[0])
+		unhealthy[who] = values[1] == "false"
+	}
+	v.members = slices.Sorted(maps.Keys(labels))
+	v.effective = EffectiveN(len(m.partitions), published)
 	if v.member {
 		v.members = insertSorted(v.members, m.cfg.Identity)
 	}
@@ -599,26 +608,33 @@ func (m *Member) assess() view {
 		}
 	}
 	counts[m.cfg.Identity] = len(v.inRange)
-	v.sharing, v.degraded = m.shareAmong(v)
+	v.sharing, v.degraded = m.shareAmong(v, unhealthy)
 	v.target = Targets(v.effective, v.sharing, counts)[m.cfg.Identity]
+	if v.degraded != "" {
+		// Every app is unhealthy: nothing moves. A member keeps what it
+		// owns (no drain towards the even share the last healthy one
+		// was above) and still takes free partitions up to its share.
+		v.target = max(v.target, len(v.inRange))
+	}
 	return v
 }
 
 // shareAmong returns the members the partitions are shared among. With
 // health gating, a member whose app is unhealthy (its membership Lease's
-// AppHealthyLabel is "false"; this pod asks its own probe) gets no share:
+// AppHealthyLabel is "false": unhealthy; this pod asks its own probe) gets no share:
 // its partitions drain to the healthy members, as a surplus does, and it
 // takes them back once healthy. When no member is healthy, nothing moves
 // (every member keeps its share) and the member reports why, degraded.
-// A member without the label (no gating) counts as healthy.
-func (m *Member) shareAmong(v view) (sharing []string, degraded string) {
-	if m.cfg.AppHealth == nil {
-		return v.members, ""
+// A member without the label (no gating) counts as healthy. Every member
+// reads the labels, gated or not, so that all compute the same shares in
+// a group where some are gated (a rollout that turns gating on).
+func (m *Member) shareAmong(v view, unhealthy map[string]bool) (sharing []string, degraded string) {
+	own := true
+	if m.cfg.AppHealth != nil {
+		own, _ = m.cfg.AppHealth.Healthy()
 	}
-	healthyLabels := m.group.HolderLabels(memberPrefix(m.cfg.Name), AppHealthyLabel)
-	own, err := m.cfg.AppHealth.Healthy()
 	for _, who := range v.members {
-		healthy := healthyLabels[who] != "false"
+		healthy := !unhealthy[who]
 		if who == m.cfg.Identity {
 			healthy = own
 		}
@@ -627,11 +643,9 @@ func (m *Member) shareAmong(v view) (sharing []string, degraded string) {
 		}
 	}
 	if len(sharing) == 0 && len(v.members) > 0 {
-		reason := "every member's app is unhealthy; the partitions stay where they are"
-		if err != nil {
-			reason += ": " + err.Error()
-		}
-		return v.members, reason
+		// A fixed text: the probe's error changes from one failure to
+		// the next, and each change would wake every long-poll.
+		return v.members, "every member's app is unhealthy; the partitions stay where they are"
 	}
 	return sharing, ""
 }

@@ -62,11 +62,13 @@ func (m *Member) publish(v view) {
 // the owned partitions changed, and keeps the measures of rebalancing.
 func (m *Member) publishLocked(v view) {
 	now := m.clock.Now()
-	if strings.Join(v.members, "\n") != strings.Join(m.members, "\n") || v.effective != m.effective {
-		// A change of the effective N moves partitions as a change of
+	if strings.Join(v.members, "\n") != strings.Join(m.members, "\n") || v.effective != m.effective || strings.Join(v.sharing, "\n") != strings.Join(m.sharing, "\n") {
+		// A change of the effective N, or of the healthy members among
+		// whom the partitions are shared, moves partitions as a change of
 		// members does.
 		m.effective = v.effective
 		m.members = v.members
+		m.sharing = v.sharing
 		m.membersChanged = now
 		m.settled = false
 	}

@@ -164,7 +164,8 @@ type Term struct {
 	// Leader is the latest answer taken.
 	Leader api.Leader
 	// Partition mode only: Draining, the claim is to be handed over, its
-	// child stopped by DrainBy (on CLOCK_MONOTONIC, never after Deadline);
+	// child stopped by DrainBy (on CLOCK_MONOTONIC; the claim's Deadline
+	// still bounds it);
 	// Partitions is the group's N as last answered.
 	Draining   bool
 	DrainBy    Mono
@@ -202,7 +203,7 @@ func (t *Term) Observe(o Observation) bool {
 	// A drain, once begun, is not taken back within the term: its child
 	// has been told to stop.
 	if o.Draining && !t.Draining {
-		t.Draining, t.DrainBy = true, min(drainBy(o), d)
+		t.Draining, t.DrainBy = true, drainBy(o)
 	}
 	t.Leading, t.Token, t.Deadline = true, l.FencingToken, d
 	return !sameTerm

@@ -64,6 +64,10 @@ type childState struct {
 	armed    Mono
 	stopping bool
 	killed   bool
+	// draining: stopped for a drain, which gives it until the drain's
+	// deadline while the term goes on; ended: the term it ran in is over,
+	// or the supervisor is stopping, since it was stopped.
+	draining, ended bool
 }
 
 func (r rules) initial() state { return state{backoff: r.restartBackoff} }
@@ -341,8 +345,21 @@ func (r rules) bound(s *state, now Mono) []action {
 	c := s.child
 	var acts []action
 	own := s.term.Leading && s.term.Token == c.token
-	if own && !c.stopping && !s.shutdown {
+	switch {
+	case own && !c.stopping && !s.shutdown:
 		c.killAt = s.term.Deadline - Mono(killAhead)
+	case own && c.draining && !c.ended && !s.shutdown:
+		// A drain's child has until the drain's deadline, as long as the
+		// claim's renewals cover it.
+		c.killAt = min(s.term.Deadline, s.term.DrainBy) - Mono(killAhead)
+	case c.stopping && !c.ended && (!own || s.shutdown):
+		// Stopped with more time than --stop-grace (a drain), and then
+		// the term ended (the partition released, at the drain's
+		// deadline or the sidecar's shutdown) or the supervisor began to
+		// stop: --stop-grace from now, as after any other stop, so that
+		// it is dead before the next owner's --start-delay has passed.
+		c.ended = true
+		c.killAt = min(c.killAt, now+Mono(r.stopGrace))
 	}
 	if !c.stopping {
 		reason := ""
@@ -355,7 +372,8 @@ func (r rules) bound(s *state, now Mono) []action {
 			// The child has until the drain's deadline, when the
 			// sidecar releases the partition anyway.
 			reason = "the partition is draining"
-			acts = append(acts, stopBy(c, syscall.SIGTERM, now, max(s.term.DrainBy-Mono(killAhead), now), reason)...)
+			c.draining = true
+			acts = append(acts, stopBy(c, syscall.SIGTERM, now, max(min(s.term.Deadline, s.term.DrainBy)-Mono(killAhead), now), reason)...)
 		case now >= c.killAt-Mono(r.stopGrace):
 			reason = "the claim ends within --stop-grace and was not renewed"
 		}

@@ -317,6 +317,23 @@ func TestDecidePartition(t *testing.T) {
 			{at: 1000 * ms, ev: drained(5, 2, 1000*ms, 10*time.Second, 5*time.Second), want: []string{"arm 5.9s", "SIGTERM, SIGKILL in 4.9s: the partition is draining"}, wake: 5900 * ms},
 			{at: 1500 * ms, ev: exited(0), want: []string{"kill remains", "release", "exit 0"}},
 		}},
+		{"a drain longer than the claim: renewals carry the SIGKILL moment to the drain's deadline", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 1000 * ms, ev: drained(5, 2, 1000*ms, 10*time.Second, 30*time.Second), want: []string{"arm 10.9s", "SIGTERM, SIGKILL in 9.9s: the partition is draining"}, wake: 10900 * ms},
+			{at: 5000 * ms, ev: drained(5, 2, 5000*ms, 10*time.Second, 26*time.Second), want: []string{"arm 14.9s"}, wake: 14900 * ms},
+			{at: 29000 * ms, ev: drained(5, 2, 29000*ms, 10*time.Second, 2*time.Second), want: []string{"arm 30.9s"}, wake: 30900 * ms},
+		}},
+		{"the term ends during a drain: --stop-grace from then, not the drain's deadline", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 1000 * ms, ev: drained(5, 2, 1000*ms, 10*time.Second, 30*time.Second), want: []string{"arm 10.9s", "SIGTERM, SIGKILL in 9.9s: the partition is draining"}},
+			{at: 1300 * ms, ev: follower(3, 1300*ms), want: []string{"arm 3.3s"}, wake: 3300 * ms},
+			{at: 3300 * ms, ev: wake{}, want: []string{"SIGKILL"}},
+		}},
+		{"SIGTERM during a drain: --stop-grace from then", r, []step{
+			{at: 0, ev: claim(5, 1, 0, 10*time.Second), want: []string{"start token 5"}},
+			{at: 1000 * ms, ev: drained(5, 2, 1000*ms, 10*time.Second, 30*time.Second), want: []string{"arm 10.9s", "SIGTERM, SIGKILL in 9.9s: the partition is draining"}},
+			{at: 1200 * ms, ev: signaled{syscall.SIGTERM}, want: []string{"arm 3.2s"}, wake: 3200 * ms},
+		}},
 		{"a drain's SIGKILL never comes after the claim's", r, []step{
 			{at: 0, ev: claim(5, 1, 0, 3*time.Second), want: []string{"start token 5"}},
 			{at: 500 * ms, ev: drained(5, 2, 500*ms, 2500*ms, 10*time.Second), want: []string{"SIGTERM, SIGKILL in 2.4s: the partition is draining"}, wake: 2900 * ms},

@@ -108,6 +108,7 @@ func (o *Options) partitionsConfig(self string, args []string, signals <-chan os
 			return cmd
 		},
 		PollInterval:   o.PollInterval,
+		StopGrace:      o.StopGrace,
 		RestartBackoff: o.RestartBackoff,
 		Signals:        signals,
 		Stderr:         stderr,

@@ -94,7 +94,7 @@ func (s *supervisor) releasePartition(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := s.cfg.API.ReleasePartitionTerm(ctx, pt.Partition, pt.Token); err != nil {
-		s.log.Info("The partition was not released (the term is over, or the sidecar did not answer: the claim then runs out on its own)", "err", err.Error())
+		s.log.Info("The partition was not released: its term is over, or the sidecar did not answer (if the term goes on, the next supervisor serves it)", "err", err.Error())
 		return
 	}
 	s.log.Info("Released the partition")

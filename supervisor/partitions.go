@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"syscall"
 	"time"
 
@@ -33,6 +34,10 @@ type PartitionsConfig struct {
 	Supervise func(pt PartitionTerm) *exec.Cmd
 	// PollInterval spaces the retries after a failed request.
 	PollInterval time.Duration
+	// StopGrace is the supervisors' --stop-grace, checked against the
+	// first claim that shows the renew deadline, as each supervisor
+	// would: a misfit is refused once, here, not by every supervisor.
+	StopGrace time.Duration
 	// RestartBackoff is the first delay before a partition's next
 	// supervisor after one failed (a non-zero exit); it doubles up to
 	// maxRestartBackoff while they keep failing.
@@ -60,14 +65,18 @@ type dispatcher struct {
 	log klog.Logger
 	// running: the supervisors that run, by term.
 	running map[PartitionTerm]*partitionSupervisor
-	// ended: terms whose supervisor exited with 0 (the term's work is
-	// over); never started again. Forgotten once GET /partitions no
-	// longer shows them (a term, once over, never comes back).
-	ended map[PartitionTerm]bool
-	// retryAt and backoff: a partition whose last supervisor failed waits
-	// until retryAt for its next.
+	// retryAt: a partition whose last supervisor ended waits until then
+	// for its next, --restart-backoff after a success (the term is
+	// usually over: the answer that says so may come a moment after the
+	// exit; if it goes on, the supervisor could not tell, and the term
+	// gets a new one), doubling up to 30 s (backoff) after failures.
 	retryAt map[int]time.Time
 	backoff map[int]time.Duration
+	// foreign are the children this process had before it supervised
+	// anything (see supervisor.foreign).
+	foreign map[int]bool
+	// checked: StopGrace was checked against a claim.
+	checked bool
 }
 
 // RunPartitions dispatches until SIGTERM or SIGINT, after which it waits
@@ -78,7 +87,6 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) int {
 		cfg:     cfg,
 		log:     klog.FromContext(ctx),
 		running: map[PartitionTerm]*partitionSupervisor{},
-		ended:   map[PartitionTerm]bool{},
 		retryAt: map[int]time.Time{},
 		backoff: map[int]time.Duration{},
 	}
@@ -88,6 +96,17 @@ func RunPartitions(ctx context.Context, cfg PartitionsConfig) int {
 func (d *dispatcher) run(ctx context.Context) int {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A subreaper, as each supervisor is: the processes a supervisor
+	// leaves when it is killed (its watchdog, what left its child's
+	// group) are adopted here, killed and reaped, never left running or
+	// as zombies (this process may be the container's PID 1).
+	d.foreign = directChildren()
+	if err := becomeSubreaper(); err != nil {
+		d.log.Error(err, "Cannot become a child subreaper, so what a killed partition supervisor leaves is not found")
+	}
+	orphans := make(chan os.Signal, 1)
+	signal.Notify(orphans, syscall.SIGCHLD)
+	defer signal.Stop(orphans)
 	answers := make(chan partitionsAnswer, 1)
 	go d.watch(ctx, answers)
 	exited := make(chan PartitionTerm, 16)
@@ -111,6 +130,13 @@ func (d *dispatcher) run(ctx context.Context) int {
 				continue
 			}
 			latest = &a.p
+			if err := d.checkStopGrace(a.p); err != nil {
+				fmt.Fprintf(d.cfg.Stderr, "leader-elector run: %s\n", err)
+				d.stopAll(syscall.SIGTERM)
+				return ExitBadInput
+			}
+		case <-orphans:
+			_ = reapOrphans(nil, d.keep)
 		case pt := <-exited:
 			d.reap(pt)
 		case sig := <-d.cfg.Signals:
@@ -126,10 +152,7 @@ func (d *dispatcher) run(ctx context.Context) int {
 			}
 		case <-timer.C:
 		case <-ctx.Done():
-			for _, ps := range d.running {
-				_ = ps.cmd.Process.Kill()
-				<-ps.done
-			}
+			d.stopAll(syscall.SIGKILL)
 			return ExitRuntimeError
 		}
 		if shutdown {
@@ -146,14 +169,12 @@ func (d *dispatcher) run(ctx context.Context) int {
 }
 
 // startDue starts a supervisor for every term this pod owns that has none:
-// not draining (a drain starts nothing), not ended, not backing off.
+// not draining (a drain starts nothing), not backing off.
 func (d *dispatcher) startDue(p api.Partitions, exited chan<- PartitionTerm) {
 	now := time.Now()
-	owned := map[PartitionTerm]bool{}
 	for _, o := range p.Owned {
 		pt := PartitionTerm{Partition: o.Partition, Token: o.FencingToken}
-		owned[pt] = true
-		if o.Draining || d.running[pt] != nil || d.ended[pt] || now.Before(d.retryAt[o.Partition]) {
+		if o.Draining || d.running[pt] != nil || now.Before(d.retryAt[o.Partition]) {
 			continue
 		}
 		if o.ValidForMs != nil && *o.ValidForMs <= 0 {
@@ -161,11 +182,50 @@ func (d *dispatcher) startDue(p api.Partitions, exited chan<- PartitionTerm) {
 		}
 		d.start(pt, exited)
 	}
-	for pt := range d.ended {
-		if !owned[pt] {
-			delete(d.ended, pt)
+}
+
+// checkStopGrace refuses a --stop-grace that does not fit in the claim
+// (as startOnClaim does in leader mode), at the first answer that shows
+// the renew deadline: validUntil − renewTime of an owned partition.
+func (d *dispatcher) checkStopGrace(p api.Partitions) error {
+	if d.checked {
+		return nil
+	}
+	for _, o := range p.Owned {
+		if o.ValidUntil.IsZero() || o.RenewTime.IsZero() {
+			continue
+		}
+		d.checked = true
+		if rd := o.ValidUntil.Sub(o.RenewTime.Time); d.cfg.StopGrace+killAhead >= rd {
+			return fmt.Errorf("--stop-grace %v does not fit in the claim: give one well below the sidecar's renew deadline (%v: validUntil − renewTime); the child is killed 100ms before the claim ends", d.cfg.StopGrace, rd.Round(time.Millisecond))
+		}
+		return nil
+	}
+	return nil
+}
+
+// stopAll sends sig to every supervisor and waits for them.
+func (d *dispatcher) stopAll(sig syscall.Signal) {
+	for _, ps := range d.running {
+		_ = ps.cmd.Process.Signal(sig)
+	}
+	for _, ps := range d.running {
+		<-ps.done
+	}
+}
+
+// keep tells this process's children that are not leftovers: the running
+// supervisors and the children it had before it started any.
+func (d *dispatcher) keep(pid int) bool {
+	if d.foreign[pid] {
+		return true
+	}
+	for _, ps := range d.running {
+		if ps.cmd.Process.Pid == pid {
+			return true
 		}
 	}
+	return false
 }
 
 func (d *dispatcher) start(pt PartitionTerm, exited chan<- PartitionTerm) {
@@ -191,10 +251,16 @@ func (d *dispatcher) reap(pt PartitionTerm) {
 	delete(d.running, pt)
 	code := exitCode(ps.err)
 	d.log.Info("A partition's supervisor ended", "partition", pt.Partition, "fencingToken", pt.Token, "result", describe(ps.err))
+	// A supervisor that was killed leaves its watchdog and what left its
+	// child's group to this process: nothing of it may run on. Every
+	// other supervisor holds its own tree, so whatever this process has
+	// adopted is a dead supervisor's.
+	if n, err := killLeftovers(nil, d.keep); n > 0 || err != nil {
+		d.log.Info("Killed what an ended partition supervisor left", "partition", pt.Partition, "count", n, "err", err)
+	}
 	if code == 0 {
-		d.ended[pt] = true
 		delete(d.backoff, pt.Partition)
-		delete(d.retryAt, pt.Partition)
+		d.retryAt[pt.Partition] = time.Now().Add(d.cfg.RestartBackoff)
 		return
 	}
 	d.failed(pt.Partition)

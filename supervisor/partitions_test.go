@@ -29,6 +29,14 @@ import (
 // sidecar's renew deadline, short.
 const partitionsClaim = 2 * time.Second
 
+// releaseBound bounds how late a partition is released after the event
+// that ends its child (a drain, a kill): the supervisor's next read (its
+// poll interval, 50 ms), then three steps in a row that may each wake
+// late on a loaded machine (the signal's delivery and the child's exit,
+// the supervisor's wait and its walk of what the child left, the release
+// request), each given schedulingSlack.
+const releaseBound = 50*time.Millisecond + 3*schedulingSlack
+
 // renewing keeps renewing partition i's claim in term token, every 100 ms,
 // until the returned stop is called.
 func renewing(t *testing.T, s *apitest.Sidecar, i int, token int64) (stop func()) {
@@ -174,7 +182,7 @@ func TestRunPartitions(t *testing.T) {
 	// A drain: the child is told at once, its exit releases the partition
 	// in its term; the others run on.
 	s.Drain(2, 5*time.Second)
-	poll(t, schedulingSlack, "partition 2 released after its child's exit", func() bool { return !owned(s, 2, 3) })
+	poll(t, releaseBound, "partition 2 released after its child's exit", func() bool { return !owned(s, 2, 3) })
 	if calls := s.CallsTo(http.MethodPost, "/partitions/2/release"); len(calls) != 1 || calls[0].Query.Get("fencingToken") != "3" {
 		t.Errorf("releases of partition 2: %+v, want one, in term 3", calls)
 	}
@@ -246,7 +254,7 @@ func TestRunPartitionsDrainDeadline(t *testing.T) {
 	if !strings.Contains(readFile(filepath.Join(dir, "stopped")), "1") {
 		t.Errorf("the child was not given SIGTERM at the drain's start")
 	}
-	poll(t, schedulingSlack, "partition 1 released once its child was killed", func() bool { return !owned(s, 1, 2) })
+	poll(t, releaseBound, "partition 1 released once its child was killed", func() bool { return !owned(s, 1, 2) })
 }
 
 // TestRunPartitionsRefusesALeaderModeSidecar: exit 2 and the reason when
@@ -263,4 +271,24 @@ func TestRunPartitionsRefusesALeaderModeSidecar(t *testing.T) {
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// TestRunPartitionsRefusesAStopGraceBeyondTheClaim: exit 2 and one line,
+// at the first owned partition's claim, when --stop-grace does not fit in
+// the renew deadline; no child starts.
+func TestRunPartitionsRefusesAStopGraceBeyondTheClaim(t *testing.T) {
+	if !inOwnProcess(t) {
+		return
+	}
+	s := apitest.New(t, apitest.Config{Partitions: 2})
+	s.Own(0, 1, 2*time.Second) // renewTime now, validUntil 2 s on: a renew deadline of 2 s
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := Main(append([]string{"--url=" + s.URL, "--partitions", "--stop-grace=2s", "--"}, worker(dir, false)...), func(string) (string, bool) { return "", false }, &stdout, &stderr)
+	if code != ExitBadInput || !strings.Contains(stderr.String(), "--stop-grace 2s does not fit in the claim") {
+		t.Errorf("exit %d, stderr %q; want %d and the --stop-grace line", code, stderr.String(), ExitBadInput)
+	}
+	if len(started(dir)) != 0 {
+		t.Errorf("a child started: %v", started(dir))
+	}
 }
