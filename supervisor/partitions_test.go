@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
-	"k8s.io/klog/v2/textlogger"
-
 	"github.com/leader-elector/leader-elector/api"
 	"github.com/leader-elector/leader-elector/api/apitest"
 )
@@ -97,22 +94,7 @@ func startPartitions(t *testing.T, url string, flags []string, command ...string
 		Signals:        r.signals,
 		Stderr:         r.log,
 	}
-	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(r.log)))
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
-	returned := make(chan struct{})
-	go func() {
-		defer close(returned)
-		r.code <- RunPartitions(ctx, cfg)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-returned:
-		case <-time.After(10 * time.Second):
-			t.Errorf("the dispatcher did not return within 10s of its cancel")
-		}
-		t.Logf("log:\n%s", r.log.String())
-	})
+	runInBackground(t, "dispatcher", r.log, r.code, func(ctx context.Context) int { return RunPartitions(ctx, cfg) })
 	return r
 }
 

@@ -171,28 +171,34 @@ func startRunWith(t *testing.T, srv *httptest.Server, change func(*Config), onEx
 		Stderr:          r.log,
 	}
 	change(&cfg)
-	// The supervisor logs through its context's logger, as klog's text
-	// format, into the buffer the tests read.
-	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(r.log)))
+	runInBackground(t, "supervisor", r.log, r.code, func(ctx context.Context) int { return Run(ctx, cfg) })
+	return r
+}
+
+// runInBackground runs run (Run or RunPartitions) on a context whose
+// logger writes klog's text format into log, the buffer the tests read,
+// and sends its exit code to code. At the test's end it cancels the
+// context and waits for run to return: no supervisor outlives its test,
+// or one still winding down would reap, as orphans of this process, the
+// next test's exited children before their own supervisor's os/exec waits
+// for them.
+func runInBackground(t *testing.T, what string, log *syncBuffer, code chan<- int, run func(context.Context) int) {
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(log)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		r.code <- Run(ctx, cfg)
+		code <- run(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		// No supervisor outlives its test: one still winding down would
-		// reap, as orphans of this process, the next test's exited
-		// children before their own supervisor's os/exec waits for them.
 		select {
 		case <-returned:
 		case <-time.After(10 * time.Second):
-			t.Errorf("the supervisor did not return within 10s of its cancel")
+			t.Errorf("the %s did not return within 10s of its cancel", what)
 		}
-		t.Logf("supervisor log:\n%s", r.log.String())
+		t.Logf("%s log:\n%s", what, log.String())
 	})
-	return r
 }
 
 func (r *running) exitCode(t *testing.T, timeout time.Duration) int {
