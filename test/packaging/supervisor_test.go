@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 // TestChartSupervisor: with supervisor.enabled the demo pod gets the init
@@ -142,5 +143,46 @@ func TestKustomizeSupervisor(t *testing.T) {
 	at := slices.Index(app.Args, wrap[0])
 	if at < 0 || at+len(wrap) >= len(app.Args) || !slices.Equal(app.Args[at:at+len(wrap)], wrap) {
 		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)
+	}
+}
+
+// TestKustomizePartitionsSupervisor: manifests/example-partitions-supervisor
+// is manifests/example-supervisor in partition mode: the sidecar with
+// --partitions (its arguments accepted by the real binary), the
+// partitions component's Role, and the work under `leader-elector run
+// --partitions`, using its partition.
+func TestKustomizePartitionsSupervisor(t *testing.T) {
+	objs, d := kustomize(t, "example-partitions-supervisor")
+	spec := &d.Spec.Template.Spec
+	for _, err := range CheckSidecarPod(spec, true) {
+		t.Error(err)
+	}
+	sc, _, err := Sidecar(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := FlagValue(sc.Args, "partitions"); !ok || got != "4" {
+		t.Errorf("--partitions = %q (given %v), want 4: %v", got, ok, sc.Args)
+	}
+	// The Lease's name comes from the pod's environment
+	// (LEADER_ELECTOR_LEASE_NAME), which binaryVerdict does not set.
+	if args := append(slices.Clone(sc.Args), "--lease-name=example-leader-elector"); !binaryVerdict(t, args) {
+		t.Errorf("leader-elector refuses the example's arguments %v", args)
+	}
+	var role rbacv1.Role
+	if err := objs.OneInto("Role", &role); err != nil {
+		t.Fatal(err)
+	}
+	if len(role.Rules) != 1 || !slices.Contains(role.Rules[0].Verbs, "watch") || !slices.Contains(role.Rules[0].Verbs, "delete") {
+		t.Errorf("the Role is not the partitions component's: %s", asJSON(role.Rules))
+	}
+	app := spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })]
+	wrap := []string{"/leader-elector-run/leader-elector", "run", "--log-format=json", "--stop-grace=2s", "--partitions", "--"}
+	at := slices.Index(app.Args, wrap[0])
+	if at < 0 || at+len(wrap) >= len(app.Args) || !slices.Equal(app.Args[at:at+len(wrap)], wrap) {
+		t.Errorf("the app's work is not wrapped in %v: %v", wrap, app.Args)
+	}
+	if !strings.Contains(strings.Join(app.Args, "\n"), "$LEADER_ELECTOR_PARTITION") {
+		t.Errorf("the example's work does not use its partition: %v", app.Args)
 	}
 }
