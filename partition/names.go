@@ -66,5 +66,10 @@ func leaseLabels(group, kind string) map[string]string {
 func memberLabels(group string, partitions int) map[string]string {
 	l := leaseLabels(group, KindMember)
 	l[PartitionsLabel] = strconv.Itoa(partitions)
+	// Healthy unless health gating says otherwise (it writes the label
+	// over this one): a member without gating must not keep a "false"
+	// that an earlier pod of its name left on its Lease (client-go merges
+	// labels, it never removes one).
+	l[AppHealthyLabel] = "true"
 	return l
 }

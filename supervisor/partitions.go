@@ -72,6 +72,8 @@ type dispatcher struct {
 	// gets a new one), doubling up to 30 s (backoff) after failures.
 	retryAt map[int]time.Time
 	backoff map[int]time.Duration
+	// lastTerm is each partition's term whose supervisor ended last.
+	lastTerm map[int]PartitionTerm
 	// foreign are the children this process had before it supervised
 	// anything (see supervisor.foreign).
 	foreign map[int]bool
@@ -84,11 +86,12 @@ type dispatcher struct {
 // ExitBadInput when the sidecar does not serve GET /partitions.
 func RunPartitions(ctx context.Context, cfg PartitionsConfig) int {
 	d := &dispatcher{
-		cfg:     cfg,
-		log:     klog.FromContext(ctx),
-		running: map[PartitionTerm]*partitionSupervisor{},
-		retryAt: map[int]time.Time{},
-		backoff: map[int]time.Duration{},
+		cfg:      cfg,
+		log:      klog.FromContext(ctx),
+		running:  map[PartitionTerm]*partitionSupervisor{},
+		retryAt:  map[int]time.Time{},
+		lastTerm: map[int]PartitionTerm{},
+		backoff:  map[int]time.Duration{},
 	}
 	return d.run(ctx)
 }
@@ -254,15 +257,23 @@ func (d *dispatcher) reap(pt PartitionTerm) {
 	// A supervisor that was killed leaves its watchdog and what left its
 	// child's group to this process: nothing of it may run on. Every
 	// other supervisor holds its own tree, so whatever this process has
-	// adopted is a dead supervisor's.
-	if n, err := killLeftovers(nil, d.keep); n > 0 || err != nil {
-		d.log.Info("Killed what an ended partition supervisor left", "partition", pt.Partition, "count", n, "err", err)
+	// adopted is a dead supervisor's. One that exited 0 left nothing (it
+	// killed its child's tree itself), so the walk, which may wait up to
+	// 5 s for a process that cannot die, is spared then.
+	if code != 0 {
+		if n, err := killLeftovers(nil, d.keep); n > 0 || err != nil {
+			d.log.Info("Killed what an ended partition supervisor left", "partition", pt.Partition, "count", n, "err", err)
+		}
 	}
-	if code == 0 {
+	again := d.lastTerm[pt.Partition] == pt
+	d.lastTerm[pt.Partition] = pt
+	if code == 0 && !again {
 		delete(d.backoff, pt.Partition)
 		d.retryAt[pt.Partition] = time.Now().Add(d.cfg.RestartBackoff)
 		return
 	}
+	// A failure, or the same term's supervisor ending again: back off,
+	// doubling.
 	d.failed(pt.Partition)
 }
 
