@@ -22,9 +22,17 @@ import (
 // and each partition's supervisor as the test binary with "run" (TestMain),
 // against apitest's fake sidecar in partition mode, with real children.
 
-// partitionsClaim is how long each Own of the tests keeps a claim: a
-// sidecar's renew deadline, short.
-const partitionsClaim = 2 * time.Second
+// partitionsClaim is how long each Own of the tests keeps a claim (it is
+// renewed every 100 ms): long enough that a supervisor slowed by a loaded
+// machine still starts its child well inside it. In CI's unit stage, with
+// race-built packages compiling beside it, one took 1.4 s to its first
+// answer and 1.7 s more to start its watchdog, and a 2 s claim ran out
+// before its child could start.
+const partitionsClaim = 5 * time.Second
+
+// startWait bounds the waits for a child to start: not a timing claim, a
+// give-up on a loaded machine.
+const startWait = 15 * time.Second
 
 // releaseBound bounds how late a partition is released after the event
 // that ends its child (a drain, a kill): the supervisor's next read (its
@@ -153,7 +161,7 @@ func TestRunPartitions(t *testing.T) {
 	defer stop3()
 	r := startPartitions(t, s.URL, []string{"--stop-grace=300ms", "--start-delay=0s"}, worker(dir, false)...)
 
-	poll(t, 5*time.Second, "a child for each of partitions 0, 2 and 3", func() bool { return len(started(dir)) == 3 })
+	poll(t, startWait, "a child for each of partitions 0, 2 and 3", func() bool { return len(started(dir)) == 3 })
 	st := started(dir)
 	for i, token := range map[int]string{0: "7", 2: "3", 3: "9"} {
 		if f := st[i]; f[1] != "4" || f[2] != token {
@@ -193,7 +201,7 @@ func TestRunPartitions(t *testing.T) {
 	// A new term of partition 2 gets a new child.
 	stop2b := renewing(t, s, 2, 4)
 	defer stop2b()
-	poll(t, 5*time.Second, "a child for partition 2's new term", func() bool { f := started(dir)[2]; return f != nil && f[2] == "4" })
+	poll(t, startWait, "a child for partition 2's new term", func() bool { f := started(dir)[2]; return f != nil && f[2] == "4" })
 
 	r.signals <- syscall.SIGTERM
 	select {
@@ -226,7 +234,7 @@ func TestRunPartitionsDrainDeadline(t *testing.T) {
 	stop := renewing(t, s, 1, 2)
 	defer stop()
 	startPartitions(t, s.URL, []string{"--stop-grace=300ms", "--start-delay=0s"}, worker(dir, true)...)
-	poll(t, 5*time.Second, "partition 1's child", func() bool { return started(dir)[1] != nil })
+	poll(t, startWait, "partition 1's child", func() bool { return started(dir)[1] != nil })
 	pid := pidOf(t, started(dir)[1])
 
 	const within = 1500 * time.Millisecond
