@@ -75,7 +75,7 @@ unit: ## unit tests with the race detector (every package; the suites carry the 
 	$(GO) test -race -count=1 ./...
 
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
-	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 30m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \
+	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 45m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \
 	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || bash hack/failure-context.sh e2e.out; exit $$rc
 
 tools: ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kubectl at the pinned versions
