@@ -362,7 +362,7 @@ func (r rules) bound(s *state, now Mono) []action {
 		c.killAt = min(c.killAt, now+Mono(r.stopGrace))
 	}
 	if !c.stopping {
-		reason := ""
+		reason, by := "", now+Mono(r.stopGrace)
 		switch {
 		case !s.term.Leading:
 			reason = "this pod stopped leading"
@@ -371,14 +371,13 @@ func (r rules) bound(s *state, now Mono) []action {
 		case s.term.Draining:
 			// The child has until the drain's deadline, when the
 			// sidecar releases the partition anyway.
-			reason = "the partition is draining"
+			reason, by = "the partition is draining", max(min(s.term.Deadline, s.term.DrainBy)-Mono(killAhead), now)
 			c.draining = true
-			acts = append(acts, stopBy(c, syscall.SIGTERM, now, max(min(s.term.Deadline, s.term.DrainBy)-Mono(killAhead), now), reason)...)
 		case now >= c.killAt-Mono(r.stopGrace):
 			reason = "the claim ends within --stop-grace and was not renewed"
 		}
-		if reason != "" && !c.stopping {
-			acts = append(acts, r.stop(c, syscall.SIGTERM, now, reason)...)
+		if reason != "" {
+			acts = append(acts, stopBy(c, syscall.SIGTERM, now, by, reason)...)
 		}
 	}
 	acts = append(acts, arm(c)...)

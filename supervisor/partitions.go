@@ -167,7 +167,7 @@ func (d *dispatcher) run(ctx context.Context) int {
 		if latest != nil {
 			d.startDue(*latest, exited)
 		}
-		resetWallTimer(timer, d.nextRetry())
+		rearm(timer, d.untilNextRetry())
 	}
 }
 
@@ -301,18 +301,13 @@ func (d *dispatcher) nextRetry() time.Time {
 	return next
 }
 
-func resetWallTimer(t *time.Timer, at time.Time) {
-	wait := time.Hour
-	if !at.IsZero() {
-		wait = max(time.Until(at), 0)
+// untilNextRetry is how long until the earliest back-off still running
+// ends (an hour, as good as never, when none does).
+func (d *dispatcher) untilNextRetry() time.Duration {
+	if next := d.nextRetry(); !next.IsZero() {
+		return max(time.Until(next), 0)
 	}
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	t.Reset(wait)
+	return time.Hour
 }
 
 // watch long-polls GET /partitions and sends every answer; after a failure

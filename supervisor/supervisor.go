@@ -196,6 +196,11 @@ func resetTimer(timer *time.Timer, next, now Mono) {
 	if next >= 0 {
 		wait = time.Duration(next - now)
 	}
+	rearm(timer, wait)
+}
+
+// rearm makes timer fire after wait, whether or not it had fired.
+func rearm(timer *time.Timer, wait time.Duration) {
 	if !timer.Stop() {
 		select {
 		case <-timer.C:
