@@ -56,18 +56,7 @@ func newPartitionMember(cfg Config, c *clients) (*workload, error) {
 	member = m
 	run := m.Run
 	if probe != nil {
-		run = func(ctx context.Context) error {
-			probeCtx, stop := context.WithCancel(ctx)
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				probe.Run(probeCtx)
-			}()
-			err := m.Run(ctx)
-			stop()
-			<-done
-			return err
-		}
+		run = func(ctx context.Context) error { return runBeside(ctx, m.Run, probe.Run) }
 	}
 	w := &workload{
 		run:        run,
@@ -144,9 +133,9 @@ func newElection(cfg Config, c *clients) (*workload, error) {
 }
 
 // gateOn adds health gating to an election: its metrics, its readiness,
-// and its run beside the elector's. Both run until ctx ends: the elector
-// releases the Lease, health gating removes this candidate's entry from the
-// candidates Lease.
+// and its run beside the elector's, until the elector returns (when ctx
+// ends, after releasing the Lease); health gating then removes this
+// candidate's entry from the candidates Lease.
 func (w *workload) gateOn(gating *health.Health, readiness httpapi.Readiness) {
 	elector := w.elector
 	w.collectors = append(w.collectors, gating.Collectors()...)
@@ -154,15 +143,24 @@ func (w *workload) gateOn(gating *health.Health, readiness httpapi.Readiness) {
 		return httpapi.NewGatedProbeHandler(elector, readiness, gating.Ready, g)
 	}
 	w.run = func(ctx context.Context) error {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = gating.Run(ctx, elector)
-		}()
-		err := elector.Run(ctx)
-		<-done
-		return err
+		return runBeside(ctx, elector.Run, func(ctx context.Context) { _ = gating.Run(ctx, elector) })
 	}
+}
+
+// runBeside runs main, and side beside it on a context that ends when
+// main returns (or ctx ends), and returns main's error once side has
+// returned too.
+func runBeside(ctx context.Context, main func(context.Context) error, side func(context.Context)) error {
+	sideCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		side(sideCtx)
+	}()
+	err := main(ctx)
+	stop()
+	<-done
+	return err
 }
 
 // startNotifier starts the change notifications, if any, on a context of
