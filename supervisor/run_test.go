@@ -54,8 +54,14 @@ type fakeSidecar struct {
 	releases   int
 }
 
+// newFakeSidecar's claims are 5 s long: a supervisor stops its child once
+// the claim ends within --stop-grace without a fresh answer, and in CI's
+// unit stage, with every package compiled and tested at once under -race on
+// two cores, a supervisor went without one for 1.3 s of a 2 s claim (its
+// child stopped and restarted, the test waiting for one child). The tests
+// of a claim's end (stopRenewing) set validFor to 2 s, not to wait longer.
 func newFakeSidecar(t *testing.T) (*fakeSidecar, *httptest.Server) {
-	f := &fakeSidecar{rev: 1, validFor: 2 * time.Second, changed: make(chan struct{})}
+	f := &fakeSidecar{rev: 1, validFor: 5 * time.Second, changed: make(chan struct{})}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	return f, srv
@@ -341,6 +347,7 @@ func TestRunKillsAtTheDeadlineWhenRenewalsStop(t *testing.T) {
 		return
 	}
 	f, srv := newFakeSidecar(t)
+	f.validFor = 2 * time.Second
 	pids := filepath.Join(t.TempDir(), "pids")
 	const grace = 500 * time.Millisecond
 	// The child ignores SIGTERM (and so does its sleep, which inherits it).
@@ -394,6 +401,7 @@ func TestRunRefusesAStopGraceBeyondTheClaim(t *testing.T) {
 		return
 	}
 	f, srv := newFakeSidecar(t)
+	f.validFor = 2 * time.Second
 	pids := filepath.Join(t.TempDir(), "pids")
 	r := startRun(t, srv, OnExitRelease, 3*time.Second, "sh", "-c", `echo $$ >> `+pids)
 	f.set(true, 1)
@@ -484,6 +492,7 @@ func TestRunHooks(t *testing.T) {
 		return
 	}
 	f, srv := newFakeSidecar(t)
+	f.validFor = 2 * time.Second
 	out := filepath.Join(t.TempDir(), "hooks")
 	r := startRunWith(t, srv, func(c *Config) {
 		c.OnStartLeading = `echo "start $LEADER_ELECTOR_FENCING_TOKEN $LEADER_ELECTOR_LEASE" >> ` + out
