@@ -127,7 +127,7 @@ func Run(ctx context.Context, c Config) error {
 				running[k] = r
 				wg.Go(func() {
 					defer stop()
-					if err := c.consume(pctx, o, r.drain); err != nil {
+					if err := c.consume(pctx, o, r.drain, true); err != nil {
 						cancel(err)
 					}
 				})
@@ -159,10 +159,38 @@ func Run(ctx context.Context, c Config) error {
 	return ctx.Err()
 }
 
+// RunPartition processes one partition under one fencing token, as a child
+// of `leader-elector run --partitions` (docs/supervisor.md, "Partition
+// mode"), which starts it with $LEADER_ELECTOR_PARTITION and
+// $LEADER_ELECTOR_FENCING_TOKEN while its pod owns the partition, kills it
+// before the claim ends, and sends SIGTERM to drain it. So, unlike Run, it
+// follows no claim: it reads the partition's checkpoint once, consumes until
+// ctx ends or drain is closed, and on drain stores a final checkpoint and
+// returns without releasing: the supervisor releases the partition once
+// this process has exited, so its successor never runs beside it. A
+// partition this pod no longer owns under token returns nil at once.
+func RunPartition(ctx context.Context, c Config, partition int, token int64, drain <-chan struct{}) error {
+	if c.Process == nil {
+		c.Process = func(_ int, _ int64, item string) string { return item }
+	}
+	s, err := c.Sidecar.Partitions(ctx)
+	if err != nil {
+		return fmt.Errorf("partition %d: read the checkpoint: %w", partition, err)
+	}
+	for _, o := range s.Owned {
+		if o.Partition == partition && o.FencingToken == token {
+			return c.consume(ctx, o, drain, false)
+		}
+	}
+	c.Log.Info("no longer owned under this token: nothing to do", "partition", partition, "token", token)
+	return nil
+}
+
 // consume processes partition o.Partition under o.FencingToken until ctx
-// ends, the sink refuses the token, or the partition drains. Only errors
-// that mean the worker is wrong are returned.
-func (c Config) consume(ctx context.Context, o api.OwnedPartition, drain <-chan struct{}) error {
+// ends, the sink refuses the token, or the partition drains. On drain it
+// stores a final checkpoint and, if release, hands the partition over
+// itself. Only errors that mean the worker is wrong are returned.
+func (c Config) consume(ctx context.Context, o api.OwnedPartition, drain <-chan struct{}, release bool) error {
 	p, token := o.Partition, o.FencingToken
 	log := c.Log.With("partition", p, "token", token)
 	from, err := ParseCheckpoint(o.Checkpoint)
@@ -239,8 +267,13 @@ func (c Config) consume(ctx context.Context, o api.OwnedPartition, drain <-chan 
 			return nil
 		case <-drain:
 			// Finish: the item in hand is applied; store where the sink is,
-			// then hand the partition over.
-			if checkpoint(true) {
+			// then hand the partition over (or leave that to the
+			// supervisor, which releases once this process has exited).
+			switch {
+			case !checkpoint(true):
+			case !release:
+				log.Info("drained", "offset", last)
+			default:
 				if _, err := c.Sidecar.ReleasePartitionTerm(context.WithoutCancel(ctx), p, token); err != nil {
 					log.Info("release failed", "err", err)
 				} else {

@@ -9,7 +9,11 @@
 #                    busybox shell script: sh, httpd, wget)
 #   echoapp.oci.tar  the proxy proof's app: test/node/echoapp, static, an
 #                    HTTP server that keeps connections alive
-# Archives that exist are reused. Needs buildah and busybox-static
+#   exactlyonce.oci.tar  the exactly-once worker (examples/exactlyonce's
+#                    command), static
+# Archives that exist are reused, but for exactlyonce's: it is built each
+# time (seconds), because it is the project's own code and changes with it.
+# Needs buildah and busybox-static
 # (make node-deps installs them).
 #
 # Usage: images.sh <output dir> [buildah global flags]
@@ -50,6 +54,10 @@ if [[ ! -s "$out/echoapp.oci.tar" ]]; then
 	(cd "$here/../.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/echoapp/echoapp" ./test/node/echoapp)
 	image "$out/echoapp.oci.tar" localhost/leader-elector-test/echoapp:1 "$work/echoapp" '["/echoapp"]'
 fi
+
+mkdir -p "$work/exactlyonce"
+(cd "$here/../.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/exactlyonce/exactlyonce" ./examples/exactlyonce/cmd/exactlyonce)
+image "$out/exactlyonce.oci.tar" localhost/leader-elector-test/exactlyonce:1 "$work/exactlyonce" '["/exactlyonce"]'
 
 if [[ ! -s "$out/busybox.oci.tar" ]]; then
 	busybox="$(command -v busybox || true)"

@@ -278,6 +278,12 @@ func TestChartSidecar(t *testing.T) {
 			if v, ok := FlagValue(sc.Args, "drain-timeout"); v != tc.want || ok != (tc.want != "") {
 				t.Errorf("%v: --drain-timeout = %q (%v), want %q", tc.set, v, ok, tc.want)
 			}
+			// In partition mode a rollout goes a pod at a time, so that
+			// one pod's partitions move at a time (leader mode's
+			// strategy would replace every pod at once).
+			if want := candidateStrategy; tc.set != nil && !equality.Semantic.DeepEqual(d.Spec.Strategy, want) {
+				t.Errorf("%v: strategy %s, want %s", tc.set, asJSON(d.Spec.Strategy), asJSON(want))
+			}
 			if !binaryVerdict(t, sc.Args) {
 				t.Errorf("leader-elector refuses the chart's arguments %v", sc.Args)
 			}

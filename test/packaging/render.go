@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -148,9 +149,11 @@ func HelmTemplate(ctx context.Context, chartDir, release, namespace string, extr
 }
 
 // KustomizeExampleWithImage renders manifests/<name> (example or one of its
-// variants) with the sidecar's image set the way the example tells users
-// to: `kustomize edit set image leader-elector=<image>` in manifests/example,
-// here in a copy of manifests/ so that the checkout stays as it is.
+// variants) with the sidecar's image set the way the examples tell users
+// to: `kustomize edit set image leader-elector=<image>` in each
+// kustomization that sets it (manifests/example, and
+// manifests/example-supervisor for its copy container), here in a copy of
+// manifests/ so that the checkout stays as it is.
 func KustomizeExampleWithImage(ctx context.Context, name, image string) (Objects, error) {
 	dir, err := os.MkdirTemp("", "leader-elector-manifests-")
 	if err != nil {
@@ -164,13 +167,30 @@ func KustomizeExampleWithImage(ctx context.Context, name, image string) (Objects
 	if err != nil {
 		return nil, err
 	}
-	edit := exec.CommandContext(ctx, filepath.Join(tools, "kustomize"), "edit", "set", "image", "leader-elector="+image)
-	edit.Dir = filepath.Join(dir, "example")
-	if out, err := edit.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("kustomize edit set image leader-elector=%s: %w: %s", image, err, out)
+	kustomizations, err := filepath.Glob(filepath.Join(dir, "*", "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range kustomizations {
+		b, err := os.ReadFile(k)
+		if err != nil {
+			return nil, err
+		}
+		if !imageSet.Match(b) {
+			continue
+		}
+		edit := exec.CommandContext(ctx, filepath.Join(tools, "kustomize"), "edit", "set", "image", "leader-elector="+image)
+		edit.Dir = filepath.Dir(k)
+		if out, err := edit.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("kustomize edit set image leader-elector=%s in %s: %w: %s", image, filepath.Base(edit.Dir), err, out)
+		}
 	}
 	return KustomizeBuild(ctx, filepath.Join(dir, name))
 }
+
+// imageSet matches a kustomization's images: entry for the leader-elector
+// image.
+var imageSet = regexp.MustCompile(`(?m)^images:\n(?:[ #].*\n)*\s+- name: leader-elector\n`)
 
 // KustomizeBuild renders a kustomization directory.
 func KustomizeBuild(ctx context.Context, dir string) (Objects, error) {

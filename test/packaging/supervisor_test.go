@@ -185,4 +185,9 @@ func TestKustomizePartitionsSupervisor(t *testing.T) {
 	if !strings.Contains(strings.Join(app.Args, "\n"), "$LEADER_ELECTOR_PARTITION") {
 		t.Errorf("the example's work does not use its partition: %v", app.Args)
 	}
+	// Kubernetes' default rolling update (the API server fills in 25% and
+	// 25%), not the leader example's all at once.
+	if st := d.Spec.Strategy; st.Type != "RollingUpdate" || st.RollingUpdate != nil {
+		t.Errorf("strategy %s, want type RollingUpdate and nothing else", asJSON(st))
+	}
 }

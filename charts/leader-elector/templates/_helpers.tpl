@@ -466,7 +466,7 @@ leader
 {{- end }}
 
 {{- define "leader-elector.strategy" -}}
-{{- if eq (include "leader-elector.readiness" .) "leader" -}}
+{{- if and (eq (include "leader-elector.readiness" .) "leader") (not .Values.partitions.count) -}}
 type: RollingUpdate
 rollingUpdate:
   maxSurge: 0

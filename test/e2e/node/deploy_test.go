@@ -158,14 +158,20 @@ func track(t *testing.T, name string, objs packaging.Objects) *deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A partition group ships no Lease: its members create one per
-	// partition, named after --lease-name.
+	// A partition group's members create a Lease per partition, named
+	// after the group: --lease-name in the chart, which ships no Lease;
+	// the kustomize example ships the base's Lease, whose name is the
+	// group's (it reaches the sidecar as LEADER_ELECTOR_LEASE_NAME).
 	partitions := 0
-	if v, ok := packaging.FlagValue(sidecar.Args, "partitions"); ok && len(leases) == 0 {
+	if v, ok := packaging.FlagValue(sidecar.Args, "partitions"); ok {
 		if partitions, err = strconv.Atoi(v); err != nil {
 			t.Fatal(err)
 		}
-		lease.Name, _ = packaging.FlagValue(sidecar.Args, "lease-name")
+		if name, ok := packaging.FlagValue(sidecar.Args, "lease-name"); ok {
+			lease.Name = name
+		} else if err := leases.OneInto("Lease", &lease); err != nil {
+			t.Fatal(err)
+		}
 	} else if err := leases.OneInto("Lease", &lease); err != nil {
 		t.Fatal(err)
 	}

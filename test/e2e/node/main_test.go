@@ -45,6 +45,9 @@ const (
 	pauseImage          = "localhost/leader-elector-test/pause:1"
 	// echoAppImage is test/node/echoapp, the proxy proof's app.
 	echoAppImage = "localhost/leader-elector-test/echoapp:1"
+	// exactlyOnceImage is examples/exactlyonce's command, the worker of
+	// the partition example's rollout.
+	exactlyOnceImage = "localhost/leader-elector-test/exactlyonce:1"
 )
 
 // nodeSlack is this suite's one allowance in a timing bound it asserts
@@ -111,6 +114,7 @@ func setUpAndRun(m *testing.M) int {
 			{Archive: filepath.Join(imagesDir, "pause.oci.tar"), Names: []string{pauseImage}},
 			{Archive: filepath.Join(imagesDir, "busybox.oci.tar"), Names: []string{busyboxImage}},
 			{Archive: filepath.Join(imagesDir, "echoapp.oci.tar"), Names: []string{echoAppImage}},
+			{Archive: filepath.Join(imagesDir, "exactlyonce.oci.tar"), Names: []string{exactlyOnceImage}},
 			{Archive: imageArchive, Names: []string{nodeImage}},
 		},
 		PauseImage: pauseImage,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,19 +52,7 @@ func TestChartPartitionsReshard(t *testing.T) {
 	}
 	settle(16, time.Now(), 2*time.Minute)
 
-	// The claim pollers of the soak: one per running pod, from inside its
-	// network namespace, feeding the partition checker.
-	r := &soakRun{d: d, parts: invariant.NewPartitions(), pollers: map[types.UID]*claimPoller{}}
-	pollCtx, stopPolling := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); r.trackPods(pollCtx) }()
-	defer func() {
-		stopPolling()
-		<-done
-		for _, p := range r.pollers {
-			p.stop()
-		}
-	}()
+	r, stopPolling := pollClaims(t, d)
 	// Before the change: the pollers have seen every partition owned.
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, nodeGiveUp, true, func(context.Context) (bool, error) {
 		rep := r.parts.Check(16)
@@ -123,7 +112,6 @@ func TestChartPartitionsReshard(t *testing.T) {
 		}
 	}
 	stopPolling()
-	<-done
 	rep := r.parts.Check(16)
 	for _, v := range rep.Violations {
 		t.Errorf("VIOLATION %s", v)
@@ -133,6 +121,26 @@ func TestChartPartitionsReshard(t *testing.T) {
 	}
 	t.Logf("MEASURED reshard 16 → 8 by a rolling update (3 pods, maxSurge 1, maxUnavailable 0, lease 4 s, drain timeout 0): rollout finished %v after the apply, partitions 0..7 fair among the new pods %v after it; %d claims in %d answers, %d violations",
 		rolledOut.Round(100*time.Millisecond), fair.Round(100*time.Millisecond), rep.Claims, rep.Observations, len(rep.Violations))
+}
+
+// pollClaims starts the soak's claim pollers on d's pods — one per running
+// pod, from inside its network namespace, every pod found as it starts —
+// feeding r.parts, the partition checker. stop ends them; the test's end
+// does too.
+func pollClaims(t *testing.T, d *deployment) (r *soakRun, stop func()) {
+	r = &soakRun{d: d, parts: invariant.NewPartitions(), pollers: map[types.UID]*claimPoller{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.trackPods(ctx) }()
+	stop = sync.OnceFunc(func() {
+		cancel()
+		<-done
+		for _, p := range r.pollers {
+			p.stop()
+		}
+	})
+	t.Cleanup(stop)
+	return r, stop
 }
 
 // sidecarPartitions asks a pod's sidecar for GET /partitions on its

@@ -128,7 +128,7 @@ func TestChartSupervisor(t *testing.T) {
 		m.excuse(old.pid, frozenAt, dead.dead)
 	})
 
-	m.check(t)
+	m.check(t, 4) // one per fault and the first
 }
 
 // getPod reads a pod by name.
@@ -162,24 +162,30 @@ func bootNow() time.Duration {
 }
 
 // nodeChild is one supervised child as the monitor saw it: its pid, its
-// pod's uid, its kernel start time and the first sample that found it dead
-// (both on CLOCK_BOOTTIME, the clock of /proc/<pid>/stat).
+// pod's uid, its partition (in partition mode; "" in leader mode), its
+// kernel start time and the first sample that found it dead (both on
+// CLOCK_BOOTTIME, the clock of /proc/<pid>/stat).
 type nodeChild struct {
 	pid   int
+	key   string
 	pod   string
 	start time.Duration
 	dead  time.Duration // 0 while alive
 }
 
 // nodeChildMonitor watches every process on the node (the test shares the
-// host's pid namespace) for the demo's supervised children.
+// host's pid namespace) for supervised children: processes isWork
+// recognises whose parent is `leader-elector run`. Children of one key (in
+// partition mode the partition their supervisor's --partition-term names;
+// in leader mode all of them) must never run at once.
 type nodeChildMonitor struct {
-	mu sync.Mutex
+	isWork func(argv []string) bool
+	mu     sync.Mutex
 	// seen classifies the pids listed: true for a supervised child.
 	seen map[int]bool
 	kids map[int]*nodeChild
-	// twoAlive counts samples with two children alive, frozen or not;
-	// running lists those with two alive and not frozen.
+	// twoAlive counts samples with two children of one key alive, frozen
+	// or not; running lists those with two alive and not frozen.
 	twoAlive int
 	running  []runningOverlap
 	// excused: a frozen child's overlap, from its freeze to its death,
@@ -193,8 +199,12 @@ type runningOverlap struct {
 	pids []int
 }
 
-func startNodeChildMonitor(t *testing.T) *nodeChildMonitor {
-	m := &nodeChildMonitor{seen: map[int]bool{}, kids: map[int]*nodeChild{}, excused: map[int][2]time.Duration{},
+// startNodeChildMonitor watches the chart demo's supervised work (leader
+// mode).
+func startNodeChildMonitor(t *testing.T) *nodeChildMonitor { return startChildMonitor(t, isDemoWork) }
+
+func startChildMonitor(t *testing.T, isWork func(argv []string) bool) *nodeChildMonitor {
+	m := &nodeChildMonitor{isWork: isWork, seen: map[int]bool{}, kids: map[int]*nodeChild{}, excused: map[int][2]time.Duration{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	go m.run()
 	t.Cleanup(func() { close(m.stop); <-m.stopped })
@@ -233,6 +243,18 @@ func isSupervisor(a []string) bool {
 	return len(a) >= 2 && strings.HasSuffix(a[0], "/leader-elector") && a[1] == "run"
 }
 
+// partitionOf is the partition a supervisor's --partition-term=P@T names
+// (the one `run --partitions` starts per owned partition), "" for none.
+func partitionOf(supervisor []string) string {
+	for _, a := range supervisor {
+		if v, ok := strings.CutPrefix(a, "--partition-term="); ok {
+			p, _, _ := strings.Cut(v, "@")
+			return p
+		}
+	}
+	return ""
+}
+
 func (m *nodeChildMonitor) sample() {
 	dir, err := os.Open("/proc")
 	if err != nil {
@@ -258,7 +280,8 @@ func (m *nodeChildMonitor) sample() {
 			continue
 		}
 		alive, ppid, start := procStat(pid)
-		child := isDemoWork(a) && isSupervisor(argv(ppid))
+		parent := argv(ppid)
+		child := m.isWork(a) && isSupervisor(parent)
 		// Not classified for good: the supervisor's fork before its exec
 		// (the supervisor's command line), and a process in the middle of
 		// an exec (an empty command line).
@@ -270,7 +293,7 @@ func (m *nodeChildMonitor) sample() {
 		}
 		// Only children in a pod: the node's processes share the machine.
 		if uid, _, _ := node.ProcessCgroup(pid); uid != "" {
-			m.kids[pid] = &nodeChild{pid: pid, pod: uid, start: start}
+			m.kids[pid] = &nodeChild{pid: pid, pod: uid, key: partitionOf(parent), start: start}
 		}
 	}
 	for pid := range m.seen {
@@ -278,7 +301,7 @@ func (m *nodeChildMonitor) sample() {
 			delete(m.seen, pid)
 		}
 	}
-	var alive, running []int
+	alive, running := map[string]int{}, map[string][]int{}
 	for _, k := range m.kids {
 		if k.dead != 0 {
 			continue
@@ -287,17 +310,22 @@ func (m *nodeChildMonitor) sample() {
 			k.dead = now
 			continue
 		}
-		alive = append(alive, k.pid)
+		alive[k.key]++
 		if _, frozen, err := node.ProcessCgroup(k.pid); err != nil || !frozen {
-			running = append(running, k.pid)
+			running[k.key] = append(running[k.key], k.pid)
 		}
 	}
-	if len(alive) > 1 {
-		m.twoAlive++
+	for _, n := range alive {
+		if n > 1 {
+			m.twoAlive++
+			break
+		}
 	}
-	if len(running) > 1 {
-		slices.Sort(running)
-		m.running = append(m.running, runningOverlap{at: now, pids: running})
+	for _, pids := range running {
+		if len(pids) > 1 {
+			slices.Sort(pids)
+			m.running = append(m.running, runningOverlap{at: now, pids: pids})
+		}
 	}
 }
 
@@ -396,10 +424,12 @@ func (m *nodeChildMonitor) waitDead(t *testing.T, pid int, timeout time.Duration
 	return k
 }
 
-// check fails the test on any sample with two children running (alive, not
-// frozen) and on any two children whose lives overlap, but for a frozen
-// child's excused overlap (measured by the freeze step).
-func (m *nodeChildMonitor) check(t *testing.T) {
+// check fails the test on any sample with two children of one key running
+// (alive, not frozen), on any two children of one key whose lives overlap,
+// but for a frozen child's excused overlap (measured by the freeze step),
+// and on fewer than minKids children seen in all (the run did not do what
+// it was to check).
+func (m *nodeChildMonitor) check(t *testing.T, minKids int) {
 	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -420,22 +450,32 @@ func (m *nodeChildMonitor) check(t *testing.T) {
 		}
 		t.Errorf("two supervised children running at once at %v: pids %v", o.at, o.pids)
 	}
-	kids := make([]*nodeChild, 0, len(m.kids))
+	byKey := map[string][]*nodeChild{}
 	for _, k := range m.kids {
-		kids = append(kids, k)
+		byKey[k.key] = append(byKey[k.key], k)
 	}
-	slices.SortFunc(kids, func(a, b *nodeChild) int { return int(a.start - b.start) })
-	for i := 1; i < len(kids); i++ {
-		prev, next := kids[i-1], kids[i]
-		if inExcuse(prev.pid, next.start) {
-			continue
+	for key, kids := range byKey {
+		slices.SortFunc(kids, func(a, b *nodeChild) int { return int(a.start - b.start) })
+		for i := 1; i < len(kids); i++ {
+			prev, next := kids[i-1], kids[i]
+			if inExcuse(prev.pid, next.start) {
+				continue
+			}
+			if prev.dead == 0 || prev.dead > next.start {
+				t.Errorf("child %d (pod %s%s) started at %v while child %d (pod %s) had not been seen dead (%v)", next.pid, next.pod, partitionNote(key), next.start, prev.pid, prev.pod, prev.dead)
+			}
 		}
-		if prev.dead == 0 || prev.dead > next.start {
-			t.Errorf("child %d (pod %s) started at %v while child %d (pod %s) had not been seen dead (%v)", next.pid, next.pod, next.start, prev.pid, prev.pod, prev.dead)
-		}
 	}
-	t.Logf("the monitor saw %d supervised children in all", len(kids))
-	if len(kids) < 4 {
-		t.Errorf("the monitor saw %d supervised children, want at least 4 (one per fault and the first)", len(kids))
+	t.Logf("the monitor saw %d supervised children in all", len(m.kids))
+	if len(m.kids) < minKids {
+		t.Errorf("the monitor saw %d supervised children, want at least %d", len(m.kids), minKids)
 	}
+}
+
+// partitionNote names a child's partition in a message, if it has one.
+func partitionNote(key string) string {
+	if key == "" {
+		return ""
+	}
+	return ", partition " + key
 }
