@@ -386,3 +386,43 @@ func TestLockNoTakeoverWriteOnceTaken(t *testing.T) {
 		t.Errorf("%d updates sent, want none", n)
 	}
 }
+
+// TestElectorRunStartedDuringItsBackoff: an elector whose run starts
+// while it waits out its back-off on a released Lease (partition mode
+// starts a partition's elector when a watch event shows it free; the
+// change that started the wait came before the run) tries when the wait
+// ends, not at client-go's next retry a retry period later.
+func TestElectorRunStartedDuringItsBackoff(t *testing.T) {
+	t.Parallel()
+	// startSlack bounds the rest of the path from the end of the wait to
+	// the acquisition on the fake API server: a round restarted, a read of
+	// the cache, a write. Far below the retry period, which a run that
+	// armed no timer would wait.
+	const startSlack = 2 * time.Second
+	_, ctx := ktesting.NewTestContext(t)
+	released := newLease("", 3, time.Now())
+	released.Spec.LeaseDurationSeconds = ptr.To[int32](1)
+	client := newFakeClient(t, electorVerbs, released)
+	cfg := testConfig(client)
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 30*time.Second, 20*time.Second, 10*time.Second
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	e.backoff.Random = half
+	// Six races lost: the window has doubled to 800 ms, the wait is 400 ms.
+	for range 6 {
+		e.backoff.Lost()
+	}
+	backoff := e.backoff.Wait()
+	if backoff < 100*time.Millisecond || backoff+startSlack >= cfg.RetryPeriod {
+		t.Fatalf("back-off %v: the test needs one the first round certainly meets and far below the retry period", backoff)
+	}
+	primeCache(e.cache, released)
+	start := time.Now()
+	runElector(t, ctx, e)
+	waitFor(t, ctx, "the acquisition", func() bool { return e.Snapshot().IsLeader })
+	if took := time.Since(start); took > backoff+startSlack {
+		t.Errorf("acquired %v after the run started, want within the back-off (%v) + %v", took, backoff, startSlack)
+	}
+}

@@ -544,7 +544,21 @@ func (e *Elector) onLeaseChange(lease *coordinationv1.Lease) {
 // until then the lock shows the Lease to client-go as held). client-go's
 // elector only tries every retry period; starting a new round makes it try
 // at once.
-func (e *Elector) scheduleAttempt() {
+func (e *Elector) scheduleAttempt() { e.armAttempt(true) }
+
+// scheduleWaitingAttempt arms the attempt timer only if the next moment this
+// candidate may take the Lease is still ahead. A run does so at its start:
+// its first round tries at once, but a Lease it may take only after a wait
+// (its back-off after lost races) is shown to client-go as held, and the
+// change that started that wait may have been observed before the run
+// (partition mode starts a partition's elector when a watch event shows the
+// partition free), when no timer was armed: client-go would try again only
+// a retry period later.
+func (e *Elector) scheduleWaitingAttempt() { e.armAttempt(false) }
+
+// armAttempt is scheduleAttempt; with now false, a moment already reached
+// arms nothing.
+func (e *Elector) armAttempt(now bool) {
 	at, ok := e.tracker.nextAttempt()
 	at = at.Add(e.lock.takeoverWait())
 	if until := e.backoff.ThrottledUntil(); at.Before(until) {
@@ -564,9 +578,12 @@ func (e *Elector) scheduleAttempt() {
 	// a Lease released (or a wait already over) is tried at once: that
 	// millisecond was a tenth of a handover on the local store.
 	d := at.Sub(e.clock.Now())
-	if d > 0 {
+	switch {
+	case d > 0:
 		d += time.Millisecond
-	} else {
+	case !now:
+		return
+	default:
 		d = 0
 	}
 	e.attempt = e.clock.AfterFunc(d, e.attemptNow)
@@ -620,6 +637,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer e.stopRunning()
 
 	e.tracker.setClaiming(true, "")
+	e.scheduleWaitingAttempt()
 	ctx, stopShutdownWatch := e.untilClaimsStop(ctx)
 	defer stopShutdownWatch()
 	if e.cfg.Group.Feed == nil {

@@ -98,6 +98,13 @@ type Member struct {
 	// admitted are the partitions whose acquisitions the gate admitted
 	// and that have not returned yet (an elector writes one at a time).
 	admitted map[int]bool
+	// refused are the partitions whose gate refused a new term since their
+	// elector was last told to try now (startLocked). Only those are told:
+	// a nudge restarts the elector's round, cancelling an attempt in
+	// flight, and a reconcile runs on every change in the group (hundreds
+	// a second while 1,024 partitions settle); nudging every wanted
+	// partition each time kept their attempts from ever finishing.
+	refused map[int]bool
 	// runs are the partition electors running now. An elector runs only
 	// while this pod holds its partition or wants it (reconcile): the
 	// others follow their Leases through the group's watch without a
@@ -155,6 +162,7 @@ func New(cfg Config) (*Member, error) {
 		changed:  make(chan struct{}),
 		owned:    map[int]int64{},
 		admitted: map[int]bool{},
+		refused:  map[int]bool{},
 		runs:     map[int]*run{},
 		logger:   klog.Background(),
 		offset:   startOffset(cfg.Identity, cfg.Partitions),
@@ -300,10 +308,13 @@ type run struct {
 }
 
 // startLocked runs partition i's elector, which tries the partition at once;
-// if it runs already, it is told to try now.
+// if it runs already and its gate refused it since it was last told, it is
+// told to try now (else it is trying, or following a holder's claim, and
+// tries when that ends).
 func (m *Member) startLocked(ctx context.Context, i int) {
 	if r := m.runs[i]; r != nil {
-		if !r.stopping {
+		if !r.stopping && m.refused[i] {
+			delete(m.refused, i)
 			m.partitions[i].TryNow()
 		}
 		// A stopping run is started again once it has returned (it
@@ -313,6 +324,7 @@ func (m *Member) startLocked(ctx context.Context, i int) {
 	runCtx, stop := context.WithCancel(ctx)
 	r := &run{stop: stop}
 	m.runs[i] = r
+	delete(m.refused, i) // a new run tries at once
 	m.running.Go(func() {
 		err := m.partitions[i].Run(runCtx)
 		stop()
@@ -696,10 +708,17 @@ func (g gate) Admit() (func(), bool) {
 // its admission are decided under the same lock, so an acquisition is
 // either admitted before the stop (which then waits for it: stopIdleLocked)
 // or refused, never written while its elector shuts down.
+//
+// A refusal is recorded: the elector then waits for client-go's next retry,
+// unless a reconcile that wants the partition tells it to try now.
 func (m *Member) admitsLocked(i int) bool {
 	if r := m.runs[i]; r != nil && r.stopping {
 		return false
 	}
 	v := m.assess()
-	return v.member && i < v.effective && len(v.inRange)+len(m.admitted) < v.target
+	if v.member && i < v.effective && len(v.inRange)+len(m.admitted) < v.target {
+		return true
+	}
+	m.refused[i] = true
+	return false
 }
