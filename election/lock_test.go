@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1177,5 +1178,43 @@ func TestElectorPreviousIncarnation(t *testing.T) {
 		if s.IsLeader && s.FencingToken != 8 {
 			t.Errorf("claimed leadership with fencing token %d: %+v", s.FencingToken, s)
 		}
+	}
+}
+
+// TestElectorRunReleaseRetriedAfterAFailedWrite: a release whose write
+// fails (the API server refused it, or did not answer within
+// releaseTimeout) is tried again while the claim it ends could still be
+// renewed, instead of leaving the Lease to expire: at 1,024 partitions on
+// a loaded API server that left an acknowledged handover unowned for a
+// lease duration.
+func TestElectorRunReleaseRetriedAfterAFailedWrite(t *testing.T) {
+	t.Parallel()
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, electorVerbs)
+	e, err := New(fastConfig(client))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	// The reactor is set before Run: the fake's reactors may not change
+	// while it serves.
+	var refused atomic.Int32
+	client.PrependReactor("update", "leases", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lease := action.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if ptr.Deref(lease.Spec.HolderIdentity, "") == "" && refused.Add(1) <= 2 {
+			return true, nil, apierrors.NewServiceUnavailable("the API server is overloaded")
+		}
+		return false, nil, nil
+	})
+	runElector(t, ctx, e)
+	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
+	_, token := leaseHolder(t, client)
+	if _, err := e.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := refused.Load(); n != 3 {
+		t.Errorf("%d clearing writes, want 3 (two refused, then the one that cleared it)", n)
+	}
+	if holder, transitions := leaseHolder(t, client); holder != "" || transitions != token {
+		t.Errorf("Lease after Release: holder %q, transitions %d; want \"\", %d", holder, transitions, token)
 	}
 }

@@ -144,7 +144,8 @@ func TestFreeToTry(t *testing.T) {
 		{"none wanted", 0, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := FreeToTry(owners, tc.want, tc.offset); !reflect.DeepEqual(got, tc.out) {
+			always := func(int) bool { return true }
+			if got := FreeToTry(owners, tc.want, "d", nil, tc.offset, always); !reflect.DeepEqual(got, tc.out) {
 				t.Errorf("FreeToTry(%d, %d) = %v, want %v", tc.want, tc.offset, got, tc.out)
 			}
 		})
@@ -157,6 +158,39 @@ func TestFreeToTry(t *testing.T) {
 // that the group ends full and fair without moving a partition back and
 // forth, and that a fair assignment moves nothing.
 func TestRebalanceConverges(t *testing.T) {
+	// Both ways of picking a free partition converge: from the member's
+	// offset (every free partition long free, no preferences), and from its
+	// preferred share (FreeToTry) with no
+	// partition ever long free, so that only the needy set shrinking
+	// hands a member the partitions preferred by others.
+	for _, picker := range []struct {
+		name string
+		pick func(owners []string, who string, needy []string, n int) []int
+	}{
+		{"offset", func(owners []string, who string, _ []string, n int) []int {
+			return FreeToTry(owners, 1, who, nil, startOffset(who, n), func(int) bool { return true })
+		}},
+		{"preferred", func(owners []string, who string, needy []string, n int) []int {
+			return FreeToTry(owners, 1, who, needy, startOffset(who, n), func(int) bool { return false })
+		}},
+	} {
+		t.Run(picker.name, func(t *testing.T) { testRebalanceConverges(t, picker.pick) })
+	}
+}
+
+// needyOf lists the members below their targets, as the member's view
+// does.
+func needyOf(members []string, counts, targets map[string]int) []string {
+	var needy []string
+	for _, who := range slices.Sorted(slices.Values(members)) {
+		if counts[who] < targets[who] {
+			needy = append(needy, who)
+		}
+	}
+	return needy
+}
+
+func testRebalanceConverges(t *testing.T, pick func(owners []string, who string, needy []string, n int) []int) {
 	for _, tc := range []struct {
 		name    string
 		n       int
@@ -186,10 +220,11 @@ func TestRebalanceConverges(t *testing.T) {
 							mine = append(mine, i)
 						}
 					}
-					target := Targets(tc.n, tc.members, counts)[who]
+					targets := Targets(tc.n, tc.members, counts)
+					target := targets[who]
 					switch {
 					case len(mine) < target:
-						if free := FreeToTry(owners, 1, startOffset(who, tc.n)); len(free) == 1 {
+						if free := pick(owners, who, needyOf(tc.members, counts, targets), tc.n); len(free) == 1 {
 							owners[free[0]] = who
 							changed = true
 						}
@@ -216,6 +251,72 @@ func TestRebalanceConverges(t *testing.T) {
 				t.Errorf("a fair assignment moved %d partitions", len(moves))
 			}
 		})
+	}
+}
+
+// TestFreeToTryPreferred: members below their targets that look at the same
+// free partitions try disjoint ones, which together cover every free
+// partition, about evenly; a member tries another's preferred partition
+// only once it has been free for a while; a member that is not needy tries
+// only those.
+func TestFreeToTryPreferred(t *testing.T) {
+	const n = 1024
+	owners := make([]string, n)
+	for i := range 256 {
+		owners[i] = "pm-0" // the member that drained the rest
+	}
+	needy := []string{"pm-1", "pm-2", "pm-3"}
+	never := func(int) bool { return false }
+	seen := map[int]string{}
+	for _, who := range needy {
+		got := FreeToTry(owners, n, who, needy, startOffset(who, n), never)
+		// Rendezvous hashing: binomial, 256 ± 3 standard deviations (13).
+		if len(got) < 256-40 || len(got) > 256+40 {
+			t.Errorf("%s prefers %d of the 768 free partitions, want about 256", who, len(got))
+		}
+		for _, i := range got {
+			if owners[i] != "" {
+				t.Errorf("%s would try partition %d, held by %s", who, i, owners[i])
+			}
+			if other, dup := seen[i]; dup {
+				t.Errorf("partition %d preferred by both %s and %s", i, other, who)
+			}
+			seen[i] = who
+			if p := PreferredTaker(i, needy); p != who {
+				t.Errorf("partition %d: PreferredTaker = %s, tried by %s", i, p, who)
+			}
+		}
+	}
+	if len(seen) != 768 {
+		t.Errorf("the needy members prefer %d of the 768 free partitions together, want all", len(seen))
+	}
+	// Wanting fewer takes the first of its own, going round from offset.
+	if got := FreeToTry(owners, 3, "pm-1", needy, 1000, never); len(got) != 3 || got[0] < 1000 {
+		t.Errorf("3 wanted from offset 1000: %v", got)
+	}
+	// Another's partitions, once long free, come after its own.
+	longFree := func(i int) bool { return i%2 == 0 }
+	got := FreeToTry(owners, n, "pm-1", needy, 0, longFree)
+	own := FreeToTry(owners, n, "pm-1", needy, 0, never)
+	if !slices.Equal(got[:len(own)], own) {
+		t.Errorf("its own preferred partitions do not come first")
+	}
+	for _, i := range got[len(own):] {
+		if i%2 != 0 || PreferredTaker(i, needy) == "pm-1" {
+			t.Errorf("partition %d tried as another's long-free partition", i)
+		}
+	}
+	if len(got) == len(own) {
+		t.Errorf("no long-free partition of another member tried")
+	}
+	// Not needy (the view counts it at its target): long free ones only.
+	for _, i := range FreeToTry(owners, 10, "pm-9", needy, 0, longFree) {
+		if i%2 != 0 {
+			t.Errorf("a member that is not needy tries partition %d, not long free", i)
+		}
+	}
+	if got := FreeToTry(owners, 0, "pm-1", needy, 0, longFree); got != nil {
+		t.Errorf("none wanted: %v", got)
 	}
 }
 
@@ -368,7 +469,7 @@ func TestMixedCountsConverge(t *testing.T) {
 						owners[surplus[len(surplus)-1]] = ""
 						changed = true
 					} else if len(inRange) < target {
-						if free := FreeToTry(owners[:e], 1, startOffset(who, e)); len(free) == 1 {
+						if free := FreeToTry(owners[:e], 1, who, nil, startOffset(who, e), func(int) bool { return true }); len(free) == 1 {
 							owners[free[0]] = who
 							changed = true
 						}

@@ -60,6 +60,12 @@ func TestMemberDegradedWhenEveryAppIsUnhealthy(t *testing.T) {
 		leases = append(leases, partitionLease(i, "", 3))
 	}
 	mt := startMemberWith(t, 6, func(c *Config) { c.AppHealth = app }, func(*fake.Clientset) {}, leases...)
+	// pod-b and pod-c, played by the test, take none of the free
+	// partitions they are the preferred takers of (FreeToTry): pod-a
+	// tries those once they have been free for longFreeAfter.
+	mt.waitFor("pod-a a member, degraded", func(s ownership.State) bool { return s.Members == 3 && s.Degraded })
+	mt.settle()
+	mt.clock.Step(mt.m.longFreeAfter())
 	s := mt.waitFor("pod-a degraded, with its even share", func(s ownership.State) bool {
 		return s.Members == 3 && len(s.Owned) == 2 && s.Degraded
 	})

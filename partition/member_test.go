@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -524,6 +525,11 @@ func TestMemberTakesItsFairShare(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			mt := startMember(t, tc.partitions, tc.leases...)
+			// A member above the floor of its share takes its one more
+			// among the partitions free for longFreeAfter (FreeToTry).
+			mt.waitFor("pod-a a member", func(s ownership.State) bool { return s.Member && s.Members == tc.wantMembers })
+			mt.settle()
+			mt.clock.Step(mt.m.longFreeAfter())
 			s := mt.waitFor(fmt.Sprintf("pod-a to own %d partitions", tc.wantOwned), func(s ownership.State) bool {
 				return s.Member && s.Members == tc.wantMembers && len(s.Owned) == tc.wantOwned
 			})
@@ -1059,5 +1065,103 @@ func TestMemberCreatesEveryMissingLease(t *testing.T) {
 		return len(running) <= 4, nil
 	}); err != nil {
 		t.Errorf("electors run for partitions %v once the Leases exist, want at most pod-a's share of 4", running)
+	}
+}
+
+// TestMemberTakesAPreferredShareFirst: members below their targets split
+// the free partitions (FreeToTry's preferred takers), so pod-a first takes
+// only those it is the preferred taker of; the others it takes once they
+// have been free for longFreeAfter and pod-b (played by the test, which
+// takes nothing) has not taken them.
+func TestMemberTakesAPreferredShareFirst(t *testing.T) {
+	t.Parallel()
+	leases := []runtime.Object{memberLease("pod-b")}
+	for i := range 6 {
+		leases = append(leases, partitionLease(i, "", 3))
+	}
+	needy := []string{"pod-a", "pod-b"}
+	var preferred []int
+	for i := range 6 {
+		if PreferredTaker(i, needy) == testIdentity {
+			preferred = append(preferred, i)
+		}
+	}
+	if len(preferred) == 0 || len(preferred) >= 3 {
+		t.Fatalf("pod-a is the preferred taker of %v of 6: the test needs between 1 and 2 (its target is 3)", preferred)
+	}
+	mt := startMember(t, 6, leases...)
+	mt.waitFor("pod-a to own its preferred partitions", func(s ownership.State) bool {
+		return s.Members == 2 && len(s.Owned) == len(preferred)
+	})
+	// More reconciles, and time for any elector they start: still only
+	// its own preferred share.
+	for range 3 {
+		mt.settle()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := ownedPartitions(mt.m.Snapshot()); !reflect.DeepEqual(got, preferred) {
+		t.Fatalf("before the others were long free pod-a owns %v, want its preferred %v", got, preferred)
+	}
+	mt.clock.Step(mt.m.longFreeAfter())
+	s := mt.waitFor("pod-a to own its target of 3", func(s ownership.State) bool { return len(s.Owned) == 3 })
+	mt.checkStateFollowsLeases(s)
+}
+
+// TestMemberStateNeverGoesBack: readers that take the state while the
+// member takes its partitions never see a later revision without a
+// partition an earlier one showed owned (nothing is lost in this test).
+// A view taken before the Member's lock and published after a newer one
+// made the state go back for a moment, a new revision for every long-poll.
+func TestMemberStateNeverGoesBack(t *testing.T) {
+	t.Parallel()
+	const n = 32
+	var leases []runtime.Object
+	for i := range n {
+		leases = append(leases, partitionLease(i, "", 3))
+	}
+	mt := startMember(t, n, leases...)
+	type seen struct {
+		revision uint64
+		owned    []int
+	}
+	var (
+		mu  sync.Mutex
+		all []seen
+	)
+	done := make(chan struct{})
+	var readers sync.WaitGroup
+	for range 8 {
+		readers.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				s := mt.m.Snapshot()
+				mu.Lock()
+				all = append(all, seen{s.Revision, ownedPartitions(s)})
+				mu.Unlock()
+			}
+		})
+	}
+	mt.waitFor("pod-a to own every partition", func(s ownership.State) bool { return len(s.Owned) == n })
+	close(done)
+	readers.Wait()
+	slices.SortStableFunc(all, func(a, b seen) int { return cmp.Compare(a.revision, b.revision) })
+	owned := map[int]uint64{}
+	for _, s := range all {
+		now := map[int]bool{}
+		for _, i := range s.owned {
+			now[i] = true
+			if _, had := owned[i]; !had {
+				owned[i] = s.revision
+			}
+		}
+		for i, since := range owned {
+			if !now[i] {
+				t.Fatalf("revision %d does not show partition %d, owned since revision %d", s.revision, i, since)
+			}
+		}
 	}
 }

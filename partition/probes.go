@@ -92,8 +92,8 @@ func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (ownership
 		return m.Snapshot(), fmt.Errorf("partition %d: %w (current %d, given %d)", i, leadership.ErrOtherTerm, s.FencingToken, token)
 	}
 	release := func(ctx context.Context) (leadership.State, error) { return m.partitions[i].ReleaseTerm(ctx, token) }
-	v := m.assess()
 	m.mu.Lock()
+	v := m.assess() // under m.mu, as reconcile's view
 	if m.draining[i] {
 		m.logger.Info("The app released a draining partition; handing it over", "partition", i)
 		delete(m.draining, i)
