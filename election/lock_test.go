@@ -1026,6 +1026,19 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	}
 }
 
+// newFastElector returns a test context, the fake API server and an
+// elector on it with fastConfig, not running yet.
+func newFastElector(t *testing.T) (context.Context, *fake.Clientset, *Elector) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	client := newFakeClient(t, electorVerbs)
+	e, err := New(fastConfig(client))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return ctx, client, e
+}
+
 // fastConfig uses short real durations: client-go's elector runs on the real
 // clock.
 func fastConfig(client *fake.Clientset) Config {
@@ -1098,12 +1111,7 @@ func TestElectorRunReleaseAndShutdown(t *testing.T) {
 
 func TestElectorRunReleaseOnRequest(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
-	client := newFakeClient(t, electorVerbs)
-	e, err := New(fastConfig(client))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	ctx, client, e := newFastElector(t)
 	runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
 	_, token := leaseHolder(t, client)
@@ -1189,12 +1197,7 @@ func TestElectorPreviousIncarnation(t *testing.T) {
 // lease duration.
 func TestElectorRunReleaseRetriedAfterAFailedWrite(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
-	client := newFakeClient(t, electorVerbs)
-	e, err := New(fastConfig(client))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	ctx, client, e := newFastElector(t)
 	// The reactor is set before Run: the fake's reactors may not change
 	// while it serves.
 	var refused atomic.Int32

@@ -215,12 +215,7 @@ func TestReleaseRecordsTheSuccessor(t *testing.T) {
 // not lead, or of another term, does not call it.
 func TestBeforeReleaseRunsWhileLeading(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
-	client := newFakeClient(t, electorVerbs)
-	leader, err := New(fastConfig(client))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	ctx, client, leader := newFastElector(t)
 	type call struct {
 		token   int64
 		leading bool
@@ -265,12 +260,7 @@ func TestBeforeReleaseRunsWhileLeading(t *testing.T) {
 // next leader, and that leader's release; it never claims.
 func TestFollowAfterRun(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
-	client := newFakeClient(t, electorVerbs)
-	leader, err := New(fastConfig(client))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	ctx, client, leader := newFastElector(t)
 	stop := runElector(t, ctx, leader)
 	waitFor(t, ctx, "the first pod to lead", func() bool { return leader.Snapshot().IsLeader })
 	cfg := fastConfig(client)

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"k8s.io/klog/v2/ktesting"
-
 	"github.com/leader-elector/leader-elector/leadership"
 )
 
@@ -14,12 +12,7 @@ import (
 // untouched); one naming the current term releases it.
 func TestElectorReleaseTerm(t *testing.T) {
 	t.Parallel()
-	_, ctx := ktesting.NewTestContext(t)
-	client := newFakeClient(t, electorVerbs)
-	e, err := New(fastConfig(client))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	ctx, client, e := newFastElector(t)
 	runElector(t, ctx, e)
 	waitFor(t, ctx, "leadership", func() bool { return e.Snapshot().IsLeader })
 	holder, token := leaseHolder(t, client)
