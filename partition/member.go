@@ -126,6 +126,11 @@ type Member struct {
 	handoverSince time.Time
 	// releasing counts the releases of handovers on their way.
 	releasing int
+	// acknowledged are the draining partitions the app has released
+	// (ReleaseTerm) whose releases are on their way: until its claim has
+	// stopped a reconcile still sees such a partition owned and surplus,
+	// and must not put it back into the drain.
+	acknowledged map[int]bool
 	// retiring are the partitions at or above the effective N whose
 	// releases are on their way.
 	retiring map[int]bool
@@ -157,20 +162,21 @@ func New(cfg Config) (*Member, error) {
 		clk = clock.RealClock{}
 	}
 	m := &Member{
-		cfg:       cfg,
-		clock:     clk,
-		wake:      make(chan struct{}, 1),
-		handover:  -1,
-		draining:  map[int]bool{},
-		retiring:  map[int]bool{},
-		changed:   make(chan struct{}),
-		owned:     map[int]int64{},
-		admitted:  map[int]bool{},
-		refused:   map[int]bool{},
-		freeSince: map[int]time.Time{},
-		runs:      map[int]*run{},
-		logger:    klog.Background(),
-		offset:    startOffset(cfg.Identity, cfg.Partitions),
+		cfg:          cfg,
+		clock:        clk,
+		wake:         make(chan struct{}, 1),
+		handover:     -1,
+		draining:     map[int]bool{},
+		retiring:     map[int]bool{},
+		changed:      make(chan struct{}),
+		owned:        map[int]int64{},
+		admitted:     map[int]bool{},
+		refused:      map[int]bool{},
+		freeSince:    map[int]time.Time{},
+		acknowledged: map[int]bool{},
+		runs:         map[int]*run{},
+		logger:       klog.Background(),
+		offset:       startOffset(cfg.Identity, cfg.Partitions),
 	}
 	watches := cfg.WatchClient
 	if watches == nil {
@@ -505,7 +511,7 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 	// timeout however the members arrive, not one per member seen.
 	surplus := Surplus(v.mine, v.effective, v.target)
 	for _, p := range surplus {
-		if !m.draining[p] && p != m.handover && !m.retiring[p] {
+		if !m.draining[p] && p != m.handover && !m.retiring[p] && !m.acknowledged[p] {
 			logger.Info("Partition became surplus during a drain; it joins the drain", "partition", p, "owned", len(v.mine), "target", v.target, "drainDeadline", m.drainDeadline)
 			m.draining[p] = true
 			changed = true

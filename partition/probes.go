@@ -103,11 +103,13 @@ func (m *Member) ReleaseTerm(ctx context.Context, i int, token int64) (ownership
 			m.handover, m.handoverSince = i, m.clock.Now()
 		}
 		m.releasing++
+		m.acknowledged[i] = true
 		m.metrics.rebalances.Inc()
 		release = func(ctx context.Context) (leadership.State, error) {
 			defer func() {
 				m.mu.Lock()
 				m.releasing--
+				delete(m.acknowledged, i)
 				m.mu.Unlock()
 			}()
 			return m.partitions[i].ReleaseTermFor(ctx, 0, token)
