@@ -489,7 +489,8 @@ func (m *Member) reconcile(ctx context.Context) {
 		m.retireLocked(ctx, v, p)
 	}
 	if p, ok := ToRelease(excess); ok {
-		m.handOverLocked(ctx, v, p, now)
+		klog.FromContext(ctx).Info("Handing over a partition above the fair share", "partition", p, "owned", len(v.mine), "target", v.target, "members", len(v.members))
+		m.handOverLocked(ctx, p, now)
 	}
 }
 
@@ -537,7 +538,7 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 			if p >= v.effective {
 				m.retireLocked(ctx, v, p)
 			} else {
-				m.handOverLocked(ctx, v, p, now)
+				m.handOverLocked(ctx, p, now)
 			}
 		}
 		changed = true
@@ -552,15 +553,13 @@ func (m *Member) continueDrainLocked(ctx context.Context, v view, now time.Time)
 
 // handOverLocked releases partition p to fix an imbalance; the next is
 // handed over only once p has been taken.
-func (m *Member) handOverLocked(ctx context.Context, v view, p int, now time.Time) {
+func (m *Member) handOverLocked(ctx context.Context, p int, now time.Time) {
 	m.handover, m.handoverSince = p, now
 	m.releasing++
 	m.metrics.rebalances.Inc()
 	go func() {
-		logger := klog.FromContext(ctx)
-		logger.Info("Handing over a partition above the fair share", "partition", p, "owned", len(v.mine), "target", v.target, "members", len(v.members))
 		if _, err := m.partitions[p].ReleaseFor(ctx, 0); err != nil && !errors.Is(err, leadership.ErrNotLeader) {
-			logger.Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
+			klog.FromContext(ctx).Error(err, "Failed to release partition; it expires after the lease duration", "partition", p)
 		}
 		m.mu.Lock()
 		m.releasing--
