@@ -97,7 +97,8 @@ func ToHandOver(own []int, n int) []int {
 
 // FreeToTry picks up to want free partitions (owners[i] == "") for member
 // me to try: first those me is the preferred taker of among the needy
-// members (those below their targets; see PreferredTaker), then, if it
+// members (see PreferredTaker; a Member counts those below the floor of
+// their fair share), then, if it
 // wants more, free partitions whose preferred taker has had its chance
 // (longFree reports that they have been free for a while). Each pass goes
 // round from offset; members start at different offsets (see startOffset),

@@ -376,10 +376,10 @@ func (m *Member) trackFreeLocked(v view, now time.Time) {
 // longFreeAfter is how long a free partition is left to its preferred
 // taker: one slot of a deterministic takeover order (racebackoff.Slot, a
 // tenth of the retry period), the time a conditional write and the watch
-// event of its result take. Measured at 1,024 partitions with a whole
-// retry period instead: members that disagreed for a moment on who needs
-// partitions left a few free for 4 s each, one after another, and a join
-// took 35 s instead of 13.
+// event of its result take. Longer would leave a partition free for that
+// long whenever the members' views of who needs partitions differ for a
+// moment (the preferred taker may not see itself as one); shorter would
+// bring the races back.
 func (m *Member) longFreeAfter() time.Duration { return racebackoff.Slot(m.cfg.RetryPeriod) }
 
 // startMissingLocked runs the electors of the partitions whose Leases are
