@@ -849,10 +849,11 @@ func (e *Elector) serveRelease(ctx context.Context) {
 // then, and each such partition stayed unowned until its Lease expired
 // (30 s there) instead of moving at once.
 // A try that fails at once (a refusal) is tried again after a pause that
-// doubles from a tenth of the retry period up to the retry period.
+// doubles from one racebackoff.Slot (a tenth of the retry period) up to the
+// retry period.
 func (e *Elector) releaseUntilExpiry(ctx context.Context) error {
 	expiry := e.tracker.lastRenewTime().Add(e.cfg.LeaseDuration)
-	pause := e.cfg.RetryPeriod / 10
+	pause := racebackoff.Slot(e.cfg.RetryPeriod)
 	for tries := 1; ; tries++ {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		err := e.release(relCtx)

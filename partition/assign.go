@@ -97,7 +97,7 @@ func ToHandOver(own []int, n int) []int {
 
 // FreeToTry picks up to want free partitions (owners[i] == "") for member
 // me to try: first those me is the preferred taker of among the needy
-// members (see PreferredTaker; a Member counts those below the floor of
+// members (see preferredTaker; a Member counts those below the floor of
 // their fair share), then, if it
 // wants more, free partitions whose preferred taker has had its chance
 // (longFree reports that they have been free for a while). Each pass goes
@@ -137,12 +137,12 @@ func FreeToTry(owners []string, want int, me string, needy []string, offset int,
 	return append(out, others[:min(len(others), want-len(out))]...)
 }
 
-// PreferredTaker is the member of needy that tries free partition i first:
+// preferredTaker is the member of needy that tries free partition i first:
 // the highest score of i and the member's name (rendezvous hashing), so
 // that the free partitions split evenly among the needy members whatever
 // their pattern, and a member leaving the needy set moves only its own
 // share to the others.
-func PreferredTaker(i int, needy []string) string {
+func preferredTaker(i int, needy []string) string {
 	seeds := make([]uint64, len(needy))
 	for k, who := range needy {
 		seeds[k] = memberSeed(who)

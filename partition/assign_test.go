@@ -282,8 +282,8 @@ func TestFreeToTryPreferred(t *testing.T) {
 				t.Errorf("partition %d preferred by both %s and %s", i, other, who)
 			}
 			seen[i] = who
-			if p := PreferredTaker(i, needy); p != who {
-				t.Errorf("partition %d: PreferredTaker = %s, tried by %s", i, p, who)
+			if p := preferredTaker(i, needy); p != who {
+				t.Errorf("partition %d: preferredTaker = %s, tried by %s", i, p, who)
 			}
 		}
 	}
@@ -302,7 +302,7 @@ func TestFreeToTryPreferred(t *testing.T) {
 		t.Errorf("its own preferred partitions do not come first")
 	}
 	for _, i := range got[len(own):] {
-		if i%2 != 0 || PreferredTaker(i, needy) == "pm-1" {
+		if i%2 != 0 || preferredTaker(i, needy) == "pm-1" {
 			t.Errorf("partition %d tried as another's long-free partition", i)
 		}
 	}

@@ -1082,7 +1082,7 @@ func TestMemberTakesAPreferredShareFirst(t *testing.T) {
 	needy := []string{"pod-a", "pod-b"}
 	var preferred []int
 	for i := range 6 {
-		if PreferredTaker(i, needy) == testIdentity {
+		if preferredTaker(i, needy) == testIdentity {
 			preferred = append(preferred, i)
 		}
 	}
@@ -1093,11 +1093,12 @@ func TestMemberTakesAPreferredShareFirst(t *testing.T) {
 	mt.waitFor("pod-a to own its preferred partitions", func(s ownership.State) bool {
 		return s.Members == 2 && len(s.Owned) == len(preferred)
 	})
-	// More reconciles, and time for any elector they start: still only
-	// its own preferred share.
-	for range 3 {
-		mt.settle()
-		time.Sleep(20 * time.Millisecond)
+	// One more reconcile, run here: it starts an elector for every
+	// partition it tries (startLocked, under the Member's lock), so the
+	// electors running right after it are what it decided to try.
+	mt.settle()
+	if got := mt.running(); !reflect.DeepEqual(got, preferred) {
+		t.Fatalf("before the others were long free pod-a runs electors for %v, want only its preferred %v", got, preferred)
 	}
 	if got := ownedPartitions(mt.m.Snapshot()); !reflect.DeepEqual(got, preferred) {
 		t.Fatalf("before the others were long free pod-a owns %v, want its preferred %v", got, preferred)
