@@ -435,7 +435,7 @@ func (m *Member) reconcile(ctx context.Context) {
 	}
 	m.trackFreeLocked(v, now)
 	var tried []int
-	if want := v.target - len(v.inRange) - len(m.admitted); want > 0 {
+	if want := v.target - m.takingLocked(v); want > 0 {
 		longFree := func(i int) bool { return now.Sub(m.freeSince[i]) >= m.longFreeAfter() }
 		tried = FreeToTry(v.owners[:v.effective], want, m.cfg.Identity, v.needy, m.offset%v.effective, longFree)
 		for _, i := range tried {
@@ -760,6 +760,22 @@ func (g gate) Admit() (func(), bool) {
 	}, true
 }
 
+// takingLocked counts the partitions this pod owns below the effective N
+// and the acquisitions on their way. An acquisition whose term the view
+// already shows (its write is in the elector's state, its return not yet
+// seen) counts once: counted twice, a member one short of its target was
+// refused its last partition until the write returned and a reconcile
+// nudged the elector.
+func (m *Member) takingLocked(v view) int {
+	n := len(v.inRange)
+	for i := range m.admitted {
+		if !slices.Contains(v.inRange, i) {
+			n++
+		}
+	}
+	return n
+}
+
 // admitsLocked: only a live member below its target, counting the
 // acquisitions on their way, takes a partition, and only one below the
 // group's effective N. An elector being stopped takes nothing: its stop and
@@ -774,7 +790,7 @@ func (m *Member) admitsLocked(i int) bool {
 		return false
 	}
 	v := m.assess()
-	if v.member && i < v.effective && len(v.inRange)+len(m.admitted) < v.target {
+	if v.member && i < v.effective && m.takingLocked(v) < v.target {
 		return true
 	}
 	m.refused[i] = true
