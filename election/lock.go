@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -96,6 +97,9 @@ type observingLock struct {
 	ownLease bool
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
+	// justTook is set by a write that started a new term of this process
+	// and cleared by its next Update: see skipsRenewalAfterTaking.
+	justTook atomic.Bool
 	// ownToken is the fencing token of the last term this process wrote as
 	// its own.
 	ownToken int64
@@ -373,6 +377,9 @@ func (l *observingLock) Update(ctx context.Context, ler resourcelock.LeaderElect
 		}
 		l.readServerClockForHistorylessLease()
 		newTerm := !l.tracker.holdingLease()
+		if !newTerm && l.skipsRenewalAfterTaking() {
+			return nil
+		}
 		err := l.admitted(newTerm, func() error {
 			// client-go carries its own idea of the token: what it proposed
 			// for the term, not what was written. A renewal of the term this
@@ -481,11 +488,48 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 	l.metrics.observeRenewal(l.tracker.clock.Since(start))
 	l.wroteOnce = true
 	if ler.HolderIdentity == l.inner.Identity() {
+		l.justTook.Store(!l.tracker.holdingLease())
 		l.ownToken = int64(ler.LeaderTransitions)
 		l.tracker.observeWrite(start, recordOf(&ler))
 		l.backoff.Won()
 	}
 	return nil
+}
+
+// skipsRenewalAfterTaking answers client-go's renewal that follows a new
+// term at once, without a write. client-go's renew loop polls immediately,
+// so every acquisition is followed, a millisecond later, by a second write
+// that carries nothing new: one write in three of a graceful handover, one
+// in two of a crash takeover, and twice the writes of a partition group's
+// start. It is skipped only if it comes within half a retry period of the
+// acquisition and the Lease's labels would not change.
+//
+// Safe, because the claim this process acts on (isLeader, validUntil, the
+// lapse check and so the watchdog) is measured from the start of the writes
+// it sent (tracker.observeWrite): a skipped renewal extends nothing, and
+// the next one comes a retry period later, well inside the acquisition's
+// claim (the renew deadline). client-go takes the skip for a renewal; that
+// moves only its own renew-deadline clock, by the skip's few milliseconds,
+// and this process's claim ends first in any case.
+func (l *observingLock) skipsRenewalAfterTaking() bool {
+	if !l.justTook.Swap(false) {
+		return false
+	}
+	since, ok := l.tracker.sinceOwnWrite()
+	if !ok || since >= l.retryPeriod/2 {
+		return false
+	}
+	if l.dynamic == nil {
+		return true
+	}
+	l.using.Lock()
+	defer l.using.Unlock()
+	for k, v := range l.dynamic() {
+		if l.inner.Labels[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // RecordEvent records client-go's "became leader" and "stopped leading" on

@@ -1221,3 +1221,40 @@ func TestElectorRunReleaseRetriedAfterAFailedWrite(t *testing.T) {
 		t.Errorf("Lease after Release: holder %q, transitions %d; want \"\", %d", holder, transitions, token)
 	}
 }
+
+// TestElectorRunSkipsTheRenewalRightAfterTaking: client-go renews at once
+// after it acquires; that write carries nothing new and is answered without
+// being sent, so the second write of a term comes a retry period after the
+// first, and the renewals go on from there.
+func TestElectorRunSkipsTheRenewalRightAfterTaking(t *testing.T) {
+	t.Parallel()
+	ctx, client, e := newFastElector(t)
+	var mu sync.Mutex
+	var own []time.Time
+	record := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		lease := action.(interface{ GetObject() runtime.Object }).GetObject().(*coordinationv1.Lease)
+		if ptr.Deref(lease.Spec.HolderIdentity, "") == testIdentity {
+			mu.Lock()
+			own = append(own, time.Now())
+			mu.Unlock()
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("update", "leases", record)
+	client.PrependReactor("create", "leases", record)
+	runElector(t, ctx, e)
+	retry := fastConfig(client).RetryPeriod
+	waitFor(t, ctx, "three writes of the term", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(own) >= 3
+	})
+	if !e.Snapshot().IsLeader {
+		t.Fatalf("not leading after three writes of its term")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if gap := own[1].Sub(own[0]); gap < retry/2 {
+		t.Errorf("the second write of the term came %v after the first, want at least half a retry period (%v): client-go's renewal right after the acquisition was sent", gap, retry/2)
+	}
+}

@@ -480,6 +480,17 @@ func (t *tracker) historylessNow() bool {
 }
 
 // holdingLease reports whether this pod's last write holds the Lease.
+// sinceOwnWrite is how long ago this process's last successful write of
+// its own term was sent; ok false while it holds no term.
+func (t *tracker) sinceOwnWrite() (d time.Duration, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.holding {
+		return 0, false
+	}
+	return t.clock.Now().Sub(t.renewStart), true
+}
+
 func (t *tracker) holdingLease() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
