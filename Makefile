@@ -184,9 +184,10 @@ size: ## per-package size table of the stripped binary, beside the client-go bas
 # bench-scale-<n>.out. Long (about 40 minutes on 2 cores); not in CI.
 .PHONY: bench-scale
 SCALE_CANDIDATES ?= 3 50 200
-bench-scale: tools ## benchmarks at scale: 3, 50 and 200 candidates, 1000 SSE clients (~40 min); tables in bench-scale-<n>.out
+SCALE_FLAGS ?=
+bench-scale: tools ## benchmarks at scale: 3, 50 and 200 candidates, 1000 SSE clients (~40 min); tables in bench-scale-<n>.out; SCALE_CANDIDATES= the sizes, SCALE_FLAGS= more bench flags (e.g. --health-gating)
 	for n in $(SCALE_CANDIDATES); do \
-		$(GO) run ./bench --candidates $$n --handovers 20 --crashes 3 --sse-clients 1000 --poll-interval 20ms --output bench-scale-$$n.out || exit 1; \
+		$(GO) run ./bench --candidates $$n --handovers 20 --crashes 3 --sse-clients 1000 --poll-interval 20ms $(SCALE_FLAGS) --output bench-scale-$$n.out || exit 1; \
 	done
 
 # Partition mode (--partitions): time to a full and fair assignment after a
