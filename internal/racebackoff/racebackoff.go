@@ -93,8 +93,8 @@ func Max(retryPeriod time.Duration) time.Duration { return retryPeriod / 2 }
 // watch event of its result take). A slot is only waited out when every
 // candidate before it is gone, so it is chosen wide: on a loaded API
 // server 25 ms slots let the next two candidates write before they saw
-// the first one's write (TestCrashTakeoverRanked, 2 refused writes in 1
-// of 3 runs beside a CI run).
+// the first one's write (TestTakeoverWritesAudited, then named
+// TestCrashTakeoverRanked: 2 refused writes in 1 of 3 runs beside a CI run).
 func Slot(retryPeriod time.Duration) time.Duration {
 	return max(raceBackoffBase, retryPeriod/10)
 }

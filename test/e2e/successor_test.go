@@ -313,24 +313,12 @@ func TestSuccessorHandoverToNewerRevision(t *testing.T) {
 	}
 }
 
-// TestCrashTakeoverRanked: with health gating, the candidates of a
-// crashed leader rank themselves for its term (the successor order), so
-// the takeover is about one write, not a race of all of them. Ten
-// candidates on a control plane of the test's own, whose audit log counts
-// the Lease writes from the SIGKILL to the new holder: at most
-// maxTakeoverWrites (without the ranking, the first crash of a group was a
-// race of all nine).
-func TestCrashTakeoverRanked(t *testing.T) {
-	const (
-		candidates = 10
-		// The takeover, and one refused write: where two views of the
-		// candidates Lease differ, or the first's write came later than
-		// its slot (a race build on a loaded machine). client-go's renewal
-		// right after the takeover is not sent (skipsRenewalAfterTaking).
-		maxTakeoverWrites = 2
-	)
-	ctx := context.Background()
-	cp, err := cluster.Start(ctx, cluster.Options{BinDir: kubeBinDir, WorkDir: t.TempDir(), Audit: true})
+// auditedGatedGroup starts n health-gated candidates on a control plane of
+// the test's own, with an audit log, and waits until one leads and every
+// entry of the candidates Lease is healthy and seen by the others.
+func auditedGatedGroup(t *testing.T, n int) (*cluster.ControlPlane, string, *group) {
+	t.Helper()
+	cp, err := cluster.Start(context.Background(), cluster.Options{BinDir: kubeBinDir, WorkDir: t.TempDir(), Audit: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,51 +328,54 @@ func TestCrashTakeoverRanked(t *testing.T) {
 	createCandidatesLease(t, store, lease)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)
-	for i := range candidates {
+	for i := range n {
 		app := newAppHealth(t, true)
 		g.Add(startCandidate(t, fmt.Sprintf("%s-%d", lease, i), candidateOptions{lease: lease, kubeconfig: cp.AdminKubeconfig(), extraArgs: app.args()}))
 	}
-	leader := g.WaitLeader(giveUp)
+	g.WaitLeader(giveUp)
 	waitEntries(t, store, g, 1, func(string) bool { return true })
+	return cp, lease, g
+}
 
-	killed := time.Now()
-	leader.signal(syscall.SIGKILL)
-	next := g.WaitLeader(giveUp, leader)
-	seen := time.Now()
-	took := seen.Sub(killed)
-	// The writes from the kill to half a retry period after the takeover:
-	// the takeover, the refused attempts, and client-go's renewal right
-	// after the takeover if it were sent (the new holder's next renewal
-	// comes a retry period after its takeover).
-	var (
-		ok, conflicts int
-		writes        []string
-	)
-	count := func(events []cluster.AuditEvent, until time.Time) {
-		ok, conflicts, writes = 0, 0, nil
-		for _, e := range events {
-			if e.Verb != "update" || e.ObjectRef == nil || e.ObjectRef.Resource != "leases" || e.ObjectRef.Name != lease ||
-				e.RequestReceivedTimestamp.Before(killed) || e.RequestReceivedTimestamp.After(until) || e.ResponseStatus == nil {
-				continue
-			}
-			writes = append(writes, fmt.Sprintf("%s %d after %v", e.UserAgent, e.ResponseStatus.Code, e.RequestReceivedTimestamp.Sub(killed).Round(time.Millisecond)))
-			switch e.ResponseStatus.Code {
-			case 200:
-				ok++
-			case 409:
-				conflicts++
-			}
-		}
+// auditedWrites are the Lease writes (of the election's Lease and of its
+// candidates Lease) the audit log received from since to half a retry
+// period after the take: the first successful write of the election's
+// Lease sent at or after its acquireTime. That covers the release, the
+// take, and client-go's renewal right after the take if it were sent (the
+// new holder's next renewal comes a retry period after its take).
+type auditedWrites struct {
+	// lease and candidates count the successful writes of each; afterTake
+	// those of the election's Lease after the take; conflicts the writes
+	// refused with 409.
+	lease, candidates, afterTake, conflicts int
+	writes                                  []string
+}
+
+func (w auditedWrites) String() string {
+	return fmt.Sprintf("%d of the Lease, %d of the candidates Lease, %d refused: %v", w.lease, w.candidates, w.conflicts, w.writes)
+}
+
+func countAuditedWrites(t *testing.T, cp *cluster.ControlPlane, lease string, since time.Time) auditedWrites {
+	t.Helper()
+	isLeaseWrite := func(e cluster.AuditEvent) bool {
+		return (e.Verb == "update" || e.Verb == "create") && e.ObjectRef != nil && e.ObjectRef.Resource == "leases" &&
+			(e.ObjectRef.Name == lease || e.ObjectRef.Name == lease+"-candidates") && e.ResponseStatus != nil
 	}
+	l, err := cp.AdminClient().CoordinationV1().Leases("default").Get(context.Background(), lease, metav1.GetOptions{})
+	if err != nil || l.Spec.AcquireTime == nil {
+		t.Fatalf("read the Lease's acquireTime: %v", err)
+	}
+	acquired := l.Spec.AcquireTime.Time
 	var tookAt time.Time
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	// The API server writes an audit event once it has answered, and the
+	// take had been answered before the Lease could be read.
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		events, err := cp.AuditEvents()
 		if err != nil {
 			return false, err
 		}
 		for _, e := range events {
-			if e.Verb == "update" && e.ObjectRef != nil && e.ObjectRef.Resource == "leases" && e.ObjectRef.Name == lease &&
-				!e.RequestReceivedTimestamp.Before(killed) && e.ResponseStatus != nil && e.ResponseStatus.Code == 200 {
+			if isLeaseWrite(e) && e.ObjectRef.Name == lease && e.ResponseStatus.Code == 200 && !e.RequestReceivedTimestamp.Before(acquired) {
 				tookAt = e.RequestReceivedTimestamp
 				return true, nil
 			}
@@ -392,20 +383,75 @@ func TestCrashTakeoverRanked(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no successful Lease write in the audit log after the kill: %v", err)
+		t.Fatalf("no successful write of the Lease in the audit log after its acquireTime %v: %v", acquired, err)
 	}
 	until := tookAt.Add(retryPeriod / 2)
-	// The API server writes an audit event once it has answered: a moment
-	// after until, every write received before it is in the log.
 	time.Sleep(time.Until(until) + 200*time.Millisecond)
 	events, err := cp.AuditEvents()
 	if err != nil {
 		t.Fatal(err)
 	}
-	count(events, until)
-	t.Logf("MEASURED crash takeover, %d health-gated candidates: %s took over %v after the kill with %d Lease writes (%d refused)", candidates, next.name, took.Round(time.Millisecond), ok+conflicts, conflicts)
-	if ok > 1 || ok+conflicts > maxTakeoverWrites {
-		t.Errorf("the takeover took %d successful and %d refused Lease writes, want the takeover alone, and at most %d writes in all: %v", ok, conflicts, maxTakeoverWrites, writes)
+	var w auditedWrites
+	for _, e := range events {
+		at := e.RequestReceivedTimestamp
+		if !isLeaseWrite(e) || at.Before(since) || at.After(until) {
+			continue
+		}
+		w.writes = append(w.writes, fmt.Sprintf("%s of %s %d after %v", e.Verb, e.ObjectRef.Name, e.ResponseStatus.Code, at.Sub(since).Round(time.Millisecond)))
+		switch {
+		case e.ResponseStatus.Code == 409:
+			w.conflicts++
+		case e.ResponseStatus.Code >= 300:
+		case e.ObjectRef.Name != lease:
+			w.candidates++
+		case at.After(tookAt):
+			w.afterTake++
+			w.lease++
+		default:
+			w.lease++
+		}
+	}
+	return w
+}
+
+// TestTakeoverWritesAudited: with health gating, a graceful handover
+// (SIGTERM of the leader) costs the release naming the successor, the
+// leader's entry leaving the candidates Lease and the successor's take, and
+// a crash takeover the take alone: the candidates rank themselves for the
+// term that ended, so one writes first. Neither sends client-go's renewal
+// right after the take. Ten candidates on a control plane of the test's
+// own, whose audit log counts the writes.
+func TestTakeoverWritesAudited(t *testing.T) {
+	const (
+		candidates = 10
+		// A refused write is allowed in each: where two views of the
+		// candidates Lease differ, or the first's write came later than
+		// its slot (a race build on a loaded machine).
+		maxRefused = 1
+	)
+	cp, lease, g := auditedGatedGroup(t, candidates)
+
+	leader := g.WaitLeader(giveUp)
+	terminated := time.Now()
+	leader.signal(syscall.SIGTERM)
+	next := g.WaitLeader(retryPeriod+successorHandover, leader)
+	w := countAuditedWrites(t, cp, lease, terminated)
+	t.Logf("MEASURED graceful handover, %d health-gated candidates: %s took over with %s", candidates, next.name, w)
+	// The old leader may renew between the SIGTERM and its release.
+	if w.lease > 3 || w.lease < 2 || w.candidates > 1 || w.afterTake > 0 || w.conflicts > maxRefused {
+		t.Errorf("the handover wrote %s; want the release and the take (and a renewal before the release at most), the old leader's entry leaving, nothing after the take, at most %d refused", w, maxRefused)
+	}
+
+	leader = next
+	killed := time.Now()
+	leader.signal(syscall.SIGKILL)
+	next = g.WaitLeader(giveUp, leader)
+	seen := time.Now()
+	took := seen.Sub(killed)
+	w = countAuditedWrites(t, cp, lease, killed)
+	t.Logf("MEASURED crash takeover, %d health-gated candidates: %s took over %v after the kill with %s", candidates, next.name, took.Round(time.Millisecond), w)
+	if w.lease != 1 || w.candidates > 0 || w.conflicts > maxRefused {
+		t.Errorf("the takeover wrote %s; want the take alone, at most %d refused", w, maxRefused)
 	}
 	if bound := leaseDuration + racebackoff.Max(retryPeriod) + handoverBound; took > bound {
 		t.Errorf("the takeover took %v after the kill, more than %v (lease + the last rank's wait + a handover)", took, bound)
