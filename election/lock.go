@@ -97,8 +97,11 @@ type observingLock struct {
 	ownLease bool
 	// wroteOnce is set after this process's first successful write.
 	wroteOnce bool
-	// justTook is set by a write that started a new term of this process
-	// and cleared by its next Update: see skipsRenewalAfterTaking.
+	// justTook is set by a successful write that started a new term of this
+	// process, cleared by one that renewed it and by the skip it allows:
+	// see skipsRenewalAfterTaking. Left set otherwise (a failed write, a
+	// release), it is harmless: the skip also needs the term held and its
+	// last write less than half a retry period old.
 	justTook atomic.Bool
 	// ownToken is the fencing token of the last term this process wrote as
 	// its own.
@@ -499,18 +502,22 @@ func (l *observingLock) write(ctx context.Context, ler resourcelock.LeaderElecti
 // skipsRenewalAfterTaking answers client-go's renewal that follows a new
 // term at once, without a write. client-go's renew loop polls immediately,
 // so every acquisition is followed, a millisecond later, by a second write
-// that carries nothing new: one write in three of a graceful handover, one
-// in two of a crash takeover, and twice the writes of a partition group's
-// start. It is skipped only if it comes within half a retry period of the
-// acquisition and the Lease's labels would not change.
+// that carries nothing new: one write in four of a graceful handover with a
+// named successor, one in two of a crash takeover, one per partition taken.
+// It is skipped only if it comes within half a retry period of the
+// acquisition's start and the Lease's labels would not change; after a
+// slower acquisition it is sent, as before.
 //
 // Safe, because the claim this process acts on (isLeader, validUntil, the
 // lapse check and so the watchdog) is measured from the start of the writes
-// it sent (tracker.observeWrite): a skipped renewal extends nothing, and
-// the next one comes a retry period later, well inside the acquisition's
-// claim (the renew deadline). client-go takes the skip for a renewal; that
-// moves only its own renew-deadline clock, by the skip's few milliseconds,
-// and this process's claim ends first in any case.
+// it sent (tracker.observeWrite): a skipped renewal extends nothing (the
+// claim runs from the acquisition, a few milliseconds earlier than from the
+// renewal), and the next renewal comes a retry period later, well inside
+// that claim (the renew deadline exceeds the retry period). client-go takes
+// the skip for a renewal: its observedTime moves by those milliseconds,
+// and this process's claim ends first in any case. What is lost: a Lease
+// deleted or edited in that moment is noticed at the next renewal, a retry
+// period later, not by the skipped write's failure.
 func (l *observingLock) skipsRenewalAfterTaking() bool {
 	if !l.justTook.Swap(false) {
 		return false

@@ -479,7 +479,6 @@ func (t *tracker) historylessNow() bool {
 	return t.haveObserved && t.observed.historyless()
 }
 
-// holdingLease reports whether this pod's last write holds the Lease.
 // sinceOwnWrite is how long ago this process's last successful write of
 // its own term was sent; ok false while it holds no term.
 func (t *tracker) sinceOwnWrite() (d time.Duration, ok bool) {
@@ -491,6 +490,7 @@ func (t *tracker) sinceOwnWrite() (d time.Duration, ok bool) {
 	return t.clock.Now().Sub(t.renewStart), true
 }
 
+// holdingLease reports whether this pod's last write holds the Lease.
 func (t *tracker) holdingLease() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
