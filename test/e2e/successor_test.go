@@ -391,10 +391,24 @@ func countAuditedWrites(t *testing.T, cp *cluster.ControlPlane, lease string, si
 		t.Fatalf("no successful write of the Lease in the audit log after its acquireTime %v: %v", acquired, err)
 	}
 	until := tookAt.Add(retryPeriod / 4)
-	time.Sleep(time.Until(until) + 200*time.Millisecond)
-	events, err := cp.AuditEvents()
+	// The window is complete once the log holds the new holder's next
+	// renewal (a retry period after its take, so received after until):
+	// the writes received before until, a few milliseconds each, were
+	// answered and logged long before it.
+	var events []cluster.AuditEvent
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, leaseDuration, true, func(context.Context) (bool, error) {
+		if events, err = cp.AuditEvents(); err != nil {
+			return false, err
+		}
+		for _, e := range events {
+			if isLeaseWrite(e) && e.ObjectRef.Name == lease && e.ResponseStatus.Code == 200 && e.RequestReceivedTimestamp.After(until) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no renewal of the Lease in the audit log after %v: %v", until, err)
 	}
 	var w auditedWrites
 	for _, e := range events {
