@@ -74,6 +74,8 @@ func EnsureBinaries(ctx context.Context, progress io.Writer, extra ...string) (s
 	cmd := exec.CommandContext(ctx, "bash", append([]string{script}, want...)...)
 	cmd.Stdout = io.MultiWriter(&stdout, progress)
 	cmd.Stderr = progress
+	// build.sh takes the same lock when run on its own (make tools).
+	cmd.Env = append(os.Environ(), "LEADER_ELECTOR_TOOLS_LOCK_HELD=1")
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("running %s: %w", script, err)
 	}

@@ -18,6 +18,7 @@
 # Environment:
 #   LEADER_ELECTOR_TOOLS_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/leader-elector/tools)
 #   KUBE_COMMANDS               extra k8s.io/kubernetes commands to build (space separated)
+#   LEADER_ELECTOR_TOOLS_LOCK_HELD  set by a caller that holds $cache_root/.build.lock already
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -27,6 +28,15 @@ recipe='CGO_ENABLED=0 go build -trimpath -ldflags "<-s -w, and for Kubernetes th
 key="$({ cat "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/kube/go.mod "$here"/kube/go.sum; echo "$recipe"; } | sha256sum | cut -c1-16)"
 out="$cache_root/$key"
 mkdir -p "$out"
+# Concurrent runs (make test's e2e and node stages run side by side) wait for
+# one another: two builds of the same binary would write the same temporary
+# file. The lock is the one test/cluster's EnsureBinaries takes before it
+# runs this script; it says so with LEADER_ELECTOR_TOOLS_LOCK_HELD, since a
+# second flock of the file from here would wait for the caller forever.
+if [[ -z ${LEADER_ELECTOR_TOOLS_LOCK_HELD:-} ]]; then
+	exec 9>"$cache_root/.build.lock"
+	flock 9
+fi
 
 kube_version="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$here/kube/go.mod")"
 kube_minor="$(echo "$kube_version" | cut -d. -f2)"
