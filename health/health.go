@@ -119,6 +119,10 @@ type Health struct {
 	kick chan struct{}
 	// publish asks the publisher to write this candidate's entry now.
 	publish chan struct{}
+	// probed is closed once the first probe has an answer: the first
+	// write of the entry waits for it (publishLoop).
+	probed     chan struct{}
+	probedOnce sync.Once
 	// steppingDown is set while a step-down is on its way.
 	steppingDown atomic.Bool
 	// newerSince is when the loop first saw a candidate of a newer
@@ -166,6 +170,7 @@ func New(cfg Config) (*Health, error) {
 		clock:   clk,
 		prober:  alwaysHealthy{},
 		publish: make(chan struct{}, 1),
+		probed:  make(chan struct{}),
 		metrics: newMetrics(),
 		kick:    make(chan struct{}, 1),
 		th:      thresholds{failures: cfg.Failures, successes: cfg.Successes},
@@ -344,6 +349,7 @@ func (h *Health) probeOnce(ctx context.Context, el Elector) {
 	}
 	ok := err == nil
 	h.metrics.observe(ok)
+	defer h.probedOnce.Do(func() { close(h.probed) })
 	h.mu.Lock()
 	switch {
 	case ok:
@@ -413,7 +419,20 @@ func (h *Health) probeError() error {
 func (h *Health) publishLoop(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	failing := false
-	for {
+	// The first write waits for the first probe's answer (at most half a
+	// period): written before it, the entry would say "unhealthy" and be
+	// written again a moment later, one more write of the candidates Lease
+	// and one more event for every candidate that watches it.
+	select {
+	case <-ctx.Done():
+	case <-h.probed:
+		// The probe asked for a write too; this one covers it.
+		select {
+		case <-h.publish:
+		default:
+		}
+	}
+	for ctx.Err() == nil {
 		next := refreshEvery
 		if err := h.registry.publish(ctx, entry{Healthy: h.healthy.Load(), OK: h.ok.Load()}, false); err != nil {
 			if ctx.Err() != nil {

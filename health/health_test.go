@@ -188,9 +188,17 @@ func TestRegistryDrop(t *testing.T) {
 	if err := r.drop(ctx, map[string]int64{"b": 3, "c": 4, "a": 1}); err != nil || writes != 1 {
 		t.Errorf("a drop with nothing to remove (never its own entry): %d writes, %v; want none", writes-1, err)
 	}
-	// Someone removes a's entry: a is told, once per version without it.
+	// The watch delivers a version older than a's first write: not a
+	// removal, a is not told.
 	missing := 0
 	r.ownMissing = func() { missing++ }
+	r.observe(candidatesLease(`{"b":{"healthy":true,"ok":true,"seq":3},"c":{"healthy":true,"ok":true,"seq":5}}`))
+	if missing != 0 {
+		t.Errorf("ownMissing called %d times for a version from before a's write, want 0", missing)
+	}
+	// Once the watch showed a's entry, someone removes it: a is told, once
+	// per version without it.
+	r.observe(mustGet(t, client))
 	r.observe(candidatesLease(`{"c":{"healthy":true,"ok":true,"seq":5}}`))
 	if missing != 1 {
 		t.Errorf("ownMissing called %d times, want 1", missing)

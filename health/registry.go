@@ -97,6 +97,11 @@ type registry struct {
 	entries map[string]*seen
 	// seq is this candidate's last written sequence number.
 	seq int64
+	// ownSeen is set once a version of the Lease from the watch showed
+	// this candidate's entry. The watch's versions come in order, so one
+	// without it after that was pruned; one before it may just predate
+	// this candidate's first write.
+	ownSeen bool
 }
 
 func newRegistry(namespace, name, identity string, staleAfter time.Duration, requests, watches kubernetes.Interface, clk clock.PassiveClock, onChange func()) *registry {
@@ -117,8 +122,15 @@ func decode(lease *coordinationv1.Lease) map[string]entry {
 	return out
 }
 
-// observe takes in one version of the candidates Lease (nil: deleted).
-func (r *registry) observe(lease *coordinationv1.Lease) {
+// observe takes in one version of the candidates Lease (nil: deleted), as
+// the watch delivers them.
+func (r *registry) observe(lease *coordinationv1.Lease) { r.take(lease, true) }
+
+// take takes in one version of the candidates Lease: from the watch, or
+// the version a write of this candidate returned. Only the watch's count
+// for ownSeen: they come in order, while a write's answer can come before
+// the watch delivers the versions older than it.
+func (r *registry) take(lease *coordinationv1.Lease, watched bool) {
 	now := r.clock.Now()
 	got := decode(lease)
 	r.mu.Lock()
@@ -148,7 +160,8 @@ func (r *registry) observe(lease *coordinationv1.Lease) {
 	}
 	r.loaded = true
 	_, own := got[r.identity]
-	pruned := !own && r.seq > 0 && lease != nil
+	pruned := !own && r.ownSeen && lease != nil && watched
+	r.ownSeen = r.ownSeen || (own && watched)
 	r.mu.Unlock()
 	if changed && r.onChange != nil {
 		r.onChange()
@@ -290,7 +303,7 @@ func (r *registry) write(ctx context.Context, lease *coordinationv1.Lease, m map
 	if err != nil {
 		return err
 	}
-	r.observe(updated)
+	r.take(updated, false)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/leader-elector/leader-elector/internal/leasetest"
 	"github.com/leader-elector/leader-elector/leadership"
@@ -299,4 +300,43 @@ func mustGet(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestRunNewcomerWritesItsEntryOnce: a candidate whose app answers its
+// first probe writes its entry once, healthy: the first write waits for
+// that answer instead of saying "unhealthy" a moment before.
+func TestRunNewcomerWritesItsEntryOnce(t *testing.T) {
+	client := fake.NewClientset(candidatesLease(""))
+	leasetest.RefuseWatchLists(client)
+	const period = 20 * time.Millisecond
+	h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: period, Failures: 2, Successes: 1,
+		Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &fakeProber{}
+	p.ok.Store(true)
+	h.prober = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Run(ctx, newFakeElector(false))
+	}()
+	defer func() { cancel(); <-done }()
+
+	poll(t, "its entry published healthy", func() bool { return decode(mustGet(t, client))["a"].Healthy })
+	// Ten probe periods: every probe answers the same, so nothing is due
+	// before the refresh, minutes away.
+	time.Sleep(10 * period)
+	var writes []string
+	for _, a := range client.Actions() {
+		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetResource().Resource == "leases" {
+			l := u.GetObject().(*coordinationv1.Lease)
+			writes = append(writes, l.Annotations[CandidatesAnnotation])
+		}
+	}
+	if len(writes) != 1 {
+		t.Errorf("%d writes of the candidates Lease, want 1: %q", len(writes), writes)
+	}
 }

@@ -1093,7 +1093,9 @@ func (r *soakRun) recovery(f *faultRecord) (time.Duration, bool) {
 			}
 		}
 	}
-	if e := r.episodeOf[f]; e != nil && e.recovered {
+	// Without a sidecar back, from is unset: such an episode has no
+	// recovery figure (the report counts it as not recovered).
+	if e := r.episodeOf[f]; e != nil && e.recovered && e.sidecarsBack {
 		return max(e.recoveredAt.Sub(e.from), 0), true
 	}
 	return 0, false
@@ -1139,7 +1141,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		}
 		for _, sf := range soakFaults {
 			fs := byKind[sf.kind]
-			var ok, failed int
+			var ok, failed, unrecovered int
 			var takeovers, recoveries []time.Duration
 			for _, f := range fs {
 				if f.err != nil {
@@ -1152,9 +1154,15 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 				}
 				if d, found := r.recovery(f); found {
 					recoveries = append(recoveries, d)
+				} else {
+					unrecovered++
 				}
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %v |\n", sf.kind, ok, failed, percentiles(takeovers), percentiles(recoveries), recoveryBound(sf.kind))
+			recovery := percentiles(recoveries)
+			if unrecovered > 0 {
+				recovery += fmt.Sprintf("; %d in an episode that did not recover", unrecovered)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | %s | %v |\n", sf.kind, ok, failed, percentiles(takeovers), recovery, recoveryBound(sf.kind))
 		}
 		fmt.Fprintf(&b, "\nNo ready endpoint: %s.\n\n", percentiles(r.obs.endpointGaps()))
 		if waits, lines := r.kubernetesWaits(); len(waits) > 0 {
@@ -1284,6 +1292,12 @@ func TestSoakEpisodeBound(t *testing.T) {
 		}
 		if got := es[0].missed(); got != c.missed {
 			t.Errorf("%s: missed = %v, want %v (bound %v from %s, recovered %s)", c.name, got, c.missed, es[0].bound, es[0].from.Format("15:04:05.000"), es[0].recoveredAt.Format("15:04:05.000"))
+		}
+		// With no sidecar back the bound has no start, so there is no
+		// recovery figure (the 25-minute soak of cbb2ea9 printed the
+		// largest duration there).
+		if d, ok := r.recovery(faults[1]); ok != es[0].sidecarsBack || d < 0 || d > time.Hour {
+			t.Errorf("%s: recovery figure %v, %v; sidecars back: %v", c.name, d, ok, es[0].sidecarsBack)
 		}
 	}
 }
