@@ -34,15 +34,18 @@ build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=
 #               e2e suite (elect, hand over, crash) on a real API server
 #   e2e-stage   the whole e2e suite and the benchmarks' smoke runs
 #   node-stage  packaging (chart, image, release) and the suite on a real node
-# check first, alone, so that a lint error or a broken unit test ends the run
-# in minutes, not after the node suite; then the e2e and node stages side by
-# side (hack/stages.sh says why). Each stage is a target of its own, listed
-# here once.
-TEST_STAGES := check e2e-stage+node-stage
+# check first, so that a lint error or a broken unit test ends the run in
+# minutes, not after the node suite; each stage stops the run if it fails.
+# Each stage is a target of its own, listed here once.
+# TEST_STAGES="check e2e-stage+node-stage" runs the last two side by side
+# (hack/stages.sh): 35 minutes instead of 60 on this project's 2-core
+# machine, but its first run failed a partition test's bound under the
+# doubled load, so CI runs them one after the other (docs/development.md).
+TEST_STAGES ?= check e2e-stage node-stage
 .PHONY: check e2e-stage node-stage
-# The Debian packages first: the stages side by side would run apt-get at
-# once, and one would fail on dpkg's lock.
-test: node-deps monitoring-deps qemu-deps ## everything CI runs, in timed stages: check, which fails fast, then e2e-stage beside node-stage
+# The Debian packages first: stages side by side would run apt-get at once,
+# and one would fail on dpkg's lock.
+test: node-deps monitoring-deps qemu-deps ## everything CI runs, in three timed stages that stop at the first failure: check, e2e-stage, node-stage
 	@MAKE="$(MAKE)" bash hack/stages.sh $(TEST_STAGES)
 
 check: lint unit fuzz-smoke rules-test e2e-smoke ## the fast stage (≤ 5 min warm): lint, unit, fuzz smoke, alert rules, and the core e2e (elect, hand over, crash)

@@ -328,7 +328,13 @@ func (d *deployment) serviceURL(ctx context.Context) (string, error) {
 type leaderState struct {
 	readyPods, readyEndpoints []string
 	holder                    string
+	// labelled are the pods labelled as the leader (the chart's
+	// routing.leaderLabel, "true"), in label mode's terms.
+	labelled []string
 }
+
+// chartLeaderLabel is the chart's default routing.leaderLabel.
+const chartLeaderLabel = "leader-elector.io/leader"
 
 func (d *deployment) state(ctx context.Context) (leaderState, error) {
 	var s leaderState
@@ -339,6 +345,9 @@ func (d *deployment) state(ctx context.Context) (leaderState, error) {
 	for i := range pods {
 		if podReady(&pods[i]) {
 			s.readyPods = append(s.readyPods, pods[i].Name)
+		}
+		if pods[i].Labels[chartLeaderLabel] == "true" {
+			s.labelled = append(s.labelled, pods[i].Name)
 		}
 	}
 	if s.readyEndpoints, err = d.readyEndpoints(ctx); err != nil {
