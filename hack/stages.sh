@@ -7,7 +7,9 @@
 # of their output prefixed with "[a] " or "[b] ": the e2e and node stages
 # spend most of their time waiting on lease timings and on the node's
 # components (a sequential run kept about half of the two cores busy), so
-# together they take little more than the longer one alone. Each prints its
+# together they took little more than the longer one alone (35 minutes
+# instead of 60), at the price of a doubled load: CI does not run them so
+# (docs/development.md). Each prints its
 # own time when it ends; the group fails if either does, once both ended (the
 # other one's results stay in the log, and a node run cut short would leave
 # the machine to clean up).

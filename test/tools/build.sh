@@ -28,9 +28,9 @@ recipe='CGO_ENABLED=0 go build -trimpath -ldflags "<-s -w, and for Kubernetes th
 key="$({ cat "$here"/etcd/go.mod "$here"/etcd/go.sum "$here"/kube/go.mod "$here"/kube/go.sum; echo "$recipe"; } | sha256sum | cut -c1-16)"
 out="$cache_root/$key"
 mkdir -p "$out"
-# Concurrent runs (make test's e2e and node stages run side by side) wait for
-# one another: two builds of the same binary would write the same temporary
-# file. The lock is the one test/cluster's EnsureBinaries takes before it
+# Concurrent runs (make test's stages side by side, TEST_STAGES in the
+# Makefile) wait for one another: two builds of the same binary would write
+# the same temporary file. The lock is the one test/cluster's EnsureBinaries takes before it
 # runs this script; it says so with LEADER_ELECTOR_TOOLS_LOCK_HELD, since a
 # second flock of the file from here would wait for the caller forever.
 if [[ -z ${LEADER_ELECTOR_TOOLS_LOCK_HELD:-} ]]; then
