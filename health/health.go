@@ -269,7 +269,7 @@ func (h *Health) Run(ctx context.Context, el Elector) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { h.registry.run(ctx) })
-	wg.Go(func() { h.publishLoop(ctx) })
+	wg.Go(func() { h.publishLoop(ctx, el) })
 	wg.Go(func() {
 		_, changed := el.Watch()
 		for {
@@ -416,7 +416,7 @@ func (h *Health) probeError() error {
 // its health, when someone pruned it, and every refreshEvery; a failed
 // write is tried again a probe period later. When ctx ends it removes the
 // entry.
-func (h *Health) publishLoop(ctx context.Context) {
+func (h *Health) publishLoop(ctx context.Context, el Elector) {
 	logger := klog.FromContext(ctx)
 	failing := false
 	// The first write waits for the first probe's answer (at most half a
@@ -458,10 +458,34 @@ func (h *Health) publishLoop(ctx context.Context) {
 			break
 		}
 	}
+	wctx, cancelWait := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout/2)
+	h.awaitSuccessor(wctx, el)
+	cancelWait()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	if err := h.registry.publish(rctx, entry{}, true); err != nil {
 		logger.V(2).Info("Could not remove this candidate's entry; the others drop it once it is stale", "err", err)
+	}
+}
+
+// awaitSuccessor waits, while ctx allows (half of publishTimeout at a
+// shutdown: a successor takes within milliseconds, and the others only a
+// retry period after the release), until the Lease names a holder
+// other than this candidate, if it names none or this one: a leader that
+// stops releases the Lease to its successor at that moment, and its entry
+// leaving the candidates Lease is a write every candidate watches, the
+// successor among them, so it comes after the take instead of beside it.
+func (h *Health) awaitSuccessor(ctx context.Context, el Elector) {
+	for {
+		s, changed := el.Watch()
+		if s.Holder != "" && s.Holder != h.cfg.Identity {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
 	}
 }
 

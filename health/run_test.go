@@ -340,3 +340,48 @@ func TestRunNewcomerWritesItsEntryOnce(t *testing.T) {
 		t.Errorf("%d writes of the candidates Lease, want 1: %q", len(writes), writes)
 	}
 }
+
+// TestRunLeaderRemovesItsEntryAfterTheTake: a leader that stops removes its
+// entry from the candidates Lease once another candidate holds the Lease,
+// not beside its successor's take; with no one taking over, it removes it
+// after publishTimeout/2 all the same.
+func TestRunLeaderRemovesItsEntryAfterTheTake(t *testing.T) {
+	for _, taken := range []bool{true, false} {
+		client := fake.NewClientset(candidatesLease(""))
+		leasetest.RefuseWatchLists(client)
+		h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: 20 * time.Millisecond, Failures: 2, Successes: 1,
+			Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &fakeProber{}
+		p.ok.Store(true)
+		h.prober = p
+		el := newFakeElector(true)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = h.Run(ctx, el)
+		}()
+		poll(t, "its entry published", func() bool { return decode(mustGet(t, client))["a"].Healthy })
+		// It stops, having released the Lease: no holder yet.
+		el.set(false, "", 1)
+		stopped := time.Now()
+		cancel()
+		time.Sleep(publishTimeout / 4)
+		if _, ok := decode(mustGet(t, client))["a"]; !ok {
+			t.Fatalf("taken %v: the entry left before anyone took the Lease", taken)
+		}
+		if taken {
+			el.set(false, "b", 2)
+		}
+		<-done
+		if _, ok := decode(mustGet(t, client))["a"]; ok {
+			t.Errorf("taken %v: the entry is still there after the stop", taken)
+		}
+		if waited := time.Since(stopped); taken && waited >= publishTimeout/2 || !taken && waited < publishTimeout/2 {
+			t.Errorf("taken %v: the entry left %v after the stop", taken, waited)
+		}
+	}
+}
