@@ -122,22 +122,10 @@ func poll(t *testing.T, what string, cond func() bool) {
 // steps down (reason app-unhealthy) once another candidate publishes that
 // it is healthy.
 func TestRunDecides(t *testing.T) {
-	client := fake.NewClientset(candidatesLease(""))
-	leasetest.RefuseWatchLists(client)
-	h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: 20 * time.Millisecond, Failures: 2, Successes: 1,
-		Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := &fakeProber{}
-	h.prober = p
 	el := newFakeElector(false)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Run(ctx, el)
-	}()
+	client, h, stop := runGated(t, p, el)
+	ctx := context.Background()
 
 	if h.Gate().Admits() || h.Ready() == nil {
 		t.Fatal("the gate admits, or /readyz passes, before the app has answered")
@@ -195,8 +183,7 @@ func TestRunDecides(t *testing.T) {
 	if e := decode(mustGet(t, client)); e["a"].Healthy || e["a"].Seq == 0 {
 		t.Errorf("own entry %+v, want published unhealthy", e["a"])
 	}
-	cancel()
-	<-done
+	stop()
 	if _, ok := decode(mustGet(t, client))["a"]; ok {
 		t.Error("own entry still there after shutdown")
 	}
@@ -306,29 +293,15 @@ func mustGet(t *testing.T, client *fake.Clientset) *coordinationv1.Lease {
 // first probe writes its entry once, healthy: the first write waits for
 // that answer instead of saying "unhealthy" a moment before.
 func TestRunNewcomerWritesItsEntryOnce(t *testing.T) {
-	client := fake.NewClientset(candidatesLease(""))
-	leasetest.RefuseWatchLists(client)
-	const period = 20 * time.Millisecond
-	h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: period, Failures: 2, Successes: 1,
-		Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
 	p := &fakeProber{}
 	p.ok.Store(true)
-	h.prober = p
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.Run(ctx, newFakeElector(false))
-	}()
-	defer func() { cancel(); <-done }()
+	client, _, stop := runGated(t, p, newFakeElector(false))
+	defer stop()
 
 	poll(t, "its entry published healthy", func() bool { return decode(mustGet(t, client))["a"].Healthy })
 	// Ten probe periods: every probe answers the same, so nothing is due
 	// before the refresh, minutes away.
-	time.Sleep(10 * period)
+	time.Sleep(10 * gatedPeriod)
 	var writes []string
 	for _, a := range client.Actions() {
 		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetResource().Resource == "leases" {
@@ -347,28 +320,16 @@ func TestRunNewcomerWritesItsEntryOnce(t *testing.T) {
 // after publishTimeout/2 all the same.
 func TestRunLeaderRemovesItsEntryAfterTheTake(t *testing.T) {
 	for _, taken := range []bool{true, false} {
-		client := fake.NewClientset(candidatesLease(""))
-		leasetest.RefuseWatchLists(client)
-		h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: 20 * time.Millisecond, Failures: 2, Successes: 1,
-			Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
-		if err != nil {
-			t.Fatal(err)
-		}
 		p := &fakeProber{}
 		p.ok.Store(true)
-		h.prober = p
 		el := newFakeElector(true)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = h.Run(ctx, el)
-		}()
+		client, _, stop := runGated(t, p, el)
+		stopped := make(chan struct{})
 		poll(t, "its entry published", func() bool { return decode(mustGet(t, client))["a"].Healthy })
 		// It stops, having released the Lease: no holder yet.
 		el.set(false, "", 1)
-		stopped := time.Now()
-		cancel()
+		began := time.Now()
+		go func() { stop(); close(stopped) }()
 		time.Sleep(publishTimeout / 4)
 		if _, ok := decode(mustGet(t, client))["a"]; !ok {
 			t.Fatalf("taken %v: the entry left before anyone took the Lease", taken)
@@ -376,12 +337,37 @@ func TestRunLeaderRemovesItsEntryAfterTheTake(t *testing.T) {
 		if taken {
 			el.set(false, "b", 2)
 		}
-		<-done
+		<-stopped
 		if _, ok := decode(mustGet(t, client))["a"]; ok {
 			t.Errorf("taken %v: the entry is still there after the stop", taken)
 		}
-		if waited := time.Since(stopped); taken && waited >= publishTimeout/2 || !taken && waited < publishTimeout/2 {
+		if waited := time.Since(began); taken && waited >= publishTimeout/2 || !taken && waited < publishTimeout/2 {
 			t.Errorf("taken %v: the entry left %v after the stop", taken, waited)
 		}
 	}
+}
+
+// gatedPeriod is runGated's probe period.
+const gatedPeriod = 20 * time.Millisecond
+
+// runGated runs health gating for candidate "a" (probes every gatedPeriod
+// answered by p) against el and a fake clientset that holds an empty
+// candidates Lease; stop ends Run and waits for it to return.
+func runGated(t *testing.T, p *fakeProber, el *fakeElector) (client *fake.Clientset, h *Health, stop func()) {
+	t.Helper()
+	client = fake.NewClientset(candidatesLease(""))
+	leasetest.RefuseWatchLists(client)
+	h, err := New(Config{URL: "http://127.0.0.1:1/healthz", Period: gatedPeriod, Failures: 2, Successes: 1,
+		Namespace: "ns", Lease: "app", Identity: "a", LeaseDuration: time.Minute, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.prober = p
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Run(ctx, el)
+	}()
+	return client, h, func() { cancel(); <-done }
 }
