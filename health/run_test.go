@@ -97,9 +97,14 @@ func (f *fakeElector) get() (degraded string, stepDowns []leadership.Reason, tri
 	return f.degraded, append([]leadership.Reason(nil), f.stepDown...), f.tries
 }
 
-type fakeProber struct{ ok atomic.Bool }
+type fakeProber struct {
+	ok atomic.Bool
+	// probes counts the probes answered.
+	probes atomic.Int64
+}
 
 func (p *fakeProber) probe(context.Context) error {
+	p.probes.Add(1)
 	if p.ok.Load() {
 		return nil
 	}
@@ -299,9 +304,12 @@ func TestRunNewcomerWritesItsEntryOnce(t *testing.T) {
 	defer stop()
 
 	poll(t, "its entry published healthy", func() bool { return decode(mustGet(t, client))["a"].Healthy })
-	// Ten probe periods: every probe answers the same, so nothing is due
-	// before the refresh, minutes away.
-	time.Sleep(10 * gatedPeriod)
+	// Ten more probes, each answered the same: nothing is due before the
+	// refresh, minutes away, so a second write would be the first one's
+	// "unhealthy" or a false prune (with the publisher's writes taking
+	// well under ten probe periods on the fake clientset).
+	seen := p.probes.Load()
+	poll(t, "ten more probes", func() bool { return p.probes.Load() >= seen+10 })
 	var writes []string
 	for _, a := range client.Actions() {
 		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetResource().Resource == "leases" {
@@ -330,6 +338,8 @@ func TestRunLeaderRemovesItsEntryAfterTheTake(t *testing.T) {
 		el.set(false, "", 1)
 		began := time.Now()
 		go func() { stop(); close(stopped) }()
+		// A window for the defect to show, not a synchronisation: a
+		// removal at the stop itself lands within milliseconds.
 		time.Sleep(publishTimeout / 4)
 		if _, ok := decode(mustGet(t, client))["a"]; !ok {
 			t.Fatalf("taken %v: the entry left before anyone took the Lease", taken)

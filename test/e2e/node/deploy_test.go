@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/leader-elector/leader-elector/routing"
 	"github.com/leader-elector/leader-elector/test/packaging"
 )
 
@@ -328,13 +329,10 @@ func (d *deployment) serviceURL(ctx context.Context) (string, error) {
 type leaderState struct {
 	readyPods, readyEndpoints []string
 	holder                    string
-	// labelled are the pods labelled as the leader (the chart's
-	// routing.leaderLabel, "true"), in label mode's terms.
+	// labelled are the pods labelled as the leader ("true" on the chart's
+	// routing.leaderLabel, which defaults to --leader-label's default).
 	labelled []string
 }
-
-// chartLeaderLabel is the chart's default routing.leaderLabel.
-const chartLeaderLabel = "leader-elector.io/leader"
 
 func (d *deployment) state(ctx context.Context) (leaderState, error) {
 	var s leaderState
@@ -346,7 +344,7 @@ func (d *deployment) state(ctx context.Context) (leaderState, error) {
 		if podReady(&pods[i]) {
 			s.readyPods = append(s.readyPods, pods[i].Name)
 		}
-		if pods[i].Labels[chartLeaderLabel] == "true" {
+		if pods[i].Labels[routing.DefaultLeaderLabel] == "true" {
 			s.labelled = append(s.labelled, pods[i].Name)
 		}
 	}
