@@ -138,7 +138,9 @@ func testManualCampaign(t *testing.T, store leaseStore) {
 	if got := g.WaitLeader(giveUp); got != b {
 		t.Errorf("leader = %s, want %s", got.name, b.name)
 	}
-	// Releasing what one does not hold: a no-op.
+	// Releasing what one does not hold: a no-op. The answer names the holder
+	// a has seen, so wait until it has seen b.
+	harnesstest.WaitFollowing(t, a, b)
 	if r := a.release(t); r.Released || r.Holder != b.name {
 		t.Errorf("%s: release without holding = %+v, want released false", a.name, r)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/api"
+	"github.com/leader-elector/leader-elector/test/harness/harnesstest"
 )
 
 // TestFirstElection: three candidates, one leader, and every view of it
@@ -306,6 +307,10 @@ func testRelease(t *testing.T, s leaseStore) {
 			break
 		}
 	}
+	// The answer names the holder the follower has seen: wait until it has
+	// seen this one (the file store's watch can trail WaitLeader by a few
+	// milliseconds; CI once asked in between and got an empty holder).
+	harnesstest.WaitFollowing(t, follower, leader)
 	if r := follower.release(t); r.Released || r.Holder != leader.name {
 		t.Errorf("POST /release on follower = %+v, want released false (a no-op) and the holder", r)
 	}
