@@ -39,6 +39,7 @@ type implResult struct {
 	handoverRequests, crashRequests []windowRequests
 	monitor                         invariant.Report
 	idle                            idleResult
+	fanout                          fanoutResult
 	// http and httpSSE combine the load runs without and with SSE clients,
 	// httpRuns and httpSSERuns are each run.
 	http, httpSSE         *loadResult
@@ -227,6 +228,11 @@ func resourceRows(base, le *implResult, window time.Duration) []row {
 			figure: fmt.Sprintf("CPU, leader (utime+stime over %v)", window),
 			base:   millicores(base.idle.cpu[base.idle.leader]), le: millicores(le.idle.cpu[le.idle.leader]),
 			ratio:  ratio(le.idle.cpu[le.idle.leader], base.idle.cpu[base.idle.leader]),
+			target: "—", result: "",
+		},
+		{
+			figure: fmt.Sprintf("CPU of the whole idle group per write of its Lease (%d writes of an annotation, above the idle rate)", le.fanout.writes),
+			base:   ms(base.fanout.perWrite), le: ms(le.fanout.perWrite), ratio: "—",
 			target: "—", result: "",
 		},
 		{

@@ -145,6 +145,9 @@ func benchImpl(ctx context.Context, opts *options, cp *cluster.ControlPlane, wor
 	if err := idle(ctx, opts, g, res); err != nil {
 		return nil, fmt.Errorf("idle: %w", err)
 	}
+	if err := fanout(ctx, g, res); err != nil {
+		return nil, fmt.Errorf("fan-out: %w", err)
+	}
 	if err := countRequests(cp, res); err != nil {
 		return nil, err
 	}
