@@ -309,7 +309,8 @@ func testRelease(t *testing.T, s leaseStore) {
 	}
 	// The answer names the holder the follower has seen: wait until it has
 	// seen this one (the file store's watch can trail WaitLeader by a few
-	// milliseconds; CI once asked in between and got an empty holder).
+	// milliseconds; a run of the suite once asked in between and got an
+	// empty holder).
 	harnesstest.WaitFollowing(t, follower, leader)
 	if r := follower.release(t); r.Released || r.Holder != leader.name {
 		t.Errorf("POST /release on follower = %+v, want released false (a no-op) and the holder", r)
