@@ -11,8 +11,8 @@ import (
 
 // fanoutWrites is how many writes of the Lease the fan-out phase makes,
 // fanoutSpacing the time between two: longer than one write takes to reach
-// 200 watchers on a 2-core machine (up to about 150 ms, measured from the
-// sidecars' logs), so that the writes do not pile up.
+// 200 watchers on a 2-core machine (up to about 150 ms in one-off runs,
+// read from the sidecars' logs), so that the writes do not pile up.
 const (
 	fanoutWrites  = 20
 	fanoutSpacing = 300 * time.Millisecond
@@ -25,7 +25,6 @@ const fanoutAnnotation = "bench.leader-elector.io/fanout"
 
 // fanoutResult is what one write of the Lease costs the group's processes.
 type fanoutResult struct {
-	writes int
 	// perWrite is the CPU time (utime+stime) of every candidate together
 	// per write, less what the group spends idle over the same time.
 	perWrite time.Duration
@@ -82,7 +81,7 @@ func fanout(ctx context.Context, g *group, res *implResult) error {
 		idleMillicores += res.idle.cpu[c]
 	}
 	busy := float64(ticks1-ticks0)/clockTicksPerSecond - idleMillicores/1000*elapsed.Seconds()
-	res.fanout = fanoutResult{writes: fanoutWrites, perWrite: time.Duration(max(busy, 0) / fanoutWrites * float64(time.Second))}
+	res.fanout = fanoutResult{perWrite: time.Duration(max(busy, 0) / fanoutWrites * float64(time.Second))}
 	logf("%s fan-out: %d writes of the Lease cost the group %v of CPU each (above its idle rate)", g.im.key, fanoutWrites, res.fanout.perWrite.Round(100*time.Microsecond))
 	return nil
 }

@@ -231,7 +231,7 @@ func resourceRows(base, le *implResult, window time.Duration) []row {
 			target: "—", result: "",
 		},
 		{
-			figure: fmt.Sprintf("CPU of the whole idle group per write of its Lease (%d writes of an annotation, above the idle rate)", le.fanout.writes),
+			figure: fmt.Sprintf("CPU of the whole idle group per write of its Lease (%d writes of an annotation, above the idle rate)", fanoutWrites),
 			base:   ms(base.fanout.perWrite), le: ms(le.fanout.perWrite), ratio: "—",
 			target: "—", result: "",
 		},
