@@ -483,7 +483,7 @@ proxy-proof: ## the proxy's real-node proof (outside CI: it fails one run in a f
 .PHONY: soak
 DURATION ?= 30m
 SOAK_REPORT ?= $(CURDIR)/soak-report.md
-soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2, up to 16), REPLICAS (3, 2..7); report in soak-report.md (needs root)
+soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2, up to 32), REPLICAS (3, 2..7); report in soak-report.md (needs root)
 	LEADER_ELECTOR_SOAK_DURATION=$(DURATION) $(if $(SEED),LEADER_ELECTOR_SOAK_SEED=$(SEED)) $(if $(MODES),LEADER_ELECTOR_SOAK_MODES=$(MODES)) \
 	$(if $(GAP),LEADER_ELECTOR_SOAK_MEAN_GAP=$(GAP)) $(if $(CONCURRENCY),LEADER_ELECTOR_SOAK_CONCURRENCY=$(CONCURRENCY)) $(if $(REPLICAS),LEADER_ELECTOR_SOAK_REPLICAS=$(REPLICAS)) \
 	LEADER_ELECTOR_SOAK_REPORT=$(SOAK_REPORT) \

@@ -64,7 +64,7 @@ const (
 	// may raise it to soakMaxConcurrency (with more replicas, so that the
 	// faults have pods to hit).
 	soakDefaultConcurrency = 2
-	soakMaxConcurrency     = 16
+	soakMaxConcurrency     = 32
 	// soakDefaultReplicas is the demo's replicas; a long run may set 2..7.
 	soakDefaultReplicas = 3
 )
@@ -428,8 +428,14 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 	bg.Go(func() { r.sampleSettled(ctx) })
 
 	var faults sync.WaitGroup
-	end := time.Now().Add(duration)
+	started := time.Now()
+	end := started.Add(duration)
+	nextProgress := started.Add(soakProgressEvery)
 	for time.Now().Before(end) {
+		if time.Now().After(nextProgress) {
+			r.logProgress(t, started)
+			nextProgress = nextProgress.Add(soakProgressEvery)
+		}
 		gap := time.Duration(r.rng.ExpFloat64() * float64(r.gap))
 		time.Sleep(min(gap, time.Until(end)))
 		if time.Now().After(end) {
@@ -498,6 +504,28 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 		r.obs = o.end(t)
 	}
 	r.check(t)
+}
+
+// soakProgressEvery is how often a mode logs its count of faults so far:
+// a long soak otherwise says nothing until the mode ends, and its rate is
+// what decides how long a run must be to reach a number of faults.
+const soakProgressEvery = time.Minute
+
+// logProgress logs the faults injected and not injected so far, and the
+// rate of the injected ones.
+func (r *soakRun) logProgress(t *testing.T, started time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	injected, failed := 0, 0
+	for _, f := range r.faults {
+		if f.err != nil {
+			failed++
+		} else {
+			injected++
+		}
+	}
+	elapsed := time.Since(started)
+	t.Logf("soak %s: %v in, %d faults injected (%.2f/s), %d not injected, %d active", r.mode, elapsed.Round(time.Second), injected, float64(injected)/elapsed.Seconds(), failed, r.active)
 }
 
 // inject runs one fault for hold (instantaneous faults return at once) and
