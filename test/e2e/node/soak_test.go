@@ -215,11 +215,16 @@ type soakRun struct {
 	rng      *rand.Rand
 	d        *deployment
 
-	mu       sync.Mutex
-	faults   []*faultRecord
-	active   int
-	cpActive bool // a control-plane fault is active
-	settles  []settleSample
+	mu     sync.Mutex
+	faults []*faultRecord
+	// lastPods and lastHolder are the Deployment's pods and the Lease's
+	// holder as the API server last gave them: where a fault is aimed
+	// while it does not answer (inject).
+	lastPods   []corev1.Pod
+	lastHolder string
+	active     int
+	cpActive   bool // a control-plane fault is active
+	settles    []settleSample
 	// sidecars samples, every 500 ms, how many of the Deployment's pods
 	// (not terminating) have their sidecar container running: see
 	// sidecarsBackAfter.
@@ -255,7 +260,10 @@ type faultRecord struct {
 	onLeader      bool
 	start, healed time.Time
 	termAtStart   int32
-	err           error
+	// leaseFresh: the API server gave the Lease at the fault's start, so
+	// onLeader and termAtStart are current (see takeover).
+	leaseFresh bool
+	err        error
 }
 
 // settleSample is one look at the deployment: settled when the sidecars'
@@ -511,6 +519,12 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 // what decides how long a run must be to reach a number of faults.
 const soakProgressEvery = time.Minute
 
+// soakAPIWait is how long a fault waits for the API server to say where
+// to aim it before it uses the last answer: a fault waiting on a frozen
+// API server would hold its slot, and the soak's rate would be the control
+// plane's (0.8 faults/s at up to 32 at once in a first try of 272ea23).
+const soakAPIWait = time.Second
+
 // logProgress logs the faults injected and not injected so far, and the
 // rate of the injected ones.
 func (r *soakRun) logProgress(t *testing.T, started time.Time) {
@@ -535,13 +549,29 @@ func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultR
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	f := &faultRecord{kind: kind}
-	l, err := r.d.client.CoordinationV1().Leases(r.d.namespace).Get(ctx, r.d.lease, metav1.GetOptions{})
-	if err == nil && l.Spec.LeaseTransitions != nil {
-		f.termAtStart = *l.Spec.LeaseTransitions
-	}
+	// The target is chosen from what the API server says within
+	// soakAPIWait, else from what the test last saw: a fault does not
+	// wait for a frozen or killed API server, as a crash in a cluster does
+	// not. A fault aimed from a stale view counts for no takeover figure.
+	leaseCtx, leaseCancel := context.WithTimeout(ctx, soakAPIWait)
+	l, err := r.d.client.CoordinationV1().Leases(r.d.namespace).Get(leaseCtx, r.d.lease, metav1.GetOptions{})
+	leaseCancel()
 	holder := ""
-	if err == nil && l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
+	if err == nil {
+		f.leaseFresh = true
+		if l.Spec.LeaseTransitions != nil {
+			f.termAtStart = *l.Spec.LeaseTransitions
+		}
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		r.mu.Lock()
+		r.lastHolder = holder
+		r.mu.Unlock()
+	} else {
+		r.mu.Lock()
+		holder = r.lastHolder
+		r.mu.Unlock()
 	}
 	cp := theNode.ControlPlane()
 	var pod *corev1.Pod
@@ -624,9 +654,18 @@ func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultR
 // pickPod picks the fault's target among the running pods: the holder when
 // onLeader (if it runs), else one at random.
 func (r *soakRun) pickPod(ctx context.Context, holder string, onLeader bool) (*corev1.Pod, error) {
-	pods, err := r.d.pods(ctx)
-	if err != nil {
-		return nil, err
+	listCtx, cancel := context.WithTimeout(ctx, soakAPIWait)
+	pods, err := r.d.pods(listCtx)
+	cancel()
+	r.mu.Lock()
+	if err == nil {
+		r.lastPods = pods
+	} else {
+		pods = r.lastPods
+	}
+	r.mu.Unlock()
+	if pods == nil {
+		return nil, fmt.Errorf("no pods seen yet: %w", err)
 	}
 	var running []corev1.Pod
 	for _, p := range pods {
@@ -694,6 +733,9 @@ func (r *soakRun) trackPods(ctx context.Context) {
 					delete(r.pollers, uid)
 				}
 			}
+			r.mu.Lock()
+			r.lastPods = pods
+			r.mu.Unlock()
 			running := 0
 			for i := range pods {
 				if pods[i].DeletionTimestamp == nil && containerIDOf(&pods[i], packaging.SidecarName) != "" {
@@ -1183,7 +1225,7 @@ func (r *soakRun) recovery(f *faultRecord) (time.Duration, bool) {
 // takeover is, for a fault on the leader, the time from its start to the
 // first new term on the Lease.
 func (r *soakRun) takeover(f *faultRecord) (time.Duration, bool) {
-	if !f.onLeader {
+	if !f.onLeader || !f.leaseFresh {
 		return 0, false
 	}
 	next, ok := r.obs.firstLeaseAfter(f.start, func(l leaseAt) bool { return l.transitions > f.termAtStart && l.holder != "" })
@@ -1192,6 +1234,19 @@ func (r *soakRun) takeover(f *faultRecord) (time.Duration, bool) {
 	}
 	return next.at.Sub(f.start), true
 }
+
+// soakColumns says what each figure of a mode's table measures: a
+// reader of the report has no other place to learn it.
+const soakColumns = `What the figures measure:
+
+- **injected**: faults started on their target; **failed to inject**: faults whose target had changed in between (a pod gone, a container already stopped, a pod's API traffic already degraded), each with its one-line reason under the table.
+- **takeover (on the leader)**: for a fault on the pod the Lease named when it started, read from the API server then, the time from the fault's start to the Lease's next term. A fault aimed while the API server did not answer within 1 s is aimed from the test's last view of it and counts for no takeover.
+- **episode**: faults that overlap, or start before the deployment has recovered from the earlier ones, are judged together.
+- **recovery after its episode's last heal**: from the episode's last heal (or, when no sidecar of the Deployment ran at that heal, from when one ran again) to the first look (every 200 ms) at a deployment served by its leader: the Lease's holder the one Ready pod (leader-only readiness), Ready and the one pod labelled leader (label route), the Service's one ready endpoint (endpointslice route), every partition held by one member (partition mode); each fault of the episode shows its episode's figure.
+- **bound**: the most the recovery may take after a fault of this kind; an episode is judged by its largest fault's bound, and a **miss** is an episode that recovered later than that, or not at all.
+- **claims** and **violations**: every sidecar's /leader answer, read from inside its pod, checked for two overlapping claims, a claim reported after its validUntil, and a fencing token that goes back; the Lease's term is checked never to go back.
+
+`
 
 // soakReport renders the run as markdown: the file the docs link to.
 func soakReport(cfg soakConfig, runs []*soakRun) string {
@@ -1210,9 +1265,10 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d`)\n", cfg.commit, cfg.seed, cfg.duration, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas)
 	fmt.Fprintf(&b, "- duration %v over %d modes; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas\n", cfg.duration, len(cfg.modes), cfg.gap, cfg.parallel, soakLease, cfg.replicas)
 	fmt.Fprintf(&b, "- **%d faults injected, %d violations, %d recovery-bound misses**\n\n", total, violations, misses)
+	b.WriteString(soakColumns)
 	for _, r := range runs {
 		fmt.Fprintf(&b, "## %s (%v)\n\n", r.mode, r.duration)
-		fmt.Fprintf(&b, "%d answers from the sidecars checked, %d claims; %d Lease changes; %d Service answers.\n\n", r.claimsRep.Observations, r.claimsRep.Claims, len(r.obs.leases), len(r.obs.answers))
+		fmt.Fprintf(&b, "%d answers from the sidecars checked, %d claims; %d Lease changes; %d Service answers; %d episodes.\n\n", r.claimsRep.Observations, r.claimsRep.Claims, len(r.obs.leases), len(r.obs.answers), len(r.episodes()))
 		fmt.Fprintf(&b, "| fault | injected | failed to inject | takeover p50 / p99 / max (on the leader) | recovery after its episode's last heal p50 / p99 / max | bound |\n|---|---|---|---|---|---|\n")
 		byKind := map[string][]*faultRecord{}
 		for _, f := range r.faults {
