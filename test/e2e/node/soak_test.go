@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -1320,15 +1321,57 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		for _, m := range r.misses {
 			fmt.Fprintf(&b, "- bound missed: %s\n", m)
 		}
-		for _, f := range r.faults {
-			if f.err != nil {
-				// One line each, whatever a tool printed (the report is read
-				// as a list).
-				fmt.Fprintf(&b, "- not injected: %s on %s: %s\n", f.kind, orAll(f.target), textline.OneLine(f.err))
-			}
-		}
+		writeNotInjected(&b, r.faults)
 	}
 	return b.String()
+}
+
+// notInjectedNames are the parts of a reason that differ from one fault to
+// the next (pod names and UIDs, container IDs, addresses, counts): without them,
+// the reasons of a long run fall into a few groups.
+var notInjectedNames = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`), "<uid>"},
+	{regexp.MustCompile(`[a-z0-9-]+-[a-z0-9]{8,10}-[a-z0-9]{5}`), "<pod>"},
+	{regexp.MustCompile(`\b[0-9a-f]{12,64}\b`), "<container>"},
+	{regexp.MustCompile(`\b\d+\.\d+\.\d+\.\d+(:\d+)?\b`), "<address>"},
+	{regexp.MustCompile(`\d+`), "N"},
+}
+
+// writeNotInjected lists the faults that were not injected, by reason:
+// one line per reason, with its count and its first fault in full. A long
+// run has thousands, whose one line each made a report nobody reads.
+func writeNotInjected(b *strings.Builder, faults []*faultRecord) {
+	type group struct {
+		count int
+		first string
+	}
+	groups := map[string]*group{}
+	var order []string
+	for _, f := range faults {
+		if f.err == nil {
+			continue
+		}
+		// One line each, whatever a tool printed.
+		reason := textline.OneLine(f.err)
+		key := f.kind + ": " + reason
+		for _, n := range notInjectedNames {
+			key = n.re.ReplaceAllString(key, n.with)
+		}
+		g := groups[key]
+		if g == nil {
+			g = &group{first: fmt.Sprintf("%s on %s: %s", f.kind, orAll(f.target), reason)}
+			groups[key] = g
+			order = append(order, key)
+		}
+		g.count++
+	}
+	sort.SliceStable(order, func(i, j int) bool { return groups[order[i]].count > groups[order[j]].count })
+	for _, key := range order {
+		fmt.Fprintf(b, "- not injected, %d × %s (the first: %s)\n", groups[key].count, key, groups[key].first)
+	}
 }
 
 // percentiles prints p50 / p99 / max (n) of ds.
