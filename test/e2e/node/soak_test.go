@@ -226,6 +226,14 @@ type soakRun struct {
 	active     int
 	cpActive   bool // a control-plane fault is active
 	settles    []settleSample
+
+	// drawn counts the faults drawn (one per gap); of those, skippedFull
+	// found parallel faults active, skippedControlPlane found a
+	// control-plane fault active, and noTarget found no pod with its
+	// sidecar and app running (the kubelet restarting them, often in its
+	// crash back-off). The rest were started: injected or not (faults).
+	drawn, skippedFull, skippedControlPlane, noTarget int
+
 	// sidecars samples, every 500 ms, how many of the Deployment's pods
 	// (not terminating) have their sidecar container running: see
 	// sidecarsBackAfter.
@@ -454,7 +462,13 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 		hold := soakLease/2 + time.Duration(r.rng.Int64N(int64(2*soakLease)))
 		leaderBias := r.rng.IntN(4) != 0 // three faults in four hit the leader
 		r.mu.Lock()
+		r.drawn++
 		if r.active >= r.parallel || (cp && r.cpActive) {
+			if cp && r.cpActive {
+				r.skippedControlPlane++
+			} else {
+				r.skippedFull++
+			}
 			r.mu.Unlock()
 			continue
 		}
@@ -540,7 +554,7 @@ func (r *soakRun) logProgress(t *testing.T, started time.Time) {
 		}
 	}
 	elapsed := time.Since(started)
-	t.Logf("soak %s: %v in, %d faults injected (%.2f/s), %d not injected, %d active", r.mode, elapsed.Round(time.Second), injected, float64(injected)/elapsed.Seconds(), failed, r.active)
+	t.Logf("soak %s: %v in, %d faults injected (%.2f/s), %d not injected, %d active; of %d drawn, skipped: %d with %d active, %d beside a control-plane fault, %d with no running pod", r.mode, elapsed.Round(time.Second), injected, float64(injected)/elapsed.Seconds(), failed, r.active, r.drawn, r.skippedFull, r.parallel, r.skippedControlPlane, r.noTarget)
 }
 
 // inject runs one fault for hold (instantaneous faults return at once) and
@@ -578,7 +592,10 @@ func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultR
 	var pod *corev1.Pod
 	if !soakFaultOnControlPlane(kind) {
 		if pod, err = r.pickPod(ctx, holder, onLeader); err != nil {
-			return nil // no running pod to hit right now
+			r.mu.Lock()
+			r.noTarget++ // no running pod to hit right now
+			r.mu.Unlock()
+			return nil
 		}
 		f.target, f.targetUID, f.onLeader = pod.Name, pod.UID, pod.Name == holder
 	}
@@ -1270,6 +1287,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 	for _, r := range runs {
 		fmt.Fprintf(&b, "## %s (%v)\n\n", r.mode, r.duration)
 		fmt.Fprintf(&b, "%d answers from the sidecars checked, %d claims; %d Lease changes; %d Service answers; %d episodes.\n\n", r.claimsRep.Observations, r.claimsRep.Claims, len(r.obs.leases), len(r.obs.answers), len(r.episodes()))
+		fmt.Fprintf(&b, "%d faults drawn; not started: %d while %d were active, %d beside a control-plane fault, %d with no pod running its sidecar and app.\n\n", r.drawn, r.skippedFull, r.parallel, r.skippedControlPlane, r.noTarget)
 		fmt.Fprintf(&b, "| fault | injected | failed to inject | takeover p50 / p99 / max (on the leader) | recovery after its episode's last heal p50 / p99 / max | bound |\n|---|---|---|---|---|---|\n")
 		byKind := map[string][]*faultRecord{}
 		for _, f := range r.faults {
