@@ -1257,7 +1257,7 @@ func (r *soakRun) takeover(f *faultRecord) (time.Duration, bool) {
 // reader of the report has no other place to learn it.
 const soakColumns = `What the figures measure:
 
-- **injected**: faults started on their target; **failed to inject**: faults whose target had changed in between (a pod gone, a container already stopped, a pod's API traffic already degraded), each with its one-line reason under the table.
+- **injected**: faults started on their target; **failed to inject**: faults whose target had changed in between (a pod gone, a container already stopped, a pod's API traffic already degraded), listed under the table by reason (one line each: the count and the first such fault in full).
 - **takeover (on the leader)**: for a fault on the pod the Lease named when it started, read from the API server then, the time from the fault's start to the Lease's next term. A fault aimed while the API server did not answer within 1 s is aimed from the test's last view of it and counts for no takeover.
 - **episode**: faults that overlap, or start before the deployment has recovered from the earlier ones, are judged together.
 - **recovery after its episode's last heal**: from the episode's last heal (or, when no sidecar of the Deployment ran at that heal, from when one ran again) to the first look (every 200 ms) at a deployment served by its leader: the Lease's holder the one Ready pod (leader-only readiness), Ready and the one pod labelled leader (label route), the Service's one ready endpoint (endpointslice route), every partition held by a live member, each with its fair share (partition mode); each fault of the episode shows its episode's figure.
