@@ -23,6 +23,11 @@ import (
 // defaults to true and the kubelet refuses to start on cgroup v1.
 var failCgroupV1Since = version.MustParseGeneric("1.31")
 
+// maxRestartBackOffSince is the first kubelet release whose
+// crashLoopBackOff.maxContainerRestartPeriod is on by default (the
+// KubeletCrashLoopBackOffMax feature, beta).
+var maxRestartBackOffSince = version.MustParseGeneric("1.35")
+
 // kubeletVersion is the release of the kubelet at bin, as `kubelet
 // --version` prints it ("Kubernetes v1.30.14"): the node suite runs the
 // pinned kubelet and, through `make e2e-cluster-version`, older ones, and
@@ -52,7 +57,7 @@ func parseKubeletVersion(out string) (*version.Version, error) {
 // logs from it anonymously, inside the namespace only. kv is the kubelet's
 // release: a field it does not know is left out rather than sent to a
 // kubelet that would only warn about it and ignore it.
-func (n *Node) kubeletConfig(kv *version.Version) map[string]any {
+func (n *Node) kubeletConfig(kv *version.Version) (map[string]any, error) {
 	config := map[string]any{
 		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
 		"kind":                     "KubeletConfiguration",
@@ -87,7 +92,13 @@ func (n *Node) kubeletConfig(kv *version.Version) map[string]any {
 	if kv.AtLeast(failCgroupV1Since) {
 		config["failCgroupV1"] = false
 	}
-	return config
+	if d := n.opts.MaxRestartBackOff; d > 0 {
+		if !kv.AtLeast(maxRestartBackOffSince) {
+			return nil, fmt.Errorf("node: a crash back-off of %v needs a kubelet of %v or later, not %v", d, maxRestartBackOffSince, kv)
+		}
+		config["crashLoopBackOff"] = map[string]string{"maxContainerRestartPeriod": d.String()}
+	}
+	return config, nil
 }
 
 func (n *Node) startKubelet(ctx context.Context) error {
@@ -100,7 +111,11 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		return err
 	}
 	n.logf("kubelet v%s", kv)
-	if err := writeJSON(n.dir("kubelet", "config.json"), n.kubeletConfig(kv)); err != nil {
+	config, err := n.kubeletConfig(kv)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(n.dir("kubelet", "config.json"), config); err != nil {
 		return err
 	}
 	p, err := n.start("kubelet",

@@ -70,6 +70,12 @@ type Options struct {
 	PauseImage string
 	// Log receives progress lines; may be nil.
 	Log io.Writer
+	// MaxRestartBackOff caps the kubelet's crash back-off
+	// (crashLoopBackOff.maxContainerRestartPeriod, kubelet 1.35 and
+	// later); 0 keeps the kubelet's 5 minutes. A long soak kills sidecars
+	// faster than that back-off restarts them, and a pod whose sidecar
+	// waits in it is no target for the next fault.
+	MaxRestartBackOff time.Duration
 }
 
 // Node is a running single-node cluster.

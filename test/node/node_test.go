@@ -2,8 +2,10 @@ package node
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The harness must never create the cluster's private addresses in the
@@ -47,10 +49,32 @@ func TestKubeletConfigPerVersion(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parseKubeletVersion(%q): %v", tc.out, err)
 		}
-		v, ok := n.kubeletConfig(kv)["failCgroupV1"]
+		config, err := n.kubeletConfig(kv)
+		if err != nil {
+			t.Fatalf("kubelet %s: %v", kv, err)
+		}
+		v, ok := config["failCgroupV1"]
 		if ok != tc.wantFail || (ok && v != false) {
 			t.Errorf("kubelet %s: failCgroupV1 = %v (set: %v), want set to false: %v", kv, v, ok, tc.wantFail)
 		}
+		if _, ok := config["crashLoopBackOff"]; ok {
+			t.Errorf("kubelet %s: crashLoopBackOff set without MaxRestartBackOff", kv)
+		}
+	}
+	// The crash back-off cap: set on a kubelet that has it on by default,
+	// refused on one that does not (it would warn and ignore it).
+	capped := &Node{opts: Options{WorkDir: t.TempDir(), MaxRestartBackOff: 10 * time.Second}}
+	kv, _ := parseKubeletVersion("Kubernetes v1.37.2")
+	config, err := capped.kubeletConfig(kv)
+	if err != nil {
+		t.Fatalf("kubelet %s with a crash back-off cap: %v", kv, err)
+	}
+	if got, want := config["crashLoopBackOff"], (map[string]string{"maxContainerRestartPeriod": "10s"}); !reflect.DeepEqual(got, want) {
+		t.Errorf("kubelet %s: crashLoopBackOff = %v, want %v", kv, got, want)
+	}
+	kv, _ = parseKubeletVersion("Kubernetes v1.34.4")
+	if _, err := capped.kubeletConfig(kv); err == nil {
+		t.Errorf("kubelet %s with a crash back-off cap: no error, want one (the feature is off by default there)", kv)
 	}
 	for _, bad := range []string{"", "v1.30.14", "Kubernetes 1.30", "Kubernetes vX"} {
 		if kv, err := parseKubeletVersion(bad); err == nil {

@@ -104,12 +104,18 @@ func setUpAndRun(m *testing.M) int {
 	// be pulled), as `make image-test` builds it.
 	fmt.Fprintf(os.Stderr, "leader-elector image: %s (the shipped Dockerfile, built offline on a scratch base)\n", filepath.Base(imageArchive))
 
+	backOff, err := maxRestartBackOff()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "node e2e setup:", err)
+		return 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
 	n, err := node.Start(ctx, node.Options{
-		BinDir:  binDir,
-		WorkDir: work,
+		MaxRestartBackOff: backOff,
+		BinDir:            binDir,
+		WorkDir:           work,
 		Images: []node.Image{
 			{Archive: filepath.Join(imagesDir, "pause.oci.tar"), Names: []string{pauseImage}},
 			{Archive: filepath.Join(imagesDir, "busybox.oci.tar"), Names: []string{busyboxImage}},
@@ -134,4 +140,23 @@ func setUpAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "component logs were in %s (keep them: LEADER_ELECTOR_NODE_KEEP=1 make e2e-cluster)\n", filepath.Join(work, "logs"))
 	}
 	return code
+}
+
+// maxRestartBackOffEnv caps the kubelet's crash back-off for a run (`make
+// soak RESTART_BACKOFF=10s`): a long soak kills sidecars faster than the
+// default 5-minute back-off restarts them. Unset, the kubelet's default
+// holds, as in every other run.
+const maxRestartBackOffEnv = "LEADER_ELECTOR_NODE_MAX_RESTART_BACKOFF"
+
+func maxRestartBackOff() (time.Duration, error) {
+	v := os.Getenv(maxRestartBackOffEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	// The kubelet's own range for maxContainerRestartPeriod.
+	if err != nil || d < time.Second || d > 5*time.Minute {
+		return 0, fmt.Errorf("%s=%q: want a duration within 1s..5m", maxRestartBackOffEnv, v)
+	}
+	return d, nil
 }
