@@ -682,7 +682,7 @@ func (r *soakRun) pickPod(ctx context.Context, holder string, onLeader bool) (*c
 		pods = r.lastPods
 	}
 	r.mu.Unlock()
-	if pods == nil {
+	if pods == nil && err != nil {
 		return nil, fmt.Errorf("no pods seen yet: %w", err)
 	}
 	var running []corev1.Pod
