@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -233,6 +234,8 @@ type soakRun struct {
 	// sidecar and app running (the kubelet restarting them, often in its
 	// crash back-off). The rest were started: injected or not (faults).
 	drawn, skippedFull, skippedControlPlane, noTarget int
+	// noTargetWhy counts the noTarget faults by what the pods were.
+	noTargetWhy map[string]int
 
 	// sidecars samples, every 500 ms, how many of the Deployment's pods
 	// (not terminating) have their sidecar container running: see
@@ -594,6 +597,10 @@ func (r *soakRun) inject(kind string, hold time.Duration, onLeader bool) *faultR
 		if pod, err = r.pickPod(ctx, holder, onLeader); err != nil {
 			r.mu.Lock()
 			r.noTarget++ // no running pod to hit right now
+			if r.noTargetWhy == nil {
+				r.noTargetWhy = map[string]int{}
+			}
+			r.noTargetWhy[textline.OneLine(err)]++
 			r.mu.Unlock()
 			return nil
 		}
@@ -686,8 +693,20 @@ func (r *soakRun) pickPod(ctx context.Context, holder string, onLeader bool) (*c
 		return nil, fmt.Errorf("no pods seen yet: %w", err)
 	}
 	var running []corev1.Pod
+	// why counts the pods that are no target, by what they lack: the
+	// report says what kept a drawn fault from starting.
+	why := map[string]int{}
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil && p.Status.PodIP != "" && containerIDOf(&p, packaging.SidecarName) != "" && containerIDOf(&p, "app") != "" {
+		switch {
+		case p.DeletionTimestamp != nil:
+			why["terminating"]++
+		case p.Status.PodIP == "":
+			why["no IP"]++
+		case containerIDOf(&p, packaging.SidecarName) == "":
+			why["sidecar not running"]++
+		case containerIDOf(&p, "app") == "":
+			why["app not running"]++
+		default:
 			if onLeader && p.Name == holder {
 				return &p, nil
 			}
@@ -695,7 +714,17 @@ func (r *soakRun) pickPod(ctx context.Context, holder string, onLeader bool) (*c
 		}
 	}
 	if len(running) == 0 {
-		return nil, fmt.Errorf("no running pod")
+		view := "the API server's list"
+		if err != nil {
+			view = "the last list (the API server did not answer)"
+		}
+		var parts []string
+		for _, k := range []string{"terminating", "no IP", "sidecar not running", "app not running"} {
+			if why[k] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", why[k], k))
+			}
+		}
+		return nil, fmt.Errorf("no running pod in %s of %d: %s", view, len(pods), strings.Join(parts, ", "))
 	}
 	r.mu.Lock()
 	p := running[r.rng.IntN(len(running))]
@@ -1292,6 +1321,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		fmt.Fprintf(&b, "## %s (%v)\n\n", r.mode, r.duration)
 		fmt.Fprintf(&b, "%d answers from the sidecars checked, %d claims; %d Lease changes; %d Service answers; %d episodes.\n\n", r.claimsRep.Observations, r.claimsRep.Claims, len(r.obs.leases), len(r.obs.answers), len(r.episodes()))
 		fmt.Fprintf(&b, "%d faults drawn; not started: %d while %d were active, %d beside a control-plane fault, %d with no pod running its sidecar and app.\n\n", r.drawn, r.skippedFull, r.parallel, r.skippedControlPlane, r.noTarget)
+		writeNoTarget(&b, r.noTargetWhy)
 		fmt.Fprintf(&b, "| fault | injected | failed to inject | takeover p50 / p99 / max (on the leader) | recovery after its episode's last heal p50 / p99 / max | bound |\n|---|---|---|---|---|---|\n")
 		byKind := map[string][]*faultRecord{}
 		for _, f := range r.faults {
@@ -1346,6 +1376,25 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 		writeNotInjected(&b, r.faults)
 	}
 	return b.String()
+}
+
+// writeNoTarget lists what the pods were when a fault found none to hit,
+// the five most frequent states first.
+func writeNoTarget(b *strings.Builder, why map[string]int) {
+	keys := slices.Collect(maps.Keys(why))
+	sort.Slice(keys, func(i, j int) bool {
+		return why[keys[i]] > why[keys[j]] || (why[keys[i]] == why[keys[j]] && keys[i] < keys[j])
+	})
+	for i, k := range keys {
+		if i == 5 {
+			fmt.Fprintf(b, "- no pod to hit, %d more states\n", len(keys)-i)
+			break
+		}
+		fmt.Fprintf(b, "- no pod to hit, %d × %s\n", why[k], k)
+	}
+	if len(keys) > 0 {
+		b.WriteString("\n")
+	}
 }
 
 // notInjectedNames are the parts of a reason that differ from one fault to
