@@ -72,9 +72,8 @@ type Options struct {
 	Log io.Writer
 	// MaxRestartBackOff caps the kubelet's crash back-off
 	// (crashLoopBackOff.maxContainerRestartPeriod, kubelet 1.35 and
-	// later); 0 keeps the kubelet's 5 minutes. A long soak kills sidecars
-	// faster than that back-off restarts them, and a pod whose sidecar
-	// waits in it is no target for the next fault.
+	// later); 0 keeps the kubelet's 5 minutes, which a sidecar the soak
+	// kills again and again would otherwise wait out.
 	MaxRestartBackOff time.Duration
 }
 

@@ -104,8 +104,8 @@ func setUpAndRun(m *testing.M) int {
 	// be pulled), as `make image-test` builds it.
 	fmt.Fprintf(os.Stderr, "leader-elector image: %s (the shipped Dockerfile, built offline on a scratch base)\n", filepath.Base(imageArchive))
 
-	backOff, err := maxRestartBackOff()
-	if err != nil {
+	var err error
+	if restartBackOff, err = maxRestartBackOff(); err != nil {
 		fmt.Fprintln(os.Stderr, "node e2e setup:", err)
 		return 1
 	}
@@ -113,7 +113,7 @@ func setUpAndRun(m *testing.M) int {
 	defer cancel()
 	began := time.Now()
 	n, err := node.Start(ctx, node.Options{
-		MaxRestartBackOff: backOff,
+		MaxRestartBackOff: restartBackOff,
 		BinDir:            binDir,
 		WorkDir:           work,
 		Images: []node.Image{
@@ -143,10 +143,15 @@ func setUpAndRun(m *testing.M) int {
 }
 
 // maxRestartBackOffEnv caps the kubelet's crash back-off for a run (`make
-// soak RESTART_BACKOFF=10s`): a long soak kills sidecars faster than the
-// default 5-minute back-off restarts them. Unset, the kubelet's default
-// holds, as in every other run.
+// soak RESTART_BACKOFF=10s`): a sidecar the soak kills again and again
+// otherwise waits up to 5 minutes to run again, which is the kubelet's
+// behaviour, not the sidecar's. Unset, the kubelet's default holds, as in
+// every other run.
 const maxRestartBackOffEnv = "LEADER_ELECTOR_NODE_MAX_RESTART_BACKOFF"
+
+// restartBackOff is the run's cap (maxRestartBackOffEnv), 0 for none: the
+// soak's report names it in its replay command.
+var restartBackOff time.Duration
 
 func maxRestartBackOff() (time.Duration, error) {
 	v := os.Getenv(maxRestartBackOffEnv)

@@ -1310,8 +1310,8 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 	}
 	fmt.Fprintf(&b, "# Soak report\n\n")
 	backOff, backOffArg := "the kubelet's default crash back-off (5m)", ""
-	if v := os.Getenv(maxRestartBackOffEnv); v != "" {
-		backOff, backOffArg = "the kubelet's crash back-off capped at "+v, " RESTART_BACKOFF="+v
+	if restartBackOff > 0 {
+		backOff, backOffArg = fmt.Sprintf("the kubelet's crash back-off capped at %v", restartBackOff), fmt.Sprintf(" RESTART_BACKOFF=%v", restartBackOff)
 	}
 	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d%s`)\n", cfg.commit, cfg.seed, cfg.duration, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas, backOffArg)
 	fmt.Fprintf(&b, "- duration %v over %d modes; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas; %s\n", cfg.duration, len(cfg.modes), cfg.gap, cfg.parallel, soakLease, cfg.replicas, backOff)
