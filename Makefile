@@ -483,8 +483,8 @@ proxy-proof: ## the proxy's real-node proof (outside CI: it fails one run in a f
 .PHONY: soak
 DURATION ?= 30m
 SOAK_REPORT ?= $(CURDIR)/soak-report.md
-soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2, up to 32), REPLICAS (3, 2..7), RESTART_BACKOFF (the kubelet's crash back-off cap, 1s..5m; default its 5m); report in soak-report.md (needs root)
+soak: ## chaos soak on the real node, DURATION (default 30m), SEED, MODES, GAP (mean time between faults, 3s), CONCURRENCY (2, up to 32), REPLICAS (3, 2..7), FAULTS (each mode ends at its share of FAULTS injected, if before its share of DURATION), RESTART_BACKOFF (the kubelet's crash back-off cap, 1s..5m; default its 5m); report in soak-report.md (needs root)
 	$(if $(RESTART_BACKOFF),LEADER_ELECTOR_NODE_MAX_RESTART_BACKOFF=$(RESTART_BACKOFF)) LEADER_ELECTOR_SOAK_DURATION=$(DURATION) $(if $(SEED),LEADER_ELECTOR_SOAK_SEED=$(SEED)) $(if $(MODES),LEADER_ELECTOR_SOAK_MODES=$(MODES)) \
-	$(if $(GAP),LEADER_ELECTOR_SOAK_MEAN_GAP=$(GAP)) $(if $(CONCURRENCY),LEADER_ELECTOR_SOAK_CONCURRENCY=$(CONCURRENCY)) $(if $(REPLICAS),LEADER_ELECTOR_SOAK_REPLICAS=$(REPLICAS)) \
+	$(if $(GAP),LEADER_ELECTOR_SOAK_MEAN_GAP=$(GAP)) $(if $(CONCURRENCY),LEADER_ELECTOR_SOAK_CONCURRENCY=$(CONCURRENCY)) $(if $(REPLICAS),LEADER_ELECTOR_SOAK_REPLICAS=$(REPLICAS)) $(if $(FAULTS),LEADER_ELECTOR_SOAK_FAULTS=$(FAULTS)) \
 	LEADER_ELECTOR_SOAK_REPORT=$(SOAK_REPORT) \
 	$(MAKE) e2e-cluster RUN='^TestSoak(EpisodeBound)?$$' NODE_TIMEOUT=24h

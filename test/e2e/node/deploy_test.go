@@ -107,8 +107,20 @@ func chartDemoArgs(values []string) []string {
 // the same objects).
 func deployChart(t *testing.T, values ...string) *deployment {
 	t.Helper()
+	return deployChartIn(t, "chart-demo", values...)
+}
+
+// deployChartIn is deployChart in its own namespace. The soak gives each
+// mode a namespace of its own: after its etcd restarts, kube-controller-
+// manager's informers may still hold the last mode's Deployment, and a
+// Deployment of the same namespace and name is taken for it. In the
+// 7-minute soak of 26ea0e3 the label mode's Deployment got a ReplicaSet
+// of the endpointslice mode's template beside its own (two of 7 pods; the
+// leader, of the old template, never set the route label) and no ready
+// endpoint for 49 s.
+func deployChartIn(t *testing.T, namespace string, values ...string) *deployment {
+	t.Helper()
 	ctx := context.Background()
-	const namespace = "chart-demo"
 	createRestrictedNamespace(t, namespace)
 	objs, err := packaging.HelmTemplate(ctx, packaging.ChartDir(), "demo", namespace, chartDemoArgs(values)...)
 	if err != nil {

@@ -53,6 +53,7 @@ const (
 	soakGapEnv      = "LEADER_ELECTOR_SOAK_MEAN_GAP"
 	soakParallelEnv = "LEADER_ELECTOR_SOAK_CONCURRENCY"
 	soakReplicasEnv = "LEADER_ELECTOR_SOAK_REPLICAS"
+	soakFaultsEnv   = "LEADER_ELECTOR_SOAK_FAULTS"
 
 	soakDefaultDuration = 5 * time.Minute
 	soakDefaultModes    = "readiness,endpointslice,label,partitions,health,supervisor,rollout"
@@ -69,6 +70,9 @@ const (
 	soakMaxConcurrency     = 32
 	// soakDefaultReplicas is the demo's replicas; a long run may set 2..7.
 	soakDefaultReplicas = 3
+	// soakMaxFaults bounds a run's fault target (FAULTS): far above any
+	// run the machine can make, below a typo's reach.
+	soakMaxFaults = 1_000_000
 )
 
 // soakModes are the chart values of each mode the soak runs.
@@ -97,10 +101,15 @@ type soakConfig struct {
 	gap      time.Duration
 	parallel int
 	replicas int
-	seed     uint64
-	modes    []string
-	report   string
-	commit   string
+	// faults, when set, ends each mode once it has injected its share
+	// (faults / modes, rounded up), if that comes before its share of
+	// the duration: a run aimed at a number of faults takes no longer
+	// than the machine's rate needs (which a duration alone cannot know).
+	faults int
+	seed   uint64
+	modes  []string
+	report string
+	commit string
 }
 
 // readSoakConfig reads the soak's settings; anything malformed fails the
@@ -135,6 +144,13 @@ func readSoakConfig(t *testing.T) soakConfig {
 			t.Fatalf("%s=%q: want 2..7", soakReplicasEnv, v)
 		}
 		c.replicas = n
+	}
+	if v := os.Getenv(soakFaultsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > soakMaxFaults {
+			t.Fatalf("%s=%q: want 1..%d", soakFaultsEnv, v, soakMaxFaults)
+		}
+		c.faults = n
 	}
 	if v := os.Getenv(soakSeedEnv); v != "" {
 		s, err := strconv.ParseUint(v, 10, 64)
@@ -193,9 +209,14 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: seed %d (replay with %s=%d), %v over modes %v", cfg.seed, soakSeedEnv, cfg.seed, cfg.duration, cfg.modes)
 	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5eed))
 	per := cfg.duration / time.Duration(len(cfg.modes))
+	share := 0 // no target
+	if cfg.faults > 0 {
+		share = (cfg.faults + len(cfg.modes) - 1) / len(cfg.modes)
+		t.Logf("soak: each mode ends at %d faults injected or after %v, whichever comes first", share, per)
+	}
 	var results []*soakRun
 	for _, mode := range cfg.modes {
-		r := &soakRun{mode: mode, gap: cfg.gap, parallel: cfg.parallel, replicas: cfg.replicas, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+		r := &soakRun{mode: mode, gap: cfg.gap, parallel: cfg.parallel, replicas: cfg.replicas, target: share, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
 		results = append(results, r)
 		t.Run(mode, func(t *testing.T) { r.run(t, per) })
 	}
@@ -214,11 +235,13 @@ type soakRun struct {
 	gap      time.Duration
 	parallel int
 	replicas int
+	target   int // faults injected that end the mode early; 0: none
 	rng      *rand.Rand
 	d        *deployment
 
-	mu     sync.Mutex
-	faults []*faultRecord
+	mu       sync.Mutex
+	faults   []*faultRecord
+	injected int // faults with no error
 	// lastPods and lastHolder are the Deployment's pods and the Lease's
 	// holder as the API server last gave them: where a fault is aimed
 	// while it does not answer (inject).
@@ -398,9 +421,9 @@ func (r *soakRun) pickFault() (string, bool) {
 }
 
 func (r *soakRun) run(t *testing.T, duration time.Duration) {
-	r.duration = duration
-	r.d = deployChart(t, append([]string{"demo.replicas=" + strconv.Itoa(r.replicas),
+	r.d = deployChartIn(t, "soak-"+r.mode, append([]string{"demo.replicas=" + strconv.Itoa(r.replicas),
 		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1"}, soakModes[r.mode]...)...)
+	r.waitControllers(t)
 	if r.d.partitions > 0 {
 		r.waitPartitionsSettled(t)
 	} else {
@@ -465,6 +488,10 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 		hold := soakLease/2 + time.Duration(r.rng.Int64N(int64(2*soakLease)))
 		leaderBias := r.rng.IntN(4) != 0 // three faults in four hit the leader
 		r.mu.Lock()
+		if r.target > 0 && r.injected >= r.target {
+			r.mu.Unlock()
+			break
+		}
 		r.drawn++
 		if r.active >= r.parallel || (cp && r.cpActive) {
 			if cp && r.cpActive {
@@ -489,11 +516,15 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 			}
 			if f != nil {
 				r.faults = append(r.faults, f)
+				if f.err == nil {
+					r.injected++
+				}
 			}
 			r.mu.Unlock()
 		})
 	}
 	faults.Wait()
+	r.duration = time.Since(started).Round(time.Second) // shorter than its share if it reached its target
 	// The last faults' recovery: the sampler goes on until the deployment
 	// has settled again or the largest bound has passed, and the episodes
 	// judge it. A deployment that does not recover is a bound miss, and
@@ -530,6 +561,37 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 		r.obs = o.end(t)
 	}
 	r.check(t)
+}
+
+// waitControllers waits, up to soakPodsWait, until kube-controller-manager
+// has rolled out the mode's Deployment: one ReplicaSet of the current
+// template, with all its pods. After the last mode's etcd restarts its
+// informers lag for a while (30 s in the soak of 26ea0e3: "read version
+// ... is not as new as written version"); that is Kubernetes' recovery,
+// not the sidecar's, and the mode's own bounds start after it.
+func (r *soakRun) waitControllers(t *testing.T) {
+	t.Helper()
+	var state string
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, soakPodsWait, true, func(ctx context.Context) (bool, error) {
+		dep, err := r.d.client.AppsV1().Deployments(r.d.namespace).Get(ctx, r.d.deployment, metav1.GetOptions{})
+		if err != nil {
+			state = err.Error()
+			return false, nil
+		}
+		pods, err := r.d.pods(ctx)
+		if err != nil {
+			state = err.Error()
+			return false, nil
+		}
+		st := dep.Status
+		state = fmt.Sprintf("generation %d observed %d, %d updated and %d in all of %d, %d pods", dep.Generation, st.ObservedGeneration, st.UpdatedReplicas, st.Replicas, r.replicas, len(pods))
+		return st.ObservedGeneration >= dep.Generation && int(st.UpdatedReplicas) == r.replicas && int(st.Replicas) == r.replicas && len(pods) == r.replicas, nil
+	})
+	if err != nil {
+		t.Fatalf("kube-controller-manager did not roll out the mode's Deployment within %v: %s", soakPodsWait, state)
+	}
+	t.Logf("kube-controller-manager rolled out the mode's Deployment in %v", time.Since(start).Round(time.Millisecond))
 }
 
 // soakProgressEvery is how often a mode logs its count of faults so far:
@@ -1313,8 +1375,13 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 	if restartBackOff > 0 {
 		backOff, backOffArg = fmt.Sprintf("the kubelet's crash back-off capped at %v", restartBackOff), fmt.Sprintf(" RESTART_BACKOFF=%v", restartBackOff)
 	}
-	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d%s`)\n", cfg.commit, cfg.seed, cfg.duration, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas, backOffArg)
-	fmt.Fprintf(&b, "- duration %v over %d modes; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas; %s\n", cfg.duration, len(cfg.modes), cfg.gap, cfg.parallel, soakLease, cfg.replicas, backOff)
+	faultsArg, target := "", ""
+	if cfg.faults > 0 {
+		faultsArg = fmt.Sprintf(" FAULTS=%d", cfg.faults)
+		target = fmt.Sprintf(", each mode ending at %d faults injected if that came first", (cfg.faults+len(cfg.modes)-1)/len(cfg.modes))
+	}
+	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v%s SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d%s`)\n", cfg.commit, cfg.seed, cfg.duration, faultsArg, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas, backOffArg)
+	fmt.Fprintf(&b, "- duration %v over %d modes%s; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas; %s\n", cfg.duration, len(cfg.modes), target, cfg.gap, cfg.parallel, soakLease, cfg.replicas, backOff)
 	fmt.Fprintf(&b, "- **%d faults injected, %d violations, %d recovery-bound misses**\n\n", total, violations, misses)
 	b.WriteString(soakColumns)
 	for _, r := range runs {
