@@ -160,8 +160,16 @@ fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME each (default 3000x executi
 bench: tools ## benchmarks, full run at the default timings (~15 min); the table also goes to bench.out
 	$(GO) run ./bench --output bench.out
 
-bench-proxy: ## the forwarding proxy against a direct loopback connection: added latency, throughput, memory of 1,000 open connections (no control plane; ~1 min)
-	$(GO) run ./bench --proxy --output bench-proxy.out
+bench-proxy: haproxy-deps ## the forwarding proxy against a direct loopback connection: added latency, throughput (beside HAProxy's, the reference L4 proxy), memory of 1,000 open connections (no control plane; ~1 min)
+	$(GO) run ./bench --proxy --proxy-haproxy="$$(command -v haproxy)" --output bench-proxy.out
+
+.PHONY: haproxy-deps
+haproxy-deps: ## install HAProxy with apt-get if it is missing: bench-proxy's reference (needs root)
+	@command -v haproxy >/dev/null || { \
+		echo "haproxy-deps: missing; installing haproxy with apt-get"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; } \
+			|| { echo "haproxy-deps: could not install haproxy (apt-get as root); install it and retry" >&2; exit 1; }; \
+		command -v haproxy >/dev/null || { echo "haproxy-deps: haproxy still missing after apt-get install" >&2; exit 1; }; }
 
 bench-proxy-smoke: ## the proxy benchmark with small counts, to prove it still works (seconds)
 	$(GO) run ./bench --proxy --proxy-samples=500 --proxy-new-conn-samples=200 --proxy-bytes=67108864 --proxy-conns=100 --proxy-idle-clients=1100

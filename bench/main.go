@@ -163,6 +163,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Proxy.Conns, "proxy-conns", o.Proxy.Conns, "with --proxy: connections held open for the memory figure")
 	fs.IntVar(&o.Proxy.IdleClients, "proxy-idle-clients", o.Proxy.IdleClients, "with --proxy: idle clients opened against a proxy with the default connection cap")
 	fs.Int64Var(&o.Proxy.Bytes, "proxy-bytes", o.Proxy.Bytes, "with --proxy: bytes sent for the throughput figure")
+	fs.StringVar(&o.Proxy.HAProxy, "proxy-haproxy", o.Proxy.HAProxy, "with --proxy: also measure this HAProxy binary (mode tcp, kernel splicing) in front of the same upstream, as the reference L4 proxy (empty: not measured)")
 	fs.BoolVar(&o.LocalBench, "local", o.LocalBench, "run the local lease store's benchmark instead (--lease-store=file:): graceful handover, crash takeover and idle CPU of --candidates processes on one file, with the timings, --handovers and --crashes given")
 	fs.BoolVar(&o.KeepWorkDir, "keep-workdir", o.KeepWorkDir, "keep the work directory (logs, audit log) after the run")
 }

@@ -111,6 +111,9 @@ type proxyOptions struct {
 	// IdleClients connect to a proxy with the default cap and send nothing.
 	IdleClients int
 	Bytes       int64
+	// HAProxy, when set, is an HAProxy binary measured beside the proxy
+	// (startHAProxy): what a mature L4 proxy costs on the same machine.
+	HAProxy string
 }
 
 // runProxy measures the proxy against a direct connection to the same
@@ -128,6 +131,14 @@ func runProxy(ctx context.Context, opts *options) error {
 	}
 	defer stop()
 	direct := upstream.Addr().String()
+	var haAddr string
+	if opts.Proxy.HAProxy != "" {
+		var stopHA func()
+		if haAddr, stopHA, err = startHAProxy(ctx, opts.Proxy.HAProxy, direct); err != nil {
+			return err
+		}
+		defer stopHA()
+	}
 	var rows []string
 	for _, m := range []struct {
 		name    string
@@ -144,12 +155,19 @@ func runProxy(ctx context.Context, opts *options) error {
 		rows = append(rows, fmt.Sprintf("| %s | p50 %s, p99 %s | p50 %s, p99 %s | p50 %s, p99 %s |", m.name,
 			pct(d, 50), pct(d, 99), pct(p, 50), pct(p, 99), signed(pct(p, 50)-pct(d, 50)), signed(pct(p, 99)-pct(d, 99))))
 	}
-	var dts, pts []float64
-	for range throughputRounds {
-		for _, x := range []struct {
+	var dts, pts, hts []float64
+	targets := []struct {
+		addr string
+		into *[]float64
+	}{{direct, &dts}, {proxyAddr, &pts}}
+	if haAddr != "" {
+		targets = append(targets, struct {
 			addr string
 			into *[]float64
-		}{{direct, &dts}, {proxyAddr, &pts}} {
+		}{haAddr, &hts})
+	}
+	for range throughputRounds {
+		for _, x := range targets {
 			v, err := throughput(x.addr, opts.Proxy.Bytes/throughputRounds)
 			if err != nil {
 				return fmt.Errorf("throughput to %s: %w", x.addr, err)
@@ -157,10 +175,15 @@ func runProxy(ctx context.Context, opts *options) error {
 			*x.into = append(*x.into, v)
 		}
 	}
-	slices.Sort(dts)
-	slices.Sort(pts)
-	dt, pt := dts[len(dts)/2], pts[len(pts)/2]
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	dt, pt := median(dts), median(pts)
 	rows = append(rows, fmt.Sprintf("| throughput, %d MiB one way in %d rounds (median) | %.0f MiB/s | %.0f MiB/s | ratio %.2f |", opts.Proxy.Bytes>>20, throughputRounds, dt, pt, pt/dt))
+	if haAddr != "" {
+		// The same rounds, interleaved with the two above: the reference
+		// for what any L4 proxy that relays on loopback costs here.
+		ht := median(hts)
+		rows = append(rows, fmt.Sprintf("| throughput through HAProxy (mode tcp, splice), the same rounds (median) | %.0f MiB/s | HAProxy: %.0f MiB/s | ratio %.2f (the proxy: %.2f of HAProxy's) |", dt, ht, ht/dt, pt/ht))
+	}
 	before, after, err := memoryWithConns(pid, proxyAddr, opts.Proxy.Conns)
 	if err != nil {
 		return err
@@ -227,6 +250,70 @@ func startProxyUnderTest(ctx context.Context, upstream string, maxConns int) (ad
 		return "", nil, 0, fmt.Errorf("proxy under test: %w", err)
 	}
 	return strings.TrimSpace(line), stop, cmd.Process.Pid, nil
+}
+
+// startHAProxy runs HAProxy in TCP mode in front of upstream, on a free
+// loopback port, with kernel splicing both ways (as the proxy splices),
+// until stop. It is the benchmark's reference: what a mature L4 proxy costs
+// on the same machine, in the same interleaved rounds.
+func startHAProxy(ctx context.Context, bin, upstream string) (addr string, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr = l.Addr().String()
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "bench-haproxy-")
+	if err != nil {
+		return "", nil, err
+	}
+	cfg := fmt.Sprintf(`global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 1m
+    timeout server 1m
+    option splice-request
+    option splice-response
+listen bench
+    bind %s
+    server upstream %s
+`, addr, upstream)
+	path := dir + "/haproxy.cfg"
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "-db", "-f", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("haproxy: %w", err)
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	}
+	// Ready once it accepts and forwards: an echo round trip.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := dialEcho(addr)
+		if err == nil {
+			err = roundTrip(c, make([]byte, proxyMessage))
+			_ = c.Close()
+		}
+		if err == nil {
+			return addr, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("haproxy at %s not forwarding after 10s: %w", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // startUpstream serves echo and sink connections (the first byte says
