@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/leader-elector/leader-elector/leadership"
 	"github.com/leader-elector/leader-elector/leadership/leadershiptest"
@@ -64,6 +65,40 @@ func TestNoLeaderWaitsThenCloses(t *testing.T) {
 	c.lead("b", 2)
 	if got, err := ask(conn, r, testWait+schedulingSlack); err != nil || got != "b" {
 		t.Fatalf("answer %q, %v; want b", got, err)
+	}
+}
+
+// TestRouteChangeEndsAHungAttempt: a follower connecting to a leader whose
+// peer port accepts but never answers (a pod going away, a silent address)
+// moves to the next leader as soon as its view changes, not at the end of
+// its wait.
+func TestRouteChangeEndsAHungAttempt(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Wait = 10 * time.Second // far beyond the bound below: the old behaviour fails it
+	c := newCluster(t, cfg, "a", "b")
+	// "gone" is a holder whose peer port takes connections (the kernel's
+	// backlog) and never says peerAccepted.
+	silent, err := net.Listen("tcp", "127.0.0.9:"+c.peerPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = silent.Close() })
+	c.resolver["gone"] = "127.0.0.9"
+	c.lead("gone", 1)
+	conn, r := c.dial(t, "b")
+	// Let b's attempt reach the silent peer port before the view changes.
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, schedulingSlack, true, func(context.Context) (bool, error) {
+		return c.pods["b"].dialer.count(net.JoinHostPort("127.0.0.9", c.peerPort)) > 0, nil
+	}); err != nil {
+		t.Fatal("b never dialed the silent leader")
+	}
+	changed := time.Now()
+	c.lead("a", 2)
+	if got, err := ask(conn, r, 2*schedulingSlack); err != nil || got != "a" {
+		t.Fatalf("answer %q, %v after %v; want a within %v of the change", got, err, time.Since(changed), 2*schedulingSlack)
+	}
+	if got := testutil.ToFloat64(c.pods["b"].proxy.metrics.refused.WithLabelValues(refusedUnreachable)); got != 0 {
+		t.Errorf("refused unreachable = %v, want 0", got)
 	}
 }
 
