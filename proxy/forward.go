@@ -140,9 +140,14 @@ func (p *Proxy) dialLeader(ctx context.Context, r route) (net.Conn, error) {
 	// The wait for the leader's answer ends with ctx too (a change of
 	// route: connect).
 	stop := context.AfterFunc(ctx, func() { _ = up.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
 	var b [1]byte
-	if _, err := io.ReadFull(up, b[:]); err != nil || b[0] != peerAccepted {
+	_, err = io.ReadFull(up, b[:])
+	// If ctx ended meanwhile, its past deadline may land on the
+	// connection at any moment: not one to hand on.
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil || b[0] != peerAccepted {
 		_ = up.Close()
 		return nil, fmt.Errorf("leader %s's proxy at %s did not accept the connection (it may no longer lead): %v", r.holder, addr, err)
 	}
