@@ -292,14 +292,22 @@ listen bench
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("haproxy: %w", err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	stop = func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+		<-exited
 		_ = os.RemoveAll(dir)
 	}
 	// Ready once it accepts and forwards: an echo round trip.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		select {
+		case err := <-exited:
+			_ = os.RemoveAll(dir)
+			return "", nil, fmt.Errorf("haproxy exited at its start (%v); its errors are above", err)
+		default:
+		}
 		c, err := dialEcho(addr)
 		if err == nil {
 			err = roundTrip(c, make([]byte, proxyMessage))

@@ -167,6 +167,10 @@ func readSoakConfig(t *testing.T) soakConfig {
 		if _, ok := soakModes[m]; !ok {
 			t.Fatalf("%s: unknown mode %q (known: %s)", soakModesEnv, m, soakDefaultModes)
 		}
+		// A mode's namespace is named after it (run): twice would reuse it.
+		if slices.Contains(c.modes, m) {
+			t.Fatalf("%s: mode %q twice", soakModesEnv, m)
+		}
 		c.modes = append(c.modes, m)
 	}
 	if c.commit == "" {
@@ -421,6 +425,7 @@ func (r *soakRun) pickFault() (string, bool) {
 }
 
 func (r *soakRun) run(t *testing.T, duration time.Duration) {
+	r.duration = duration // its share; the time it ran once it has run
 	r.d = deployChartIn(t, "soak-"+r.mode, append([]string{"demo.replicas=" + strconv.Itoa(r.replicas),
 		"election.leaseDurationSeconds=4", "election.renewDeadlineSeconds=2", "election.retryPeriodSeconds=1"}, soakModes[r.mode]...)...)
 	r.waitControllers(t)
@@ -1378,7 +1383,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 	faultsArg, target := "", ""
 	if cfg.faults > 0 {
 		faultsArg = fmt.Sprintf(" FAULTS=%d", cfg.faults)
-		target = fmt.Sprintf(", each mode ending at %d faults injected if that came first", (cfg.faults+len(cfg.modes)-1)/len(cfg.modes))
+		target = fmt.Sprintf(", each mode ending once it had injected %d faults, if that came first (faults still active then finish and count)", (cfg.faults+len(cfg.modes)-1)/len(cfg.modes))
 	}
 	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v%s SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d%s`)\n", cfg.commit, cfg.seed, cfg.duration, faultsArg, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas, backOffArg)
 	fmt.Fprintf(&b, "- duration %v over %d modes%s; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas; %s\n", cfg.duration, len(cfg.modes), target, cfg.gap, cfg.parallel, soakLease, cfg.replicas, backOff)
