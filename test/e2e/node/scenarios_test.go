@@ -111,8 +111,14 @@ func (d *deployment) faultReadyLeader(t *testing.T) *corev1.Pod {
 // that takes longer than the settle timeout.
 func (d *deployment) waitPods(t *testing.T, interval time.Duration, done func(*appsv1.Deployment, []corev1.Pod) (bool, string)) {
 	t.Helper()
+	d.waitPodsFor(t, interval, d.settleTimeout(), done)
+}
+
+// waitPodsFor is waitPods with its own timeout.
+func (d *deployment) waitPodsFor(t *testing.T, interval, timeout time.Duration, done func(*appsv1.Deployment, []corev1.Pod) (bool, string)) {
+	t.Helper()
 	var state string
-	err := wait.PollUntilContextTimeout(context.Background(), interval, d.settleTimeout(), true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(ctx context.Context) (bool, error) {
 		dep, err := d.client.AppsV1().Deployments(d.namespace).Get(ctx, d.deployment, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -126,7 +132,7 @@ func (d *deployment) waitPods(t *testing.T, interval time.Duration, done func(*a
 		return ok, nil
 	})
 	if err != nil {
-		t.Fatalf("not done after %v: %s (%v)", d.settleTimeout(), state, err)
+		t.Fatalf("not done after %v: %s (%v)", timeout, state, err)
 	}
 }
 

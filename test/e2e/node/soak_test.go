@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,6 +111,14 @@ type soakConfig struct {
 	modes  []string
 	report string
 	commit string
+}
+
+// share is each mode's part of the fault target, rounded up; 0: none.
+func (c soakConfig) share() int {
+	if c.faults == 0 {
+		return 0
+	}
+	return (c.faults + len(c.modes) - 1) / len(c.modes)
 }
 
 // readSoakConfig reads the soak's settings; anything malformed fails the
@@ -213,9 +222,8 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: seed %d (replay with %s=%d), %v over modes %v", cfg.seed, soakSeedEnv, cfg.seed, cfg.duration, cfg.modes)
 	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x5eed))
 	per := cfg.duration / time.Duration(len(cfg.modes))
-	share := 0 // no target
-	if cfg.faults > 0 {
-		share = (cfg.faults + len(cfg.modes) - 1) / len(cfg.modes)
+	share := cfg.share()
+	if share > 0 {
 		t.Logf("soak: each mode ends at %d faults injected or after %v, whichever comes first", share, per)
 	}
 	var results []*soakRun
@@ -576,26 +584,12 @@ func (r *soakRun) run(t *testing.T, duration time.Duration) {
 // not the sidecar's, and the mode's own bounds start after it.
 func (r *soakRun) waitControllers(t *testing.T) {
 	t.Helper()
-	var state string
 	start := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, soakPodsWait, true, func(ctx context.Context) (bool, error) {
-		dep, err := r.d.client.AppsV1().Deployments(r.d.namespace).Get(ctx, r.d.deployment, metav1.GetOptions{})
-		if err != nil {
-			state = err.Error()
-			return false, nil
-		}
-		pods, err := r.d.pods(ctx)
-		if err != nil {
-			state = err.Error()
-			return false, nil
-		}
+	r.d.waitPodsFor(t, 250*time.Millisecond, soakPodsWait, func(dep *appsv1.Deployment, pods []corev1.Pod) (bool, string) {
 		st := dep.Status
-		state = fmt.Sprintf("generation %d observed %d, %d updated and %d in all of %d, %d pods", dep.Generation, st.ObservedGeneration, st.UpdatedReplicas, st.Replicas, r.replicas, len(pods))
-		return st.ObservedGeneration >= dep.Generation && int(st.UpdatedReplicas) == r.replicas && int(st.Replicas) == r.replicas && len(pods) == r.replicas, nil
+		return st.ObservedGeneration >= dep.Generation && int(st.UpdatedReplicas) == r.replicas && int(st.Replicas) == r.replicas && len(pods) == r.replicas,
+			fmt.Sprintf("kube-controller-manager has not rolled out the mode's Deployment: generation %d observed %d, %d updated and %d in all of %d, %d pods", dep.Generation, st.ObservedGeneration, st.UpdatedReplicas, st.Replicas, r.replicas, len(pods))
 	})
-	if err != nil {
-		t.Fatalf("kube-controller-manager did not roll out the mode's Deployment within %v: %s", soakPodsWait, state)
-	}
 	t.Logf("kube-controller-manager rolled out the mode's Deployment in %v", time.Since(start).Round(time.Millisecond))
 }
 
@@ -1383,7 +1377,7 @@ func soakReport(cfg soakConfig, runs []*soakRun) string {
 	faultsArg, target := "", ""
 	if cfg.faults > 0 {
 		faultsArg = fmt.Sprintf(" FAULTS=%d", cfg.faults)
-		target = fmt.Sprintf(", each mode ending once it had injected %d faults, if that came first (faults still active then finish and count)", (cfg.faults+len(cfg.modes)-1)/len(cfg.modes))
+		target = fmt.Sprintf(", each mode ending once it had injected %d faults, if that came first (faults still active then finish and count)", cfg.share())
 	}
 	fmt.Fprintf(&b, "- commit %s, seed %d (replay: `make soak DURATION=%v%s SEED=%d MODES=%s GAP=%v CONCURRENCY=%d REPLICAS=%d%s`)\n", cfg.commit, cfg.seed, cfg.duration, faultsArg, cfg.seed, strings.Join(cfg.modes, ","), cfg.gap, cfg.parallel, cfg.replicas, backOffArg)
 	fmt.Fprintf(&b, "- duration %v over %d modes%s; a fault every %v on average, at most %d at once; lease %v, renew deadline 2s, retry period 1s; %d replicas; %s\n", cfg.duration, len(cfg.modes), target, cfg.gap, cfg.parallel, soakLease, cfg.replicas, backOff)
