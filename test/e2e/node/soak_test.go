@@ -25,8 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
