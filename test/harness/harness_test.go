@@ -20,6 +20,24 @@ func TestFreePortsAreDistinct(t *testing.T) {
 	}
 }
 
+// The ports come from below the kernel's ephemeral range, where no
+// outgoing connection can take one before its caller binds it.
+func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	if low-drawFloor < 1000 {
+		t.Fatalf("ephemeral range starts at %d: this test needs Linux's ip_local_port_range above %d", low, drawFloor+1000)
+	}
+	ports, err := FreePorts(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		if p < drawFloor || p >= low {
+			t.Errorf("port %d outside [%d, %d)", p, drawFloor, low)
+		}
+	}
+}
+
 func TestRepoRootHoldsThisModule(t *testing.T) {
 	root, err := RepoRoot()
 	if err != nil {
