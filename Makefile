@@ -98,8 +98,14 @@ lint: ## gofmt, go vet, go mod tidy check, staticcheck and logcheck, with and wi
 unit: ## unit tests with the race detector (every package; the suites carry the integration tag)
 	$(GO) test -race -count=1 ./...
 
+# The suite's tests that share nothing with another (their own Lease,
+# namespace and ports) call t.Parallel and run E2E_PARALLEL at a time, once
+# the others (which disturb the API server, write cluster-wide objects, run
+# a controller manager or assert a tight bound) have run one after another:
+# most of the suite waits on lease timings, not on the CPU.
+E2E_PARALLEL ?= 4
 e2e: tools ## e2e tests: real etcd + kube-apiserver, real leader-elector processes
-	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 45m -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \
+	$(GO) test -tags $(INTEGRATION_TAG) -count=1 -timeout 45m -parallel $(E2E_PARALLEL) -v ./test/cluster/ ./test/e2e/ 2>&1 | tee e2e.out | grep -a -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|MEASURED|control plane ready|building|built' ; \
 	rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || bash hack/failure-context.sh e2e.out; exit $$rc
 
 tools: ## build (or reuse from the cache) etcd, kube-apiserver, kube-controller-manager and kubectl at the pinned versions

@@ -13,7 +13,7 @@
 # the machine to clean up).
 #
 # PREBUILD, if set, is a make target started in the background beside the
-# first stage, its output in prebuild.out; the second stage starts only
+# first stage, its output in prebuild.out (or PREBUILD_LOG); the second stage starts only
 # once it has ended, and a failure of it fails the run with its last lines.
 # It is for builds the later stages need and the first does not: on a cold
 # machine they fill the time the first stage spends waiting on its tests.
@@ -76,13 +76,13 @@ run_group() {
 }
 
 prebuild_pid=""
-prebuild_log=prebuild.out
+prebuild_log="${PREBUILD_LOG:-prebuild.out}"
 
 # start_prebuild: starts PREBUILD, if set, in a session of its own (so that
 # stop_prebuild reaches the builds it started too).
 start_prebuild() {
 	[[ -n ${PREBUILD:-} ]] || return 0
-	echo "==> prebuild $PREBUILD: started $(date -u +%H:%M:%SZ), beside the first stage; its output in $prebuild_log"
+	echo "==> prebuild (make $PREBUILD): started $(date -u +%H:%M:%SZ), beside the first stage; its output in $prebuild_log"
 	prebuild_start=$SECONDS
 	setsid $make_cmd --no-print-directory $PREBUILD >"$prebuild_log" 2>&1 </dev/null &
 	prebuild_pid=$!
@@ -93,13 +93,13 @@ wait_prebuild() {
 	[[ -n $prebuild_pid ]] || return 0
 	local rc=0
 	if kill -0 "$prebuild_pid" 2>/dev/null; then
-		echo "==> waiting for prebuild $PREBUILD (started $((SECONDS - prebuild_start))s ago)"
+		echo "==> waiting for the prebuild (make $PREBUILD, started $((SECONDS - prebuild_start))s ago)"
 	fi
 	wait "$prebuild_pid" || rc=$?
 	prebuild_pid=""
 	record "prebuild" "$rc" "$((SECONDS - prebuild_start))"
 	if [[ $rc -ne 0 ]]; then
-		echo "==> prebuild $PREBUILD failed; the last lines of $prebuild_log:"
+		echo "==> the prebuild (make $PREBUILD) failed; the last lines of $prebuild_log:"
 		tail -n 40 "$prebuild_log"
 	fi
 	return "$rc"
@@ -110,7 +110,7 @@ stop_prebuild() {
 	kill -- "-$prebuild_pid" 2>/dev/null
 	wait "$prebuild_pid" 2>/dev/null
 	prebuild_pid=""
-	echo "==> prebuild $PREBUILD stopped"
+	echo "==> the prebuild (make $PREBUILD) stopped"
 }
 
 finish() {

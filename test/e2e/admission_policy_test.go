@@ -108,6 +108,7 @@ func checkPolicyVerdict(t *testing.T, what string, allow bool, err error) {
 // token's writes in its own namespace are refused — the admin's, and every
 // write in the other namespace, go through.
 func TestLabelPolicyForAnExistingServiceAccount(t *testing.T) {
+	t.Parallel()
 	const namespace, other, sa = "label-policy-existing-sa", "label-policy-elsewhere", "my-sa"
 	ctx := context.Background()
 	objs, kubeconfig := chartInstall(t, namespace, sa, "--set", "routing.mode=label", "--set", "election.readiness=candidate",
@@ -227,6 +228,7 @@ func TestLabelPolicyForAnExistingServiceAccount(t *testing.T) {
 // routing pin), endpoints without a token, and removing the token; the
 // sidecar's own writes pass.
 func TestSlicePolicyBoundsTheToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "slice-policy-token"
 	ctx := context.Background()
 	_, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
@@ -285,6 +287,7 @@ func TestSlicePolicyBoundsTheToken(t *testing.T) {
 // chart's admission policy lets its token create, update and delete only
 // the group's partition and membership Leases.
 func TestPartitionPolicyKeepsTheTokenToItsGroup(t *testing.T) {
+	t.Parallel()
 	const namespace = "partition-policy"
 	ctx := context.Background()
 	const group = "r-leader-elector"

@@ -31,7 +31,10 @@ import (
 // expired no pod shows it or its address. Every version of the Lease the
 // store delivers carries the address of exactly the term it names. On both
 // lease stores.
-func TestAdvertiseAddress(t *testing.T) { onEachStore(t, testAdvertiseAddress) }
+func TestAdvertiseAddress(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testAdvertiseAddress)
+}
 
 func testAdvertiseAddress(t *testing.T, store leaseStore) {
 	lease := leaseName(t)

@@ -75,7 +75,10 @@ func noLeaderFor(t testing.TB, d time.Duration, cs ...*candidate) {
 // soon as the holder releases. A pod that releases stays out until asked
 // again; releasing what one does not hold is a no-op.
 // On both lease stores.
-func TestManualCampaign(t *testing.T) { onEachStore(t, testManualCampaign) }
+func TestManualCampaign(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testManualCampaign)
+}
 
 func testManualCampaign(t *testing.T, store leaseStore) {
 	g := newGroup(t, 3, store.on(candidateOptions{extraArgs: []string{"--campaign=manual"}}))
@@ -165,6 +168,7 @@ func testManualCampaign(t *testing.T, store leaseStore) {
 // TestAcquireEndsSitOut: in auto mode a pod that released sits out a lease
 // duration; POST /acquire ends that early.
 func TestAcquireEndsSitOut(t *testing.T) {
+	t.Parallel()
 	g := newGroup(t, 1, candidateOptions{})
 	a := g.WaitLeader(giveUp)
 	if r := a.release(t); !r.Released {
@@ -284,6 +288,7 @@ func (s *sseStream) waitLost(timeout time.Duration) api.Lost {
 // the answer's lastChange, as a "lost" event ahead of the new state, and in
 // the metric by reason.
 func TestLostReasons(t *testing.T) {
+	t.Parallel()
 	g := newGroup(t, 2, candidateOptions{})
 	leases := controlPlane.AdminClient().CoordinationV1().Leases("default")
 	ctx := context.Background()
@@ -361,6 +366,7 @@ func checkTransitions(t *testing.T, c *candidate, reason string, want float64) {
 // TestAcquireClient: the Go client's calls (docs/api.md, "From Go") against
 // real sidecars with --campaign=manual.
 func TestAcquireClient(t *testing.T) {
+	t.Parallel()
 	g := newGroup(t, 2, candidateOptions{extraArgs: []string{"--campaign=manual"}})
 	a, b := g.Members()[0].api(), g.Members()[1].api()
 	ctx := context.Background()

@@ -33,6 +33,7 @@ import (
 // logs the cost: update requests per checkpoint, and the latency of PUT
 // /partitions/<i>/checkpoint.
 func TestPartitionsCheckpointRenewals(t *testing.T) {
+	t.Parallel()
 	g := newPartitionGroup(t, candidateOptions{})
 	a := g.join(1)[0]
 	g.waitFair("one member", time.Now())
@@ -208,6 +209,7 @@ func TestPartitionsCheckpointRenewals(t *testing.T) {
 // checkpoint stays the new owner's. Also the answers to a checkpoint that
 // is too large and to checkpoints that come too fast.
 func TestPartitionsCheckpointFencing(t *testing.T) {
+	t.Parallel()
 	g := newPartitionGroup(t, candidateOptions{})
 	members := g.join(2)
 	g.waitFair("two members", time.Now())

@@ -116,6 +116,7 @@ func waitOldPaths(t *testing.T, members []*candidate, leader *candidate) {
 // image's paths as it did on leader and follower, hand over gracefully,
 // and say what the retired flags were mapped to.
 func TestContribDropIn(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)

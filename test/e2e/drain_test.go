@@ -24,6 +24,7 @@ import (
 // released it; every partition moved this way reaches the new member with
 // the old owner's checkpoint, long before the (long) drain timeout.
 func TestPartitionsDrainAppRelease(t *testing.T) {
+	t.Parallel()
 	const drainTimeout = 60 * time.Second
 	g := newPartitionGroup(t, candidateOptions{extraArgs: []string{fmt.Sprintf("--drain-timeout=%v", drainTimeout)}})
 	a := g.join(1)[0]
@@ -87,6 +88,7 @@ func TestPartitionsDrainAppRelease(t *testing.T) {
 // sidecar then hands them over itself, all the surplus at once, so that the
 // rebalance waits for one drain timeout, not one per partition.
 func TestPartitionsDrainTimeout(t *testing.T) {
+	t.Parallel()
 	const drainTimeout = 2 * time.Second
 	g := newPartitionGroup(t, candidateOptions{extraArgs: []string{fmt.Sprintf("--drain-timeout=%v", drainTimeout)}})
 	a := g.join(1)[0]

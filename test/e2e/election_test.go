@@ -22,7 +22,10 @@ import (
 // TestFirstElection: three candidates, one leader, and every view of it
 // agrees: the API, text/plain, the compatibility answer, /readyz, metrics and
 // the Lease itself; on both lease stores.
-func TestFirstElection(t *testing.T) { onEachStore(t, testFirstElection) }
+func TestFirstElection(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testFirstElection)
+}
 
 func testFirstElection(t *testing.T, store leaseStore) {
 	start := time.Now()
@@ -127,7 +130,10 @@ const termSpacing = time.Second
 
 // TestGracefulHandover: SIGTERM to the leader flips its API at once, clears
 // the Lease, exits 0, and a standby takes over; on both lease stores.
-func TestGracefulHandover(t *testing.T) { onEachStore(t, testGracefulHandover) }
+func TestGracefulHandover(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testGracefulHandover)
+}
 
 func testGracefulHandover(t *testing.T, s leaseStore) {
 	g := newGroup(t, 3, s.on(candidateOptions{}))
@@ -200,7 +206,10 @@ func testGracefulHandover(t *testing.T, s leaseStore) {
 // Lease expires, within takeoverBound (it tries at the expiry, not at
 // client-go's next retry), and never while the old claim may still run (the
 // monitor checks that); on both lease stores.
-func TestCrashFailover(t *testing.T) { onEachStore(t, testCrashFailover) }
+func TestCrashFailover(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testCrashFailover)
+}
 
 func testCrashFailover(t *testing.T, s leaseStore) {
 	g := newGroup(t, 3, s.on(candidateOptions{}))
@@ -229,7 +238,10 @@ func testCrashFailover(t *testing.T, s leaseStore) {
 // TestFrozenLeader: the leader is stopped (SIGSTOP) while a standby takes
 // over; on SIGCONT its very first answer is "not leader"; on both lease
 // stores.
-func TestFrozenLeader(t *testing.T) { onEachStore(t, testFrozenLeader) }
+func TestFrozenLeader(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testFrozenLeader)
+}
 
 func testFrozenLeader(t *testing.T, s leaseStore) {
 	g := newGroup(t, 2, s.on(candidateOptions{}))
@@ -295,7 +307,10 @@ func testFrozenLeader(t *testing.T, s leaseStore) {
 
 // TestRelease: POST /release on the leader hands over; on a follower it
 // does nothing (released: false); on both lease stores.
-func TestRelease(t *testing.T) { onEachStore(t, testRelease) }
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testRelease)
+}
 
 func testRelease(t *testing.T, s leaseStore) {
 	g := newGroup(t, 3, s.on(candidateOptions{}))
@@ -340,6 +355,7 @@ func testRelease(t *testing.T, s leaseStore) {
 // (a restarted container of the same pod) does not inherit its predecessor's
 // term: the fencing token grows.
 func TestRestartStartsNewTerm(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	g := groupOf(t, lease)
 	g.monitor = startMonitor(t, g.Members)

@@ -35,6 +35,7 @@ func newFileGroup(t *testing.T, n int) (*group, string) {
 // deadline and no one leads until the file is deleted; then a new term
 // starts with a higher token. The monitor sees no token going back.
 func TestFileStoreBadFile(t *testing.T) {
+	t.Parallel()
 	g, path := newFileGroup(t, 2)
 	for _, f := range []struct {
 		name, want string
@@ -103,6 +104,7 @@ func writeLeaseFile(t *testing.T, path string, b []byte) {
 // new term starts with a higher token. The monitor sees no overlap and no
 // token going back.
 func TestFileStoreFullDisk(t *testing.T) {
+	t.Parallel()
 	g, _ := newFileGroup(t, 2)
 	leader := g.WaitLeader(3 * leaseDuration)
 	before, err := leader.state()
@@ -152,6 +154,7 @@ func TestFileStoreFullDisk(t *testing.T) {
 // (On Kubernetes TestObserver proves the same with the shipped read-only
 // Role and the API server's audit log.)
 func TestFileStoreObserver(t *testing.T) {
+	t.Parallel()
 	g, path := newFileGroup(t, 2)
 	obs := startCandidate(t, "observer", candidateOptions{lease: g.lease, leaseFile: path, extraArgs: []string{"--candidate=false"}})
 	g.Add(obs) // the monitor checks it never claims

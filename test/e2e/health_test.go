@@ -128,7 +128,10 @@ func waitEntries(t *testing.T, s leaseStore, g *group, minSeq int64, healthy fun
 // app-unhealthy, /readyz fails) and a healthy candidate leads within
 // failures × period (+ the probe timeout, half a period) + one handover.
 // On both lease stores.
-func TestHealthStepDown(t *testing.T) { onEachStore(t, testHealthStepDown) }
+func TestHealthStepDown(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testHealthStepDown)
+}
 
 func testHealthStepDown(t *testing.T, store leaseStore) {
 	g, apps := healthGroup(t, store, true, true, true)
@@ -206,6 +209,7 @@ func testHealthStepDown(t *testing.T, store leaseStore) {
 // for ten lease durations, reports degraded with the reason, and no other
 // candidate campaigns.
 func TestHealthAllUnhealthy(t *testing.T) {
+	t.Parallel()
 	g, apps := healthGroup(t, kubeStore(), true, true, true)
 	leader := g.WaitLeader(giveUp)
 	waitEntries(t, kubeStore(), g, 1, func(string) bool { return true })
@@ -277,6 +281,7 @@ func TestHealthAllUnhealthy(t *testing.T) {
 // does not campaign, even though the Lease is free; its /readyz fails in
 // candidate mode too.
 func TestHealthNeverHealthy(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	createCandidatesLease(t, kubeStore(), lease)
 	g := groupOf(t, lease)
@@ -318,6 +323,7 @@ func TestHealthNeverHealthy(t *testing.T) {
 // others' there, and neither is refused anything — the Role's Lease rule,
 // `list` included, covers the candidates Lease too.
 func TestHealthGatingShippedRBAC(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const namespace = "rbac-health"
 	// kustomize takes only relative paths: the overlay sits next to a copy

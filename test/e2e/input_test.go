@@ -26,6 +26,7 @@ import (
 // TestBadFlags: every invalid configuration exits 2 with one line on stderr,
 // before anything starts.
 func TestBadFlags(t *testing.T) {
+	t.Parallel()
 	kubeconfig := "--kubeconfig=" + controlPlane.AdminKubeconfig()
 	cases := []struct {
 		name string
@@ -98,6 +99,7 @@ func TestBadFlags(t *testing.T) {
 // retired image's aliases work and are logged as deprecated, the JSON log
 // format is JSON, and --readiness=candidate makes a follower ready.
 func TestEnvironmentAndAliases(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	ports := harnesstest.FreePorts(t, 2)
 	g := groupOf(t, lease)
@@ -215,6 +217,7 @@ func logHas(log string, parts ...string) bool {
 // TestBadRequests: the application API answers bad requests with a fitting
 // status and a JSON error.
 func TestBadRequests(t *testing.T) {
+	t.Parallel()
 	c := startCandidate(t, "requests", candidateOptions{lease: leaseName(t)})
 	cases := []struct {
 		method, path string
@@ -287,6 +290,7 @@ func TestBadRequests(t *testing.T) {
 // exits 1 with the reason logged: no usable client configuration, a port
 // already in use.
 func TestRuntimeErrorsExitOne(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

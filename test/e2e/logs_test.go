@@ -24,6 +24,7 @@ import (
 // err instead), durations strings; the leadership changes are lines at
 // v=0 with their reason and fencing token.
 func TestJSONLogs(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	started := float64(time.Now().UnixMilli())
 	a := startCandidate(t, "json-a", candidateOptions{lease: lease, extraArgs: []string{"--log-format=json"}})

@@ -24,6 +24,7 @@ import (
 // leader-election gauge follows the Lease, and only the project's series
 // carry the lease and lease_namespace labels.
 func TestMetricsScrape(t *testing.T) {
+	t.Parallel()
 	apiHost := apiServerHost(t)
 
 	t.Run("allowed", func(t *testing.T) {

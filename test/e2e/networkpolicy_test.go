@@ -18,6 +18,7 @@ import (
 // component render, with strict field validation. Whether a network plugin
 // enforces them is beyond this control plane, which has none.
 func TestNetworkPolicyAccepted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const namespace = "network-policy"
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}

@@ -91,6 +91,7 @@ func ownedTokens(p api.Partitions) map[int]int64 {
 // notification is its GET /partitions (same revision, partitions, tokens);
 // the member that left was told last that it owns nothing.
 func TestPartitionsChangeNotifications(t *testing.T) {
+	t.Parallel()
 	g := newPartitionGroup(t, candidateOptions{})
 	join := func() (*candidate, *partitionsReceiver) {
 		rc := newPartitionsReceiver(t)

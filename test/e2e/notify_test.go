@@ -297,6 +297,7 @@ func newNotifyGroup(t *testing.T) *group {
 // showed, in order, with GET /leader's bytes, and the last state (not
 // leader) at shutdown.
 func TestChangeNotificationsInOrder(t *testing.T) {
+	t.Parallel()
 	g := newNotifyGroup(t)
 	var pods []*notifiedPod
 	for i := range 3 {
@@ -399,6 +400,7 @@ func TestChangeNotificationsInOrder(t *testing.T) {
 // and again while its notifications time out, and a competitor never takes
 // over.
 func TestChangeNotificationsSlowAppKeepsLeading(t *testing.T) {
+	t.Parallel()
 	stuck := make(chan struct{})
 	var arrived atomic.Int64
 	app := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {

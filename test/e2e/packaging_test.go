@@ -267,6 +267,7 @@ func stopWatch(w stopper) {
 // leader and hand over; the token can do nothing else; `helm upgrade` while
 // one leads leaves its term alone; `helm uninstall` removes it all.
 func TestHelmInstall(t *testing.T) {
+	t.Parallel()
 	const namespace, release = "helm-e2e", "e2e"
 	ctx := context.Background()
 	restrictedNamespace(t, namespace)
@@ -359,6 +360,7 @@ func TestHelmInstall(t *testing.T) {
 // TestHelmInstallWithoutLease: with lease.create=false the chart's Role may
 // create Leases, and the first sidecar creates its own.
 func TestHelmInstallWithoutLease(t *testing.T) {
+	t.Parallel()
 	const namespace, release = "helm-e2e-nolease", "e2e"
 	ctx := context.Background()
 	restrictedNamespace(t, namespace)

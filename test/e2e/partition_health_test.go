@@ -19,6 +19,7 @@ import (
 // of newPartitionGroup checks throughout that no partition is claimed twice
 // and tokens only grow.
 func TestPartitionsHealthGating(t *testing.T) {
+	t.Parallel()
 	const n = 6
 	apps := []*appHealth{newAppHealth(t, true), newAppHealth(t, true), newAppHealth(t, true)}
 	lease := leaseName(t)

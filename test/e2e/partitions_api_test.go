@@ -24,6 +24,7 @@ import (
 // the SSE event, POST /partitions/<i>/release and its errors, /readyz, and
 // that /leader is not served.
 func TestPartitionsRBACAndAPI(t *testing.T) {
+	t.Parallel()
 	const namespace = "partitions-rbac"
 	objs, err := packaging.HelmTemplate(context.Background(), packaging.ChartDir(), "parts", namespace, packaging.WithImage("--set", fmt.Sprintf("partitions.count=%d", partitionCount))...)
 	if err != nil {

@@ -195,6 +195,7 @@ func fairNowN(members []*candidate, n int) (bool, string) {
 // the whole run that no partition is claimed by two members at once and that
 // every partition's fencing token only grows.
 func TestPartitionsFairShareAndSafety(t *testing.T) {
+	t.Parallel()
 	g := newPartitionGroup(t, candidateOptions{})
 
 	start := time.Now()

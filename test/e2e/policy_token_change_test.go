@@ -30,6 +30,7 @@ import (
 // port change, a handover with a new token and the overwrite of a token
 // no term wrote are allowed.
 func TestSlicePolicyNoNewEndpointsUnderTheSameToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "slice-policy-token-change"
 	ctx := context.Background()
 	_, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
@@ -106,6 +107,7 @@ func TestSlicePolicyNoNewEndpointsUnderTheSameToken(t *testing.T) {
 // next term, the overwrite of a token no term wrote); stepping down under
 // the same token is allowed.
 func TestLabelPolicyNoLeaderLabelUnderTheSameToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "label-policy-token-change"
 	ctx := context.Background()
 	const sa, lease = "r-leader-elector", "r-leader-elector"

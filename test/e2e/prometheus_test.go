@@ -434,6 +434,7 @@ func checkQueryNames(t testing.TB, exposed []string) {
 // LeaderElectorMultipleLeaders nor LeaderElectorNoLeader; killing every
 // candidate fires LeaderElectorNoLeader, starting them again resolves it.
 func TestPrometheusAlerts(t *testing.T) {
+	t.Parallel()
 	const scrape = time.Second
 	// The production for values, scaled: no leader for longer than a crash
 	// failover (a lease duration and a retry period) seen two scrapes late;

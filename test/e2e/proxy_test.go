@@ -139,6 +139,7 @@ func createProxyPods(t *testing.T, sa string, ipOf map[string]string) {
 // time-bounded view, when its app accepted the connection, in a term the
 // Lease named; no request fails.
 func TestProxyForwardsToTheLeaderAcrossHandovers(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	versions := watchLeaseVersions(t, controlPlane.AdminClient(), lease)
 	g, names, proxyAddr := startProxyGroup(t, lease)
@@ -259,6 +260,7 @@ func startProxyGroup(t *testing.T, lease string) (g *group, names []string, prox
 // renew deadline) without a leader; none that ended before the kill or
 // began after the takeover was seen. Every answer comes from a leader.
 func TestProxyCrashFailover(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	g, names, proxyAddr := startProxyGroup(t, lease)
 	leader := g.WaitLeader(30 * time.Second)

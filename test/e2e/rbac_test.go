@@ -126,6 +126,7 @@ func applyRBAC(t *testing.T, namespace string, rules []rbacv1.PolicyRule, withou
 // the Lease — so the Role is enough — and that token can do nothing else,
 // not even on another Lease — so it is no more than needed.
 func TestShippedRBAC(t *testing.T) {
+	t.Parallel()
 	const namespace = "rbac-shipped"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig})
@@ -232,6 +233,7 @@ var noStreamingLists = []string{"KUBE_FEATURE_WatchListClient=false"}
 // nothing: the list of the Lease by name is allowed. Without `list` in the
 // Role the same candidates are refused (TestEveryShippedVerbIsNeeded).
 func TestShippedRBACWithoutStreamingLists(t *testing.T) {
+	t.Parallel()
 	const namespace = "rbac-listing"
 	kubeconfig, lease := applyRBAC(t, namespace, nil, false)
 	g := newGroup(t, 2, candidateOptions{lease: lease, namespace: namespace, kubeconfig: kubeconfig, env: noStreamingLists})
@@ -290,6 +292,7 @@ func leaseEvents(t *testing.T, namespace, lease string) []string {
 // without the shipped Lease (the Role may not create it). Each candidate
 // reports the refusal and keeps running.
 func TestEveryShippedVerbIsNeeded(t *testing.T) {
+	t.Parallel()
 	_, role, _, _ := shippedRBAC(t)
 	if len(role.Rules) != 2 || !slices.Equal(role.Rules[1].Resources, []string{"events"}) {
 		t.Fatalf("expected the Lease's rule and the Events rule in the shipped Role, got %v", role.Rules)

@@ -67,6 +67,7 @@ func emptyLease(name string) *coordinationv1.Lease {
 // is above the old one; nobody takes the replaced Lease before a lease
 // duration, since the old holder may still claim it.
 func TestLeaseReplacedWhileRunning(t *testing.T) {
+	t.Parallel()
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 3, candidateOptions{})
@@ -115,6 +116,7 @@ func TestLeaseReplacedWhileRunning(t *testing.T) {
 // so no process remembers the old tokens: the sidecars started afterwards
 // still begin above every token published before.
 func TestLeaseReplacedWhileStopped(t *testing.T) {
+	t.Parallel()
 	for op, apply := range leaseOperations {
 		t.Run(op, func(t *testing.T) {
 			g := newGroup(t, 2, candidateOptions{})
@@ -162,6 +164,7 @@ func TestLeaseReplacedWhileStopped(t *testing.T) {
 // back, the first recreates it without a holder, and the next term's token
 // is above the old one.
 func TestLeaseDeletedWhileRunning(t *testing.T) {
+	t.Parallel()
 	g := newGroup(t, 2, candidateOptions{})
 	leader := g.WaitLeader(giveUp)
 	before, err := leader.state()

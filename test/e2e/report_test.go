@@ -79,6 +79,7 @@ func waitLog(t *testing.T, c *candidate, want string) {
 // Deployment's strategy cannot complete a rollout, stays quiet when it
 // can, and says once that it cannot check when its RBAC does not allow it.
 func TestStartupReport(t *testing.T) {
+	t.Parallel()
 	rolling := func(surge, unavailable string) appsv1.DeploymentStrategy {
 		return appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 			MaxSurge: ptr.To(intstr.Parse(surge)), MaxUnavailable: ptr.To(intstr.Parse(unavailable)),

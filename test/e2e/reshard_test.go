@@ -34,6 +34,7 @@ import (
 // (16..31 start without), and after the merge to 8 the Leases of partitions
 // 8..31 keep their last checkpoints, orphaned, for the app to merge.
 func TestPartitionsReshard(t *testing.T) {
+	t.Parallel()
 	lease := leaseName(t)
 	var mu sync.Mutex
 	var all []*candidate

@@ -133,6 +133,7 @@ func overridden(t *testing.T, c *candidate, reason string) float64 {
 // next leader routes the Service to itself when it takes over. Each
 // overwrite is counted by reason.
 func TestRouteEndpointSliceForeignToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-endpointslice-foreign"
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
@@ -169,6 +170,7 @@ func TestRouteEndpointSliceForeignToken(t *testing.T) {
 // killed: the next leader fences that pod, clearing its label, and labels
 // itself. Over the run no two pods carry the label "true" at once.
 func TestRouteLabelForeignToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-label-foreign"
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
 	pods := []string{"pod-a", "pod-b"}

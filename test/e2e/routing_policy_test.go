@@ -76,6 +76,7 @@ func mergePatch(t *testing.T, v any) []byte {
 // annotation, no owner, no other value, no pod of another group. The
 // admin still may.
 func TestRouteLabelAdmissionPolicy(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-label-policy"
 	ctx := context.Background()
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
@@ -173,6 +174,7 @@ func TestRouteLabelAdmissionPolicy(t *testing.T) {
 // it), and cannot create a slice, nor change one of another Service, nor
 // turn its own into another Service's.
 func TestRouteEndpointSliceAdmission(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-endpointslice-policy"
 	ctx := context.Background()
 	_, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
@@ -278,6 +280,7 @@ func TestRouteEndpointSliceAdmission(t *testing.T) {
 // makes it exit 1 at startup, before it serves or takes part in the
 // election; and it writes nothing.
 func TestRouteLabelRefusesATakenLabel(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-label-taken"
 	ctx := context.Background()
 	spec, podLabels, kubeconfig, _ := routedExample(t, "example-label", namespace)
@@ -385,6 +388,7 @@ func subjectAccessReview(namespace, sa string) *authorizationv1.SubjectAccessRev
 // chart's ServiceAccount token is bound by it, sidecars configured as the
 // chart configures them route with it, and `helm uninstall` removes it.
 func TestHelmInstallRouteLabel(t *testing.T) {
+	t.Parallel()
 	const namespace, release = "helm-route-label", "e2e"
 	ctx := context.Background()
 	restrictedNamespace(t, namespace)

@@ -73,6 +73,7 @@ func tokenOf(t *testing.T, c *candidate) int64 {
 // slice over the run lists at most one pod, always its writer, with a
 // token that never goes back.
 func TestRouteEndpointSlice(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-endpointslice"
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
 	slice := watchSlice(t, namespace, lease)
@@ -148,6 +149,7 @@ func noEndpointGap(vs []sliceVersion, since time.Time) time.Duration {
 // precondition is stale), the slice keeps the newer term's token and
 // address, and the old leader, resumed, does not write again.
 func TestRouteEndpointSliceFencing(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-endpointslice-fencing"
 	ctx := context.Background()
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
@@ -275,6 +277,7 @@ func routeMetrics(t *testing.T, c *candidate) string {
 // sets its; after a crash the new leader also clears the label the dead
 // leader left. Over the whole run no two pods carry "true" at once.
 func TestRouteLabel(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-label"
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
 	pods := []string{"pod-a", "pod-b", "pod-c"}
@@ -333,6 +336,7 @@ func checkPodLabels(t *testing.T, namespace, lease, leader string, pods []string
 // old leader does not label itself again. No two pods carry "true" at
 // once.
 func TestRouteLabelFencing(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-label-fencing"
 	ctx := context.Background()
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)
@@ -380,6 +384,7 @@ func TestRouteLabelFencing(t *testing.T) {
 // policies further refuse is TestRouteLabelAdmissionPolicy's and
 // TestRouteEndpointSliceAdmission's.
 func TestRouteRBAC(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dir       string
 		namespace string

@@ -33,6 +33,7 @@ const newTermBound = repairBound + renewDeadline + retryPeriod
 // that, the Service had no endpoint for as long as the leader kept
 // renewing.
 func TestRouteEndpointSliceWithdrawnUnderTheToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-endpointslice-withdrawn"
 	ctx := context.Background()
 	spec, _, kubeconfig, lease := routedExample(t, "example-endpointslice", namespace)
@@ -79,6 +80,7 @@ func TestRouteEndpointSliceWithdrawnUnderTheToken(t *testing.T) {
 // term, and the next term labels its pod, with a larger token, within
 // newTermBound.
 func TestRouteLabelWithdrawnUnderTheToken(t *testing.T) {
+	t.Parallel()
 	const namespace = "route-label-withdrawn"
 	ctx := context.Background()
 	spec, podLabels, kubeconfig, lease := routedExample(t, "example-label", namespace)

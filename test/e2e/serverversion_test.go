@@ -17,6 +17,7 @@ import (
 // release the project supports: every one `make e2e-matrix` runs) says it
 // is in the supported range.
 func TestReportsServerVersion(t *testing.T) {
+	t.Parallel()
 	info, err := controlPlane.AdminClient().Discovery().ServerVersion()
 	if err != nil {
 		t.Fatal(err)

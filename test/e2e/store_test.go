@@ -112,7 +112,10 @@ func holdsFlock(t *testing.T, pid int) bool {
 // TestReleaseAcquireSSE: POST /release hands over, a follower's SSE stream
 // tells it that it leads, and POST /acquire after the sit-out takes the
 // Lease back in a new term; on both lease stores.
-func TestReleaseAcquireSSE(t *testing.T) { onEachStore(t, testReleaseAcquireSSE) }
+func TestReleaseAcquireSSE(t *testing.T) {
+	t.Parallel()
+	onEachStore(t, testReleaseAcquireSSE)
+}
 
 func testReleaseAcquireSSE(t *testing.T, store leaseStore) {
 	g := newGroup(t, 2, store.on(candidateOptions{}))

@@ -26,6 +26,7 @@ import (
 // term-changed, the Lease keeps T2's checkpoint and T2 goes on. In T2's own
 // name both go through.
 func TestPartitionsStaleTermCheckpointAndRelease(t *testing.T) {
+	t.Parallel()
 	g := newPartitionGroup(t, candidateOptions{})
 	a := g.join(1)[0]
 	g.waitFair("one member", time.Now())
@@ -108,6 +109,7 @@ func ownsIn(s api.Partitions, p int, token int64) bool {
 // still names it); POST /acquire?fencingToken=T2 is answered 409
 // term-current; POST /release?fencingToken=T2 releases.
 func TestStaleTermRelease(t *testing.T) {
+	t.Parallel()
 	g := newGroup(t, 1, candidateOptions{})
 	a := g.WaitLeader(giveUp)
 	ctx := context.Background()

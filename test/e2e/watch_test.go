@@ -22,6 +22,7 @@ import (
 // about the handover as it happens, and clients that never read do not hold
 // anything up.
 func TestWatchers(t *testing.T) {
+	t.Parallel()
 	g := newGroup(t, 2, candidateOptions{})
 	leader := g.WaitLeader(giveUp)
 	var follower *candidate
