@@ -60,7 +60,9 @@ node-stage: packaging e2e-cluster ## the third stage: packaging (chart, image, r
 # Everything the later stages build that check does not, and nothing they
 # run: the rest of the Kubernetes binaries, helm and kustomize, the images,
 # the registry and SBOM tool, the benchmark, the race-built and arm64
-# sidecars, and the test binaries.
+# sidecars. (Not the test binaries: `go test -c` cannot write two packages'
+# binaries of one name, node.test, to one directory, and the packages they
+# build on are compiled by lint's go vet already.)
 prebuild: tools packaging-tools image-test-archive ## build what the later stages of make test need and check does not (make test runs it beside check)
 	KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh >/dev/null
 	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS)
@@ -68,7 +70,6 @@ prebuild: tools packaging-tools image-test-archive ## build what the later stage
 	$(GO) build -race -o /dev/null .
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -o /dev/null .
 	$(GO) build -o /dev/null ./bench
-	$(GO) test -tags $(INTEGRATION_TAG) -c -o _output/prebuild/ ./test/...
 
 # Linters, pinned, run with `go run pkg@version`: the version fixes the
 # tool's module and so, through its own go.mod, every dependency it builds
