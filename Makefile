@@ -36,12 +36,13 @@ build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=
 #   node-stage  packaging (chart, image, release) and the suite on a real node
 # check first, so that a lint error or a broken unit test ends the run in
 # minutes, not after the node suite; each stage stops the run if it fails.
-# Each stage is a target of its own, listed here once. The last two run
-# side by side ("a+b", hack/stages.sh): both spend most of their time
-# waiting on lease timings and on the node's components, so together they
-# take little more than the longer one alone. TEST_STAGES="check e2e-stage
-# node-stage" runs them one after the other (docs/development.md).
-TEST_STAGES ?= check e2e-stage+node-stage
+# Each stage is a target of its own, listed here once.
+# TEST_STAGES="check e2e-stage+node-stage" runs the last two side by side
+# (hack/stages.sh): about 30 minutes in all instead of 55, but under the
+# doubled load a supervised partition test's children lose their claims
+# again and again (its bound failed in both such runs), so CI runs them one
+# after the other (docs/development.md).
+TEST_STAGES ?= check e2e-stage node-stage
 # PREBUILD runs beside the first stage (hack/stages.sh), and the second
 # waits for it: on a cold machine the later stages' builds fill the time
 # check spends waiting on its tests; on a warm one each is a cache hit.
@@ -50,7 +51,7 @@ PREBUILD ?= prebuild
 .PHONY: check e2e-stage node-stage prebuild
 # The Debian packages first: stages side by side would run apt-get at once,
 # and one would fail on dpkg's lock.
-test: node-deps monitoring-deps qemu-deps ## everything CI runs, in three timed stages that stop at the first failure: check, then e2e-stage and node-stage side by side
+test: node-deps monitoring-deps qemu-deps ## everything CI runs, in three timed stages that stop at the first failure: check, e2e-stage, node-stage
 	@MAKE="$(MAKE)" PREBUILD="$(PREBUILD)" bash hack/stages.sh $(TEST_STAGES)
 
 check: lint unit fuzz-smoke rules-test e2e-smoke ## the fast stage (≤ 5 min warm): lint, unit, fuzz smoke, alert rules, and the core e2e (elect, hand over, crash)
