@@ -38,16 +38,17 @@ build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=
 # minutes, not after the node suite; each stage stops the run if it fails.
 # Each stage is a target of its own, listed here once.
 # TEST_STAGES="check e2e-stage+node-stage" runs the last two side by side
-# (hack/stages.sh): about 30 minutes in all instead of 55, but under the
+# (hack/stages.sh): 37 minutes in all instead of about 53, but under the
 # doubled load a supervised partition test's children lose their claims
 # again and again (its bound failed in both such runs), so CI runs them one
 # after the other (docs/development.md).
 TEST_STAGES ?= check e2e-stage node-stage
-# PREBUILD runs beside the first stage (hack/stages.sh), and the second
-# waits for it: on a cold machine the later stages' builds fill the time
-# check spends waiting on its tests; on a warm one each is a cache hit.
-# PREBUILD= runs none.
-PREBUILD ?= prebuild
+# PREBUILD=prebuild runs the later stages' builds beside the first stage
+# (hack/stages.sh), and the second waits for it. Off by default: on a warm
+# machine each of its builds is a cache hit, and on a cold one, where every
+# build is CPU-bound on the 2 cores, it delayed check's verdict by about 10
+# minutes without a measured gain in the whole (docs/development.md).
+PREBUILD ?=
 .PHONY: check e2e-stage node-stage prebuild
 # The Debian packages first: stages side by side would run apt-get at once,
 # and one would fail on dpkg's lock.
