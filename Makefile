@@ -65,7 +65,7 @@ node-stage: packaging e2e-cluster ## the third stage: packaging (chart, image, r
 # sidecars. (Not the test binaries: `go test -c` cannot write two packages'
 # binaries of one name, node.test, to one directory, and the packages they
 # build on are compiled by lint's go vet already.)
-prebuild: tools packaging-tools image-test-archive ## build what the later stages of make test need and check does not (make test runs it beside check)
+prebuild: tools packaging-tools image-test-archive ## build what the later stages of make test need and check does not (make test PREBUILD=prebuild runs it beside check)
 	KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh >/dev/null
 	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS)
 	bash test/registry/registry.sh >/dev/null && $(CYCLONEDX_GOMOD) version >/dev/null

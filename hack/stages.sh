@@ -13,11 +13,13 @@
 # the machine to clean up).
 #
 # PREBUILD, if set, is a make target started in the background beside the
-# first stage, its output in prebuild.out (or PREBUILD_LOG); the second stage starts only
-# once it has ended, and a failure of it fails the run with its last lines.
-# It is for builds the later stages need and the first does not: on a cold
-# machine they fill the time the first stage spends waiting on its tests.
-# If the first stage fails, the prebuild is stopped.
+# first stage, its output in prebuild.out (or PREBUILD_LOG); the second
+# stage starts only once it has ended, and a failure of it fails the run
+# with its last lines. If the first stage fails, the prebuild is stopped.
+# It is for builds the later stages need and the first does not, to fill
+# the time the first stage spends waiting on its tests; on a cold 2-core
+# machine, where every build is CPU-bound, that gained nothing measurable
+# (docs/development.md), so make test leaves it unset.
 #
 # Usage: MAKE=make hack/stages.sh STAGE...
 set -uo pipefail
