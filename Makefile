@@ -43,35 +43,15 @@ build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=
 # again and again (its bound failed in both such runs), so CI runs them one
 # after the other (docs/development.md).
 TEST_STAGES ?= check e2e-stage node-stage
-# PREBUILD=prebuild runs the later stages' builds beside the first stage
-# (hack/stages.sh), and the second waits for it. Off by default: on a warm
-# machine each of its builds is a cache hit, and on a cold one, where every
-# build is CPU-bound on the 2 cores, it delayed check's verdict by about 10
-# minutes without a measured gain in the whole (docs/development.md).
-PREBUILD ?=
-.PHONY: check e2e-stage node-stage prebuild
+.PHONY: check e2e-stage node-stage
 # The Debian packages first: stages side by side would run apt-get at once,
 # and one would fail on dpkg's lock.
 test: node-deps monitoring-deps qemu-deps ## everything CI runs, in three timed stages that stop at the first failure: check, e2e-stage, node-stage
-	@MAKE="$(MAKE)" PREBUILD="$(PREBUILD)" bash hack/stages.sh $(TEST_STAGES)
+	@MAKE="$(MAKE)" bash hack/stages.sh $(TEST_STAGES)
 
 check: lint unit fuzz-smoke rules-test e2e-smoke ## the fast stage (≤ 5 min warm): lint, unit, fuzz smoke, alert rules, and the core e2e (elect, hand over, crash)
 e2e-stage: e2e bench-smoke bench-partitions-smoke bench-proxy-smoke bench-local-smoke ## the second stage: the whole e2e suite and the benchmarks' smoke runs
 node-stage: packaging e2e-cluster ## the third stage: packaging (chart, image, release) and the e2e suite on a real node
-
-# Everything the later stages build that check does not, and nothing they
-# run: the rest of the Kubernetes binaries, helm and kustomize, the images,
-# the registry and SBOM tool, the benchmark, the race-built and arm64
-# sidecars. (Not the test binaries: `go test -c` cannot write two packages'
-# binaries of one name, node.test, to one directory, and the packages they
-# build on are compiled by lint's go vet already.)
-prebuild: tools packaging-tools image-test-archive ## build what the later stages of make test need and check does not (make test PREBUILD=prebuild runs it beside check)
-	KUBE_COMMANDS="$(NODE_KUBE_COMMANDS)" bash test/tools/build.sh >/dev/null
-	bash test/node/images.sh $(NODE_IMAGES_DIR) $(BUILDAH_FLAGS)
-	bash test/registry/registry.sh >/dev/null && $(CYCLONEDX_GOMOD) version >/dev/null
-	$(GO) build -race -o /dev/null .
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -trimpath -o /dev/null .
-	$(GO) build -o /dev/null ./bench
 
 # Linters, pinned, run with `go run pkg@version`: the version fixes the
 # tool's module and so, through its own go.mod, every dependency it builds

@@ -11,9 +11,7 @@ import (
 // TestStages runs hack/stages.sh, which make test runs, with a stand-in for
 // make: stages run in order and each prints its time; the first failure
 // ends the run with its exit code; a group a+b runs side by side, its lines
-// prefixed with the stage, and fails if either does, once both ended. A
-// prebuild runs beside the first stage; the second waits for it, its
-// failure fails the run, and a failed first stage stops it.
+// prefixed with the stage, and fails if either does, once both ended.
 func TestStages(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "ran")
@@ -26,7 +24,6 @@ stage="${@: -1}"
 case $stage in
 slow) for i in $(seq 300); do [[ -s "` + log + `" ]] && break; sleep 0.1; done; [[ -s "` + log + `" ]] || exit 9 ;;
 bad) echo "bad says"; echo bad >>"` + log + `"; exit 3 ;;
-hang) sleep 60 ;;
 esac
 echo "$stage says"
 echo "$stage" >>"` + log + `"
@@ -35,35 +32,26 @@ echo "$stage" >>"` + log + `"
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name     string
-		prebuild string
-		stages   []string
-		code     int
-		ran      string   // the log, stages in the order they ended
-		want     []string // in the output
-		absent   []string
+		name   string
+		stages []string
+		code   int
+		ran    string   // the log, stages in the order they ended
+		want   []string // in the output
+		absent []string
 	}{
-		{"in order", "", []string{"a", "b"}, 0, "a b",
+		{"in order", []string{"a", "b"}, 0, "a b",
 			[]string{"==> stage a: passed in", "==> stage b: passed in", "==> all stages passed in"}, nil},
-		{"the first failure ends the run", "", []string{"a", "bad", "c"}, 3, "a bad",
+		{"the first failure ends the run", []string{"a", "bad", "c"}, 3, "a bad",
 			[]string{"==> stage bad: FAILED after", "==> bad          FAILED after"}, []string{"stage c", "all stages passed"}},
-		{"side by side", "", []string{"slow+a", "b"}, 0, "a slow b",
+		{"side by side", []string{"slow+a", "b"}, 0, "a slow b",
 			[]string{"[a] a says", "==> stage a: passed in", "[slow] slow says", "==> stage slow: passed in", "==> stage b: passed in", "==> all stages passed in"}, nil},
-		{"side by side, one fails", "", []string{"slow+bad", "c"}, 3, "bad slow",
+		{"side by side, one fails", []string{"slow+bad", "c"}, 3, "bad slow",
 			[]string{"[bad] bad says", "==> stage bad: FAILED after", "==> stage slow: passed in"}, []string{"stage c", "all stages passed"}},
-		// "slow" passes only because the prebuild runs beside it; "b"
-		// starts after both.
-		{"a prebuild beside the first stage", "a", []string{"slow", "b"}, 0, "a slow b",
-			[]string{"==> prebuild (make a): started", "==> stage prebuild: passed in", "==> stage b: passed in", "==> all stages passed in"}, []string{"a says"}},
-		{"a prebuild that fails fails the run", "bad", []string{"slow", "c"}, 3, "bad slow",
-			[]string{"==> stage prebuild: FAILED after", "==> the prebuild (make bad) failed", "bad says"}, []string{"stage c", "all stages passed"}},
-		{"a failed first stage stops the prebuild", "hang", []string{"bad", "c"}, 3, "bad",
-			[]string{"==> the prebuild (make hang) stopped"}, []string{"stage c", "stage prebuild", "all stages passed"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			os.Remove(log)
 			cmd := exec.Command("bash", append([]string{"hack/stages.sh"}, c.stages...)...)
-			cmd.Env = append(os.Environ(), "MAKE="+fake, "PREBUILD="+c.prebuild, "PREBUILD_LOG="+filepath.Join(dir, "prebuild.out"))
+			cmd.Env = append(os.Environ(), "MAKE="+fake)
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := err.(*exec.ExitError); ok {

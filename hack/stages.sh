@@ -7,19 +7,12 @@
 # of their output prefixed with "[a] " or "[b] ": the e2e and node stages
 # spend most of their time waiting on lease timings and on the node's
 # components (a sequential run kept about half of the two cores busy), so
-# together they take little more than the longer one alone. Each prints its
+# together they took little more than the longer one alone (37 minutes
+# instead of about 53), at the price of a doubled load: CI does not run them so
+# (docs/development.md). Each prints its
 # own time when it ends; the group fails if either does, once both ended (the
 # other one's results stay in the log, and a node run cut short would leave
 # the machine to clean up).
-#
-# PREBUILD, if set, is a make target started in the background beside the
-# first stage, its output in prebuild.out (or PREBUILD_LOG); the second
-# stage starts only once it has ended, and a failure of it fails the run
-# with its last lines. If the first stage fails, the prebuild is stopped.
-# It is for builds the later stages need and the first does not, to fill
-# the time the first stage spends waiting on its tests; on a cold 2-core
-# machine, where every build is CPU-bound, that gained nothing measurable
-# (docs/development.md), so make test leaves it unset.
 #
 # Usage: MAKE=make hack/stages.sh STAGE...
 set -uo pipefail
@@ -77,50 +70,7 @@ run_group() {
 	return "$first"
 }
 
-prebuild_pid=""
-prebuild_log="${PREBUILD_LOG:-prebuild.out}"
-
-# start_prebuild: starts PREBUILD, if set, in a session of its own (so that
-# stop_prebuild reaches the builds it started too).
-start_prebuild() {
-	[[ -n ${PREBUILD:-} ]] || return 0
-	echo "==> prebuild (make $PREBUILD): started $(date -u +%H:%M:%SZ), beside the first stage; its output in $prebuild_log"
-	prebuild_start=$SECONDS
-	setsid $make_cmd --no-print-directory $PREBUILD >"$prebuild_log" 2>&1 </dev/null &
-	prebuild_pid=$!
-}
-
-# wait_prebuild: waits for the prebuild to end; returns its exit code.
-wait_prebuild() {
-	[[ -n $prebuild_pid ]] || return 0
-	local rc=0
-	if kill -0 "$prebuild_pid" 2>/dev/null; then
-		echo "==> waiting for the prebuild (make $PREBUILD, started $((SECONDS - prebuild_start))s ago)"
-	fi
-	wait "$prebuild_pid" || rc=$?
-	prebuild_pid=""
-	record "prebuild" "$rc" "$((SECONDS - prebuild_start))"
-	if [[ $rc -ne 0 ]]; then
-		echo "==> the prebuild (make $PREBUILD) failed; the last lines of $prebuild_log:"
-		tail -n 40 "$prebuild_log"
-	fi
-	return "$rc"
-}
-
-stop_prebuild() {
-	[[ -n $prebuild_pid ]] || return 0
-	kill -- "-$prebuild_pid" 2>/dev/null
-	wait "$prebuild_pid" 2>/dev/null
-	prebuild_pid=""
-	echo "==> the prebuild (make $PREBUILD) stopped"
-}
-
 finish() {
-	if [[ $1 -eq 0 ]]; then
-		wait_prebuild || finish "$?"
-	else
-		stop_prebuild
-	fi
 	printf '==> %s\n' "${summary[@]}"
 	if [[ $1 -ne 0 ]]; then
 		exit "$1"
@@ -128,13 +78,7 @@ finish() {
 	echo "==> all stages passed in $((SECONDS - total_start))s"
 }
 
-start_prebuild
-first=1
 for stage in "$@"; do
-	if [[ $first -eq 0 ]]; then
-		wait_prebuild || finish "$?"
-	fi
-	first=0
 	if [[ $stage == *+* ]]; then
 		IFS=+ read -ra group <<<"$stage"
 		run_group "${group[@]}"
