@@ -54,16 +54,13 @@ const (
 // The app is test/node/echoapp (useEchoApp): it keeps connections alive
 // and names its term in every answer.
 //
-// It runs with `make proxy-proof`, not yet in the node suite: on
-// 2026-12-04 it passed 6 runs of 8; in one of the others, six new
-// connections that reached one pod together during a rolling update
-// waited the whole --proxy-wait and were reset (cause not found yet,
-// docs/routing.md; on a failure the test now prints every pod's log
-// around it). In CI it would fail a run one time in a few.
+// It runs in the node suite (so in CI), and alone with `make proxy-proof`.
+// It stayed outside CI until it had held long enough: on 2026-12-04 one
+// run of 8 had six new connections that reached one pod together during a
+// rolling update wait the whole --proxy-wait and be reset (cause not
+// proven; a route change now ends an attempt in progress, and on a
+// failure the test prints every pod's log around it, docs/routing.md).
 func TestProxyNoFailedRequest(t *testing.T) {
-	if os.Getenv("LEADER_ELECTOR_PROXY_PROOF") == "" {
-		t.Skip("the proxy's real-node proof runs with make proxy-proof, outside CI until it passes every run (docs/routing.md)")
-	}
 	timings := []string{
 		fmt.Sprintf("election.leaseDurationSeconds=%d", proxyLeaseSeconds),
 		fmt.Sprintf("election.renewDeadlineSeconds=%d", proxyRenewSeconds),
