@@ -55,11 +55,9 @@ const (
 // and names its term in every answer.
 //
 // It runs in the node suite (so in CI), and alone with `make proxy-proof`.
-// It stayed outside CI until it had held long enough: on 2026-12-04 one
-// run of 8 had six new connections that reached one pod together during a
-// rolling update wait the whole --proxy-wait and be reset (cause not
-// proven; a route change now ends an attempt in progress, and on a
-// failure the test prints every pod's log around it, docs/routing.md).
+// On a failure it prints every pod's log and the Service's endpoints
+// around it; docs/routing.md keeps its record of runs and the two failures
+// it has had.
 func TestProxyNoFailedRequest(t *testing.T) {
 	timings := []string{
 		fmt.Sprintf("election.leaseDurationSeconds=%d", proxyLeaseSeconds),
