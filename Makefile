@@ -38,7 +38,7 @@ build: ## build bin/leader-elector (static; BUILD_OUTPUT=path elsewhere, GOARCH=
 # minutes, not after the node suite; each stage stops the run if it fails.
 # Each stage is a target of its own, listed here once.
 # TEST_STAGES="check e2e-stage+node-stage" runs the last two side by side
-# (hack/stages.sh): 37 minutes in all instead of about 53, but under the
+# (hack/stages.sh): 37 minutes in all instead of about 55, but under the
 # doubled load a supervised partition test's children lose their claims
 # again and again (its bound failed in both such runs), so CI runs them one
 # after the other (docs/development.md).

@@ -8,7 +8,7 @@
 # spend most of their time waiting on lease timings and on the node's
 # components (a sequential run kept about half of the two cores busy), so
 # together they took little more than the longer one alone (37 minutes
-# instead of about 53), at the price of a doubled load: CI does not run them so
+# instead of about 55), at the price of a doubled load: CI does not run them so
 # (docs/development.md). Each prints its
 # own time when it ends; the group fails if either does, once both ended (the
 # other one's results stay in the log, and a node run cut short would leave
